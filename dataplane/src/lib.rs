@@ -1,0 +1,7 @@
+//! The dataplane: moves RoCEv2 frames between the transport engine and a
+//! network (DPDK ports or the virtual-time simulator), runs the poll-mode
+//! lcore loops, the software INT switch and the shared-memory service for
+//! applications.
+//!
+//! Only the DPDK binding (`dpdk-sys`), the DPDK wrappers and the shared-memory
+//! mapping may use `unsafe`. Nothing beyond the binding exists yet.

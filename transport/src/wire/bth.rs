@@ -1,0 +1,227 @@
+//! Base Transport Header (12 bytes): view and representation.
+//!
+//! ```text
+//!  byte 0     OpCode
+//!  byte 1     SE:1 M:1 PadCnt:2 TVer:4
+//!  bytes 2-3  P_Key
+//!  byte 4     FECN:1 BECN:1 T:1 reserved:5   (masked for the ICRC)
+//!  bytes 5-7  DestQP
+//!  byte 8     AckReq:1 reserved:7
+//!  bytes 9-11 PSN
+//! ```
+
+use super::bytes::{check_len, get_u16, get_u24, set_u16, set_u24};
+use super::{Layer, Opcode, WireError};
+
+/// BTH length.
+pub const HEADER_LEN: usize = 12;
+/// The default partition key.
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+/// PSNs and QPNs are 24-bit.
+pub const PSN_MASK: u32 = 0x00FF_FFFF;
+
+/// Zero-copy view of a BTH.
+#[derive(Debug, Clone, Copy)]
+pub struct Bth<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Bth<T> {
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        check_len(buffer.as_ref(), HEADER_LEN, Layer::Bth)?;
+        Ok(Bth { buffer })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// The raw opcode byte.
+    pub fn opcode_raw(&self) -> u8 {
+        self.b()[0]
+    }
+
+    pub fn solicited(&self) -> bool {
+        self.b()[1] & 0x80 != 0
+    }
+
+    pub fn migreq(&self) -> bool {
+        self.b()[1] & 0x40 != 0
+    }
+
+    pub fn pad_count(&self) -> usize {
+        usize::from((self.b()[1] >> 4) & 3)
+    }
+
+    pub fn tver(&self) -> u8 {
+        self.b()[1] & 0x0f
+    }
+
+    pub fn pkey(&self) -> u16 {
+        get_u16(self.b(), 2)
+    }
+
+    pub fn fecn(&self) -> bool {
+        self.b()[4] & 0x80 != 0
+    }
+
+    pub fn becn(&self) -> bool {
+        self.b()[4] & 0x40 != 0
+    }
+
+    /// T: a TLM block follows.
+    pub fn tlm_flag(&self) -> bool {
+        self.b()[4] & 0x20 != 0
+    }
+
+    pub fn dest_qp(&self) -> u32 {
+        get_u24(self.b(), 5)
+    }
+
+    pub fn ack_req(&self) -> bool {
+        self.b()[8] & 0x80 != 0
+    }
+
+    pub fn psn(&self) -> u32 {
+        get_u24(self.b(), 9)
+    }
+
+    /// Does a TLM block follow (T set, or a telemetry opcode)?
+    pub fn has_tlm(&self) -> bool {
+        self.tlm_flag() || (0xC0..=0xC2).contains(&self.opcode_raw())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
+    /// Sets FECN, as a switch does on congestion (the byte is ICRC-masked).
+    pub fn set_fecn(&mut self, v: bool) {
+        let b = &mut self.buffer.as_mut()[4];
+        *b = (*b & !0x80) | if v { 0x80 } else { 0 };
+    }
+}
+
+/// BTH fields a sender chooses. PadCnt and T are derived when emitting
+/// (from the payload length and the presence of a TLM block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BthRepr {
+    pub opcode: Opcode,
+    pub solicited: bool,
+    pub migreq: bool,
+    pub pkey: u16,
+    pub fecn: bool,
+    pub becn: bool,
+    /// Destination QP number (24 bits).
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    /// Packet sequence number (24 bits).
+    pub psn: u32,
+}
+
+impl BthRepr {
+    /// A BTH with default P_Key and every flag clear.
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
+        BthRepr {
+            opcode,
+            solicited: false,
+            migreq: false,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp: dest_qp & PSN_MASK,
+            ack_req: false,
+            psn: psn & PSN_MASK,
+        }
+    }
+
+    /// Reads a checked BTH: refuses TVer != 0 and unknown opcodes.
+    pub fn parse<T: AsRef<[u8]>>(h: &Bth<T>) -> Result<Self, WireError> {
+        if h.tver() != 0 {
+            return Err(WireError::BadTransportVersion(h.tver()));
+        }
+        let opcode =
+            Opcode::from_u8(h.opcode_raw()).ok_or(WireError::UnknownOpcode(h.opcode_raw()))?;
+        Ok(BthRepr {
+            opcode,
+            solicited: h.solicited(),
+            migreq: h.migreq(),
+            pkey: h.pkey(),
+            fecn: h.fecn(),
+            becn: h.becn(),
+            dest_qp: h.dest_qp(),
+            ack_req: h.ack_req(),
+            psn: h.psn(),
+        })
+    }
+
+    /// Writes the 12 bytes into `buf` (at least `HEADER_LEN` long).
+    pub fn emit(&self, buf: &mut [u8], pad_count: usize, tlm: bool) {
+        buf[0] = self.opcode.as_u8();
+        buf[1] = (u8::from(self.solicited) << 7)
+            | (u8::from(self.migreq) << 6)
+            | (((pad_count & 3) as u8) << 4);
+        set_u16(buf, 2, self.pkey);
+        buf[4] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6) | (u8::from(tlm) << 5);
+        set_u24(buf, 5, self.dest_qp & PSN_MASK);
+        buf[8] = u8::from(self.ack_req) << 7;
+        set_u24(buf, 9, self.psn & PSN_MASK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_positions_match_the_table() {
+        let r = BthRepr {
+            opcode: Opcode::RdmaWriteOnly,
+            solicited: true,
+            migreq: true,
+            pkey: 0x1234,
+            fecn: true,
+            becn: false,
+            dest_qp: 0xABCDEF,
+            ack_req: true,
+            psn: 0x123456,
+        };
+        let mut b = [0u8; 12];
+        r.emit(&mut b, 3, true);
+        assert_eq!(
+            b,
+            [0x0A, 0xF0, 0x12, 0x34, 0xA0, 0xAB, 0xCD, 0xEF, 0x80, 0x12, 0x34, 0x56]
+        );
+        let h = Bth::new_checked(&b[..]).unwrap();
+        assert_eq!(h.pad_count(), 3);
+        assert!(h.has_tlm());
+        assert_eq!(BthRepr::parse(&h).unwrap(), r);
+    }
+
+    #[test]
+    fn refuses_version_and_unknown_opcode() {
+        let mut b = [0u8; 12];
+        b[1] = 1;
+        assert_eq!(
+            BthRepr::parse(&Bth::new_checked(&b[..]).unwrap()),
+            Err(WireError::BadTransportVersion(1))
+        );
+        b[1] = 0;
+        b[0] = 0x64;
+        assert_eq!(
+            BthRepr::parse(&Bth::new_checked(&b[..]).unwrap()),
+            Err(WireError::UnknownOpcode(0x64))
+        );
+        assert_eq!(
+            Bth::new_checked(&b[..11]).unwrap_err(),
+            WireError::Truncated(Layer::Bth)
+        );
+    }
+
+    #[test]
+    fn telemetry_opcodes_imply_tlm() {
+        let mut b = [0u8; 12];
+        b[0] = 0xC1;
+        assert!(Bth::new_checked(&b[..]).unwrap().has_tlm());
+        b[0] = 0x11;
+        assert!(!Bth::new_checked(&b[..]).unwrap().has_tlm());
+    }
+}

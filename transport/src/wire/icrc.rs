@@ -1,0 +1,120 @@
+//! The RoCEv2 invariant CRC (ICRC) over an IPv4 packet, with the variant
+//! fields and this project's TLM block masked to ones.
+//!
+//! CRC-32/IEEE (as zlib.crc32) over
+//! `FF x 8 | IPv4 header (TOS, TTL, checksum = FF) | UDP header (checksum = FF)
+//! | BTH (byte 4 = FF) | TLM (all FF) | ext headers | payload | pad`;
+//! the four wire bytes are the CRC in little-endian order.
+
+use super::{bth, udp, Layer, WireError};
+
+/// ICRC length on the wire.
+pub const ICRC_LEN: usize = 4;
+
+const ONES: [u8; 256] = [0xFF; 256];
+const MAX_IP_HEADER: usize = 60;
+
+/// Computes the ICRC of `ip_packet`: the IPv4 packet from its first header
+/// byte up to, not including, the ICRC. `tlm_len` is the length of the TLM
+/// block right after BTH (0 when there is none).
+pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
+    let ihl = usize::from(ip_packet.first().copied().unwrap_or(0) & 0x0f) * 4;
+    let udp_at = ihl;
+    let bth_at = udp_at + udp::HEADER_LEN;
+    let tlm_at = bth_at + bth::HEADER_LEN;
+    let rest_at = tlm_at + tlm_len;
+    if ihl < 20 || ip_packet.len() < rest_at || tlm_len > ONES.len() {
+        return Err(WireError::Truncated(Layer::Icrc));
+    }
+
+    let mut h = crc32fast::Hasher::new();
+    h.update(&ONES[..8]);
+
+    let mut ip = [0u8; MAX_IP_HEADER];
+    ip[..ihl].copy_from_slice(&ip_packet[..ihl]);
+    ip[1] = 0xFF; // TOS
+    ip[8] = 0xFF; // TTL
+    ip[10] = 0xFF; // header checksum
+    ip[11] = 0xFF;
+    h.update(&ip[..ihl]);
+
+    let mut u = [0u8; udp::HEADER_LEN];
+    u.copy_from_slice(&ip_packet[udp_at..bth_at]);
+    u[6] = 0xFF; // UDP checksum
+    u[7] = 0xFF;
+    h.update(&u);
+
+    let mut b = [0u8; bth::HEADER_LEN];
+    b.copy_from_slice(&ip_packet[bth_at..tlm_at]);
+    b[4] = 0xFF; // FECN, BECN, T, reserved
+    h.update(&b);
+
+    h.update(&ONES[..tlm_len]);
+    h.update(&ip_packet[rest_at..]);
+    Ok(h.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CNP captured from a ConnectX-4 Lx NIC, wire.md's test vector.
+    const CX4_CNP: [u8; 74] = [
+        0xe4, 0x1d, 0x2d, 0xab, 0x2b, 0xc2, 0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32, 0x08,
+        0x00, // eth
+        0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11,
+        0x01, 0x0a, 0x00, 0x12, 0x01, // ipv4
+        0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00, // udp
+        0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x01, 0x18, 0x00, 0x00, 0x00, 0x00, // bth
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // cnp body
+        0x82, 0xfd, 0x00, 0x2a, // icrc
+    ];
+
+    #[test]
+    fn connectx4_cnp_test_vector() {
+        let ip = &CX4_CNP[14..CX4_CNP.len() - 4];
+        let crc = compute(ip, 0).unwrap();
+        assert_eq!(crc, 0x2a00_fd82);
+        assert_eq!(crc.to_le_bytes(), [0x82, 0xfd, 0x00, 0x2a]);
+    }
+
+    #[test]
+    fn variant_fields_do_not_change_the_crc() {
+        let mut f = CX4_CNP;
+        f[15] = 0x03; // TOS (ECN CE)
+        f[22] = 1; // TTL
+        f[24] = 0; // IP checksum
+        f[40] = 0x12; // UDP checksum
+        f[46] = 0xA0; // FECN + T bit
+        assert_eq!(compute(&f[14..f.len() - 4], 0).unwrap(), 0x2a00_fd82);
+    }
+
+    #[test]
+    fn invariant_fields_change_the_crc() {
+        for at in [14 + 4, 14 + 12, 34, 42, 42 + 5, 42 + 11, 60] {
+            let mut f = CX4_CNP;
+            f[at] ^= 0x01;
+            assert_ne!(
+                compute(&f[14..f.len() - 4], 0).unwrap(),
+                0x2a00_fd82,
+                "byte {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn tlm_bytes_are_masked() {
+        let f = &CX4_CNP[14..CX4_CNP.len() - 4];
+        let a = compute(f, 4).unwrap();
+        let mut g = f.to_vec();
+        g[20 + 8 + 12] ^= 0x55; // inside the 4 bytes treated as TLM
+        assert_eq!(compute(&g, 4).unwrap(), a);
+    }
+
+    #[test]
+    fn short_input_is_an_error_not_a_panic() {
+        assert!(compute(&[], 0).is_err());
+        assert!(compute(&CX4_CNP[14..30], 0).is_err());
+        assert!(compute(&CX4_CNP[14..74], 300).is_err());
+    }
+}

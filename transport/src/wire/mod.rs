@@ -1,0 +1,41 @@
+//! The RoCEv2 + telemetry wire codec of `../shared/spec/wire.md`.
+//!
+//! Each header has a zero-copy view (`Foo<T: AsRef<[u8]>>`, whose
+//! `new_checked` validates lengths once so that no accessor can panic) and
+//! a representation (`FooRepr`) with `parse` (checks meaning) and `emit`.
+//! [`Packet`] and [`PacketRepr`] put them together into whole Ethernet
+//! frames with the ICRC.
+//!
+//! This module never panics on any input, never allocates and returns
+//! [`WireError`], a `Copy` value that names why a frame was refused.
+
+mod bytes;
+
+pub mod aeth;
+pub mod bth;
+pub mod cnp;
+mod error;
+pub mod ethernet;
+pub mod icrc;
+pub mod immdt;
+pub mod ipv4;
+mod opcode;
+mod packet;
+pub mod probe;
+pub mod reth;
+pub mod tlm;
+pub mod udp;
+
+pub use aeth::{Aeth, AethRepr, NakCode, Syndrome};
+pub use bth::{Bth, BthRepr};
+pub use cnp::Cnp;
+pub use error::{ErrorKind, Layer, WireError};
+pub use ethernet::{EthernetFrame, EthernetRepr, MacAddr};
+pub use immdt::ImmDt;
+pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use opcode::{Layout, Opcode};
+pub use packet::{Packet, PacketRepr};
+pub use probe::{Notify, NotifyRepr, Probe, ProbeRepr};
+pub use reth::{Reth, RethRepr};
+pub use tlm::{HopRecord, Tlm, TlmRepr};
+pub use udp::{UdpPacket, UdpRepr};

@@ -1,0 +1,253 @@
+//! BTH opcodes of wire.md and which headers each one carries.
+
+/// Every opcode the transport sends or accepts (wire.md, "RC opcodes used"
+/// and the manufacturer-specific telemetry opcodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Opcode {
+    SendFirst = 0x00,
+    SendMiddle = 0x01,
+    SendLast = 0x02,
+    SendLastWithImmediate = 0x03,
+    SendOnly = 0x04,
+    SendOnlyWithImmediate = 0x05,
+    RdmaWriteFirst = 0x06,
+    RdmaWriteMiddle = 0x07,
+    RdmaWriteLast = 0x08,
+    RdmaWriteLastWithImmediate = 0x09,
+    RdmaWriteOnly = 0x0A,
+    RdmaWriteOnlyWithImmediate = 0x0B,
+    RdmaReadRequest = 0x0C,
+    RdmaReadResponseFirst = 0x0D,
+    RdmaReadResponseMiddle = 0x0E,
+    RdmaReadResponseLast = 0x0F,
+    RdmaReadResponseOnly = 0x10,
+    Acknowledge = 0x11,
+    Cnp = 0x81,
+    TlmRequest = 0xC0,
+    TlmResponse = 0xC1,
+    CcNotify = 0xC2,
+}
+
+/// Which headers follow BTH (and TLM) for an opcode, in wire order:
+/// RETH, ImmDt, AETH, PROBE, NOTIFY, CNP reserved bytes, then payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub reth: bool,
+    pub immdt: bool,
+    pub aeth: bool,
+    pub probe: bool,
+    pub notify: bool,
+    pub cnp: bool,
+    /// The packet may carry payload (and pad).
+    pub payload: bool,
+    /// A TLM block is mandatory (the telemetry opcodes); otherwise it is
+    /// present exactly when BTH's T bit is set.
+    pub tlm_required: bool,
+}
+
+const NONE: Layout = Layout {
+    reth: false,
+    immdt: false,
+    aeth: false,
+    probe: false,
+    notify: false,
+    cnp: false,
+    payload: false,
+    tlm_required: false,
+};
+
+impl Opcode {
+    /// Every opcode, in numeric order.
+    pub const ALL: [Opcode; 22] = [
+        Opcode::SendFirst,
+        Opcode::SendMiddle,
+        Opcode::SendLast,
+        Opcode::SendLastWithImmediate,
+        Opcode::SendOnly,
+        Opcode::SendOnlyWithImmediate,
+        Opcode::RdmaWriteFirst,
+        Opcode::RdmaWriteMiddle,
+        Opcode::RdmaWriteLast,
+        Opcode::RdmaWriteLastWithImmediate,
+        Opcode::RdmaWriteOnly,
+        Opcode::RdmaWriteOnlyWithImmediate,
+        Opcode::RdmaReadRequest,
+        Opcode::RdmaReadResponseFirst,
+        Opcode::RdmaReadResponseMiddle,
+        Opcode::RdmaReadResponseLast,
+        Opcode::RdmaReadResponseOnly,
+        Opcode::Acknowledge,
+        Opcode::Cnp,
+        Opcode::TlmRequest,
+        Opcode::TlmResponse,
+        Opcode::CcNotify,
+    ];
+
+    /// The opcode with this BTH value, if wire.md defines it.
+    pub const fn from_u8(v: u8) -> Option<Opcode> {
+        Some(match v {
+            0x00 => Opcode::SendFirst,
+            0x01 => Opcode::SendMiddle,
+            0x02 => Opcode::SendLast,
+            0x03 => Opcode::SendLastWithImmediate,
+            0x04 => Opcode::SendOnly,
+            0x05 => Opcode::SendOnlyWithImmediate,
+            0x06 => Opcode::RdmaWriteFirst,
+            0x07 => Opcode::RdmaWriteMiddle,
+            0x08 => Opcode::RdmaWriteLast,
+            0x09 => Opcode::RdmaWriteLastWithImmediate,
+            0x0A => Opcode::RdmaWriteOnly,
+            0x0B => Opcode::RdmaWriteOnlyWithImmediate,
+            0x0C => Opcode::RdmaReadRequest,
+            0x0D => Opcode::RdmaReadResponseFirst,
+            0x0E => Opcode::RdmaReadResponseMiddle,
+            0x0F => Opcode::RdmaReadResponseLast,
+            0x10 => Opcode::RdmaReadResponseOnly,
+            0x11 => Opcode::Acknowledge,
+            0x81 => Opcode::Cnp,
+            0xC0 => Opcode::TlmRequest,
+            0xC1 => Opcode::TlmResponse,
+            0xC2 => Opcode::CcNotify,
+            _ => return None,
+        })
+    }
+
+    /// The BTH value.
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The name used by `bench decode` and in logs (wire.md's names in IBA
+    /// spelling, e.g. `RDMA_WRITE_ONLY`, `ACKNOWLEDGE`, `TLM_REQUEST`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Opcode::SendFirst => "SEND_FIRST",
+            Opcode::SendMiddle => "SEND_MIDDLE",
+            Opcode::SendLast => "SEND_LAST",
+            Opcode::SendLastWithImmediate => "SEND_LAST_WITH_IMMEDIATE",
+            Opcode::SendOnly => "SEND_ONLY",
+            Opcode::SendOnlyWithImmediate => "SEND_ONLY_WITH_IMMEDIATE",
+            Opcode::RdmaWriteFirst => "RDMA_WRITE_FIRST",
+            Opcode::RdmaWriteMiddle => "RDMA_WRITE_MIDDLE",
+            Opcode::RdmaWriteLast => "RDMA_WRITE_LAST",
+            Opcode::RdmaWriteLastWithImmediate => "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+            Opcode::RdmaWriteOnly => "RDMA_WRITE_ONLY",
+            Opcode::RdmaWriteOnlyWithImmediate => "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+            Opcode::RdmaReadRequest => "RDMA_READ_REQUEST",
+            Opcode::RdmaReadResponseFirst => "RDMA_READ_RESPONSE_FIRST",
+            Opcode::RdmaReadResponseMiddle => "RDMA_READ_RESPONSE_MIDDLE",
+            Opcode::RdmaReadResponseLast => "RDMA_READ_RESPONSE_LAST",
+            Opcode::RdmaReadResponseOnly => "RDMA_READ_RESPONSE_ONLY",
+            Opcode::Acknowledge => "ACKNOWLEDGE",
+            Opcode::Cnp => "CNP",
+            Opcode::TlmRequest => "TLM_REQUEST",
+            Opcode::TlmResponse => "TLM_RESPONSE",
+            Opcode::CcNotify => "CC_NOTIFY",
+        }
+    }
+
+    /// The headers this opcode carries.
+    pub const fn layout(self) -> Layout {
+        use Opcode::*;
+        let payload = Layout {
+            payload: true,
+            ..NONE
+        };
+        match self {
+            SendFirst
+            | SendMiddle
+            | SendLast
+            | SendOnly
+            | RdmaWriteMiddle
+            | RdmaWriteLast
+            | RdmaReadResponseMiddle => payload,
+            SendLastWithImmediate | SendOnlyWithImmediate | RdmaWriteLastWithImmediate => Layout {
+                immdt: true,
+                ..payload
+            },
+            RdmaWriteFirst | RdmaWriteOnly => Layout {
+                reth: true,
+                ..payload
+            },
+            RdmaWriteOnlyWithImmediate => Layout {
+                reth: true,
+                immdt: true,
+                ..payload
+            },
+            RdmaReadRequest => Layout { reth: true, ..NONE },
+            RdmaReadResponseFirst | RdmaReadResponseLast | RdmaReadResponseOnly => Layout {
+                aeth: true,
+                ..payload
+            },
+            Acknowledge => Layout { aeth: true, ..NONE },
+            Cnp => Layout { cnp: true, ..NONE },
+            TlmRequest | TlmResponse => Layout {
+                probe: true,
+                tlm_required: true,
+                ..NONE
+            },
+            CcNotify => Layout {
+                notify: true,
+                tlm_required: true,
+                ..NONE
+            },
+        }
+    }
+
+    /// Is this one of the standard IBA opcodes (everything but the telemetry
+    /// opcodes 0xC0-0xC2)?
+    pub const fn is_standard(self) -> bool {
+        !self.layout().tlm_required
+    }
+}
+
+impl core::fmt::Display for Opcode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_byte_value_maps_back_to_itself_or_is_unknown() {
+        let mut known = 0;
+        for v in 0..=255u8 {
+            if let Some(op) = Opcode::from_u8(v) {
+                assert_eq!(op.as_u8(), v);
+                known += 1;
+            }
+        }
+        assert_eq!(known, Opcode::ALL.len());
+    }
+
+    #[test]
+    fn all_is_in_numeric_order() {
+        assert!(Opcode::ALL.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn reth_opcodes_match_wire_md() {
+        let with_reth: Vec<u8> = Opcode::ALL
+            .iter()
+            .filter(|o| o.layout().reth)
+            .map(|o| o.as_u8())
+            .collect();
+        assert_eq!(with_reth, [0x06, 0x0A, 0x0B, 0x0C]);
+        let with_aeth: Vec<u8> = Opcode::ALL
+            .iter()
+            .filter(|o| o.layout().aeth)
+            .map(|o| o.as_u8())
+            .collect();
+        assert_eq!(with_aeth, [0x0D, 0x0F, 0x10, 0x11]);
+        let with_imm: Vec<u8> = Opcode::ALL
+            .iter()
+            .filter(|o| o.layout().immdt)
+            .map(|o| o.as_u8())
+            .collect();
+        assert_eq!(with_imm, [0x03, 0x05, 0x09, 0x0B]);
+    }
+}

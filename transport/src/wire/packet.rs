@@ -1,0 +1,325 @@
+//! Whole RoCEv2 frames: `Eth | IPv4 | UDP | BTH | [TLM] | [ext] | payload |
+//! pad | ICRC`, parsed into a [`Packet`] and emitted from a [`PacketRepr`].
+//!
+//! Parse order: Ethernet, IPv4, UDP, BTH, TLM length, ICRC, then the
+//! meaning of BTH, TLM and the extension headers, then the payload length.
+//! Checking the ICRC before the opcode means a corrupted frame is counted
+//! as `bad_icrc` rather than by whatever field the corruption hit.
+
+use super::{
+    aeth, bth, cnp, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr, Bth, BthRepr,
+    Cnp, EthernetFrame, EthernetRepr, ImmDt, Ipv4Packet, Ipv4Repr, Layer, Notify, NotifyRepr,
+    Opcode, Probe, ProbeRepr, Reth, RethRepr, Tlm, TlmRepr, UdpPacket, UdpRepr, WireError,
+};
+
+/// Bytes of Ethernet + IPv4 + UDP in front of BTH in frames we emit.
+pub const OUTER_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
+
+/// Every header of a RoCEv2 frame. The `Option`s present must be exactly
+/// those the opcode's [`Layout`](super::Layout) lists; a TLM block is present
+/// when `tlm` is `Some` (BTH's T bit is derived from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketRepr {
+    pub eth: EthernetRepr,
+    pub ip: Ipv4Repr,
+    pub udp: UdpRepr,
+    pub bth: BthRepr,
+    pub tlm: Option<TlmRepr>,
+    pub reth: Option<RethRepr>,
+    pub imm: Option<u32>,
+    pub aeth: Option<AethRepr>,
+    pub probe: Option<ProbeRepr>,
+    pub notify: Option<NotifyRepr>,
+}
+
+/// A parsed frame: its headers, a borrow of its payload (pad excluded) and
+/// the ICRC as found on the wire and as computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<'a> {
+    pub repr: PacketRepr,
+    pub payload: &'a [u8],
+    /// PadCnt from BTH.
+    pub pad: u8,
+    pub icrc_wire: u32,
+    pub icrc_computed: u32,
+}
+
+impl<'a> Packet<'a> {
+    /// Parses and verifies a frame; a bad ICRC is an error.
+    pub fn parse(frame: &'a [u8]) -> Result<Self, WireError> {
+        Self::parse_inner(frame, true)
+    }
+
+    /// Parses a frame and reports the ICRC in [`Packet::icrc_ok`] instead of
+    /// refusing it (for decoders and taps that show corrupted frames).
+    pub fn parse_unverified(frame: &'a [u8]) -> Result<Self, WireError> {
+        Self::parse_inner(frame, false)
+    }
+
+    /// Does the ICRC on the wire match the one computed?
+    pub fn icrc_ok(&self) -> bool {
+        self.icrc_wire == self.icrc_computed
+    }
+
+    fn parse_inner(frame: &'a [u8], verify: bool) -> Result<Self, WireError> {
+        let eth = EthernetRepr::parse(&EthernetFrame::new_checked(frame)?)?;
+        let ip_view = Ipv4Packet::new_checked(&frame[ethernet::HEADER_LEN..])?;
+        let ip = Ipv4Repr::parse(&ip_view)?;
+        // The IP packet ends at its total length (Ethernet may pad after it).
+        let ip_bytes: &'a [u8] =
+            &frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + usize::from(ip_view.total_len())];
+        let udp_bytes = &ip_bytes[ip_view.header_len()..];
+        let udp = UdpRepr::parse(&UdpPacket::new_checked(udp_bytes)?)?;
+
+        let l4 = &udp_bytes[udp::HEADER_LEN..];
+        let bth_view = Bth::new_checked(l4)?;
+        if l4.len() < bth::HEADER_LEN + icrc::ICRC_LEN {
+            return Err(WireError::Truncated(Layer::Icrc));
+        }
+        let body = &l4[..l4.len() - icrc::ICRC_LEN];
+        let tlm_view = if bth_view.has_tlm() {
+            Some(Tlm::new_checked(&body[bth::HEADER_LEN..])?)
+        } else {
+            None
+        };
+        let tlm_len = tlm_view.map_or(0, |t| t.block_len());
+
+        let t = &l4[l4.len() - icrc::ICRC_LEN..];
+        let icrc_wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+        let icrc_computed = icrc::compute(&ip_bytes[..ip_bytes.len() - icrc::ICRC_LEN], tlm_len)?;
+        if verify && icrc_wire != icrc_computed {
+            return Err(WireError::BadIcrc {
+                wire: icrc_wire,
+                computed: icrc_computed,
+            });
+        }
+
+        let bth = BthRepr::parse(&bth_view)?;
+        let tlm = tlm_view.map(|v| TlmRepr::parse(&v)).transpose()?;
+        let layout = bth.opcode.layout();
+        let mut at = bth::HEADER_LEN + tlm_len;
+
+        let reth = if layout.reth {
+            let r = RethRepr::parse(&Reth::new_checked(&body[at..])?);
+            at += reth::HEADER_LEN;
+            Some(r)
+        } else {
+            None
+        };
+        let imm = if layout.immdt {
+            let v = ImmDt::new_checked(&body[at..])?.imm();
+            at += immdt::HEADER_LEN;
+            Some(v)
+        } else {
+            None
+        };
+        let aeth = if layout.aeth {
+            let r = AethRepr::parse(&Aeth::new_checked(&body[at..])?);
+            at += aeth::HEADER_LEN;
+            Some(r)
+        } else {
+            None
+        };
+        let probe = if layout.probe {
+            let r = ProbeRepr::parse(&Probe::new_checked(&body[at..])?);
+            at += probe::BLOCK_LEN;
+            Some(r)
+        } else {
+            None
+        };
+        let notify = if layout.notify {
+            let r = NotifyRepr::parse(&Notify::new_checked(&body[at..])?);
+            at += probe::BLOCK_LEN;
+            Some(r)
+        } else {
+            None
+        };
+        if layout.cnp {
+            Cnp::new_checked(&body[at..])?;
+            at += cnp::BODY_LEN;
+        }
+
+        let rest = &body[at..];
+        let pad = bth_view.pad_count();
+        let payload = if layout.payload {
+            if rest.len() < pad {
+                return Err(WireError::LengthMismatch(Layer::Payload));
+            }
+            &rest[..rest.len() - pad]
+        } else {
+            if !rest.is_empty() || pad != 0 {
+                return Err(WireError::LengthMismatch(Layer::Payload));
+            }
+            rest
+        };
+
+        Ok(Packet {
+            repr: PacketRepr {
+                eth,
+                ip,
+                udp,
+                bth,
+                tlm,
+                reth,
+                imm,
+                aeth,
+                probe,
+                notify,
+            },
+            payload,
+            pad: pad as u8,
+            icrc_wire,
+            icrc_computed,
+        })
+    }
+}
+
+/// Pad bytes that align a payload of `len` bytes to 4.
+pub const fn pad_for(len: usize) -> usize {
+    len.wrapping_neg() & 3
+}
+
+impl PacketRepr {
+    /// A frame of `opcode` with default Ethernet/IP/UDP fields, the given
+    /// DestQP and PSN, and no extension headers; callers fill in what the
+    /// opcode needs.
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
+        PacketRepr {
+            eth: EthernetRepr::default(),
+            ip: Ipv4Repr::default(),
+            udp: UdpRepr {
+                src_port: udp::entropy_port(dest_qp),
+            },
+            bth: BthRepr::new(opcode, dest_qp, psn),
+            tlm: None,
+            reth: None,
+            imm: None,
+            aeth: None,
+            probe: None,
+            notify: None,
+        }
+    }
+
+    /// Bytes from BTH up to the payload.
+    pub fn transport_header_len(&self) -> usize {
+        let l = self.bth.opcode.layout();
+        bth::HEADER_LEN
+            + self.tlm.map_or(0, |t| t.block_len())
+            + usize::from(l.reth) * reth::HEADER_LEN
+            + usize::from(l.immdt) * immdt::HEADER_LEN
+            + usize::from(l.aeth) * aeth::HEADER_LEN
+            + usize::from(l.probe) * probe::BLOCK_LEN
+            + usize::from(l.notify) * probe::BLOCK_LEN
+            + usize::from(l.cnp) * cnp::BODY_LEN
+    }
+
+    /// Bytes from the start of the frame up to the payload.
+    pub fn header_len(&self) -> usize {
+        OUTER_LEN + self.transport_header_len()
+    }
+
+    /// Length of the whole frame with `payload_len` bytes of payload.
+    pub fn frame_len(&self, payload_len: usize) -> usize {
+        self.header_len() + payload_len + pad_for(payload_len) + icrc::ICRC_LEN
+    }
+
+    /// Checks that the headers match the opcode and the frame fits IPv4.
+    pub fn check(&self, payload_len: usize) -> Result<(), WireError> {
+        let op = self.bth.opcode;
+        let l = op.layout();
+        if l.reth != self.reth.is_some()
+            || l.immdt != self.imm.is_some()
+            || l.aeth != self.aeth.is_some()
+            || l.probe != self.probe.is_some()
+            || l.notify != self.notify.is_some()
+        {
+            return Err(WireError::HeadersMismatch(op));
+        }
+        match self.tlm {
+            None if l.tlm_required => return Err(WireError::BadTlm(op)),
+            Some(t) if !t.is_valid() => return Err(WireError::BadTlm(op)),
+            _ => {}
+        }
+        if payload_len > 0 && !l.payload {
+            return Err(WireError::LengthMismatch(Layer::Payload));
+        }
+        if self.frame_len(payload_len) - ethernet::HEADER_LEN > usize::from(u16::MAX) {
+            return Err(WireError::LengthMismatch(Layer::Ipv4));
+        }
+        Ok(())
+    }
+
+    /// Emits the frame with `payload` into `buf`; returns the frame length.
+    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
+        self.emit_with(payload.len(), buf, |p| p.copy_from_slice(payload))
+    }
+
+    /// Emits the frame, letting `fill` write the `payload_len` payload bytes
+    /// in place (so that memory-region data is copied once, straight into
+    /// the frame). Pad and ICRC are written after `fill` returns.
+    pub fn emit_with(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        self.check(payload_len)?;
+        let need = self.frame_len(payload_len);
+        if buf.len() < need {
+            return Err(WireError::BufferTooSmall {
+                need,
+                have: buf.len(),
+            });
+        }
+        let frame = &mut buf[..need];
+        let ip_at = ethernet::HEADER_LEN;
+        let udp_at = ip_at + ipv4::HEADER_LEN;
+        let bth_at = udp_at + udp::HEADER_LEN;
+        let pad = pad_for(payload_len);
+
+        self.eth
+            .emit(&mut EthernetFrame::new_checked(&mut frame[..])?);
+        self.ip.emit(&mut frame[ip_at..], need - udp_at);
+        self.udp.emit(&mut frame[udp_at..], need - bth_at);
+        self.bth.emit(&mut frame[bth_at..], pad, self.tlm.is_some());
+
+        let mut at = bth_at + bth::HEADER_LEN;
+        let tlm_len = self.tlm.map_or(0, |t| t.block_len());
+        if let Some(t) = &self.tlm {
+            t.emit(&mut frame[at..]);
+            at += tlm_len;
+        }
+        if let Some(r) = &self.reth {
+            r.emit(&mut frame[at..]);
+            at += reth::HEADER_LEN;
+        }
+        if let Some(v) = self.imm {
+            immdt::emit(v, &mut frame[at..]);
+            at += immdt::HEADER_LEN;
+        }
+        if let Some(r) = &self.aeth {
+            r.emit(&mut frame[at..]);
+            at += aeth::HEADER_LEN;
+        }
+        if let Some(r) = &self.probe {
+            r.emit(&mut frame[at..]);
+            at += probe::BLOCK_LEN;
+        }
+        if let Some(r) = &self.notify {
+            r.emit(&mut frame[at..]);
+            at += probe::BLOCK_LEN;
+        }
+        if self.bth.opcode.layout().cnp {
+            cnp::emit(&mut frame[at..]);
+            at += cnp::BODY_LEN;
+        }
+
+        fill(&mut frame[at..at + payload_len]);
+        at += payload_len;
+        frame[at..at + pad].fill(0);
+        at += pad;
+        let crc = icrc::compute(&frame[ip_at..at], tlm_len)?;
+        frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok(need)
+    }
+}

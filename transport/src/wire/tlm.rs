@@ -1,0 +1,307 @@
+//! The telemetry (TLM) block of this project: a 4-byte header and `maxhop`
+//! 16-byte hop records allocated by the sender and filled in place by
+//! switches.
+//!
+//! ```text
+//! header:  ver:2 flags:6 | nhop:4 maxhop:4 | path_id u16
+//! hop:     ts_ns u32 | tx_bytes u32 | qlen u32 | rate u16 | switch_id u8 | port_id u8
+//! ```
+
+use super::bytes::{check_len, get_u16, get_u32, set_u16, set_u32};
+use super::{Layer, WireError};
+
+/// TLM header length.
+pub const HEADER_LEN: usize = 4;
+/// Hop record length.
+pub const HOP_LEN: usize = 16;
+/// Most hop slots a block can allocate.
+pub const MAX_HOPS: usize = 15;
+/// Flag bit 0: the stack was reflected by a receiver.
+pub const FLAG_ECHO: u8 = 0x01;
+
+/// Bytes a TLM block with `maxhop` slots occupies.
+pub const fn block_len(maxhop: u8) -> usize {
+    HEADER_LEN + HOP_LEN * maxhop as usize
+}
+
+/// One switch egress snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct HopRecord {
+    /// Egress timestamp in nanoseconds, wrapping mod 2^32.
+    pub ts_ns: u32,
+    /// Bytes sent by the egress port before this packet, wrapping mod 2^32.
+    pub tx_bytes: u32,
+    /// Egress queue bytes after this dequeue, saturating.
+    pub qlen: u32,
+    /// Link capacity in units of 100 Mb/s.
+    pub rate: u16,
+    pub switch_id: u8,
+    pub port_id: u8,
+}
+
+impl HopRecord {
+    fn read(b: &[u8]) -> Self {
+        HopRecord {
+            ts_ns: get_u32(b, 0),
+            tx_bytes: get_u32(b, 4),
+            qlen: get_u32(b, 8),
+            rate: get_u16(b, 12),
+            switch_id: b[14],
+            port_id: b[15],
+        }
+    }
+
+    fn write(&self, b: &mut [u8]) {
+        set_u32(b, 0, self.ts_ns);
+        set_u32(b, 4, self.tx_bytes);
+        set_u32(b, 8, self.qlen);
+        set_u16(b, 12, self.rate);
+        b[14] = self.switch_id;
+        b[15] = self.port_id;
+    }
+
+    /// Link capacity in bits per second.
+    pub fn rate_bps(&self) -> u64 {
+        u64::from(self.rate) * 100_000_000
+    }
+}
+
+/// Zero-copy view of a TLM block. `new_checked` guarantees that all
+/// `maxhop` slots lie within the buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Tlm<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Tlm<T> {
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let b = buffer.as_ref();
+        check_len(b, HEADER_LEN, Layer::Tlm)?;
+        check_len(b, block_len(b[1] & 0x0f), Layer::Tlm)?;
+        Ok(Tlm { buffer })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    pub fn version(&self) -> u8 {
+        self.b()[0] >> 6
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.b()[0] & 0x3f
+    }
+
+    pub fn echo(&self) -> bool {
+        self.flags() & FLAG_ECHO != 0
+    }
+
+    /// Slots filled.
+    pub fn nhop(&self) -> u8 {
+        self.b()[1] >> 4
+    }
+
+    /// Slots allocated.
+    pub fn maxhop(&self) -> u8 {
+        self.b()[1] & 0x0f
+    }
+
+    pub fn path_id(&self) -> u16 {
+        get_u16(self.b(), 2)
+    }
+
+    /// Length of the block (header and every allocated slot).
+    pub fn block_len(&self) -> usize {
+        block_len(self.maxhop())
+    }
+
+    /// Hop record in slot `i`, if the slot is allocated.
+    pub fn hop(&self, i: usize) -> Option<HopRecord> {
+        (i < usize::from(self.maxhop()))
+            .then(|| HopRecord::read(&self.b()[HEADER_LEN + i * HOP_LEN..]))
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
+    /// Pushes a switch's record into the next free slot and folds its
+    /// switch_id into path_id. Returns false, leaving the block alone, when
+    /// every slot is full (nhop == maxhop) or the block is malformed.
+    pub fn push_hop(&mut self, hop: &HopRecord) -> bool {
+        let (nhop, maxhop) = (self.nhop(), self.maxhop());
+        if nhop >= maxhop {
+            return false;
+        }
+        let at = HEADER_LEN + usize::from(nhop) * HOP_LEN;
+        let path = self.path_id() ^ u16::from(hop.switch_id);
+        let b = self.buffer.as_mut();
+        hop.write(&mut b[at..at + HOP_LEN]);
+        b[1] = ((nhop + 1) << 4) | maxhop;
+        set_u16(b, 2, path);
+        true
+    }
+
+    /// Sets or clears the ECHO flag.
+    pub fn set_echo(&mut self, echo: bool) {
+        let b = &mut self.buffer.as_mut()[0];
+        *b = (*b & !FLAG_ECHO) | if echo { FLAG_ECHO } else { 0 };
+    }
+}
+
+/// A TLM block. Slots `nhop..maxhop` are empty and emitted as zeros;
+/// `hops[nhop..]` is ignored when emitting and zero after parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TlmRepr {
+    pub echo: bool,
+    pub nhop: u8,
+    pub maxhop: u8,
+    pub path_id: u16,
+    pub hops: [HopRecord; MAX_HOPS],
+}
+
+impl TlmRepr {
+    /// An empty block with `maxhop` slots (clamped to 1..=15), as a sender
+    /// allocates it.
+    pub fn empty(maxhop: u8) -> Self {
+        TlmRepr {
+            echo: false,
+            nhop: 0,
+            maxhop: maxhop.clamp(1, MAX_HOPS as u8),
+            path_id: 0,
+            hops: [HopRecord::default(); MAX_HOPS],
+        }
+    }
+
+    /// The filled hop records.
+    pub fn filled(&self) -> &[HopRecord] {
+        &self.hops[..usize::from(self.nhop.min(self.maxhop)).min(MAX_HOPS)]
+    }
+
+    /// Bytes the block occupies.
+    pub fn block_len(&self) -> usize {
+        block_len(self.maxhop)
+    }
+
+    /// Are the hop counts valid (1 <= maxhop <= 15, nhop <= maxhop)?
+    pub fn is_valid(&self) -> bool {
+        (1..=MAX_HOPS as u8).contains(&self.maxhop) && self.nhop <= self.maxhop
+    }
+
+    /// Reads a checked block: refuses version != 0, maxhop == 0 and
+    /// nhop > maxhop.
+    pub fn parse<T: AsRef<[u8]>>(t: &Tlm<T>) -> Result<Self, WireError> {
+        if t.version() != 0 {
+            return Err(WireError::BadTlmVersion(t.version()));
+        }
+        let (nhop, maxhop) = (t.nhop(), t.maxhop());
+        if maxhop == 0 || nhop > maxhop {
+            return Err(WireError::BadTlmHops { nhop, maxhop });
+        }
+        let mut hops = [HopRecord::default(); MAX_HOPS];
+        for (i, h) in hops.iter_mut().enumerate().take(usize::from(nhop)) {
+            *h = t.hop(i).unwrap_or_default();
+        }
+        Ok(TlmRepr {
+            echo: t.echo(),
+            nhop,
+            maxhop,
+            path_id: t.path_id(),
+            hops,
+        })
+    }
+
+    /// Writes the block into `buf`, which holds at least `block_len()`
+    /// bytes; the caller has checked `is_valid()`.
+    pub fn emit(&self, buf: &mut [u8]) {
+        buf[0] = if self.echo { FLAG_ECHO } else { 0 };
+        buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
+        set_u16(buf, 2, self.path_id);
+        for i in 0..usize::from(self.maxhop) {
+            let slot = &mut buf[HEADER_LEN + i * HOP_LEN..HEADER_LEN + (i + 1) * HOP_LEN];
+            if i < usize::from(self.nhop) {
+                self.hops[i].write(slot);
+            } else {
+                slot.fill(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(sw: u8) -> HopRecord {
+        HopRecord {
+            ts_ns: 1000 * u32::from(sw),
+            tx_bytes: 0xffff_fff0,
+            qlen: 3000,
+            rate: 1000,
+            switch_id: sw,
+            port_id: 2,
+        }
+    }
+
+    #[test]
+    fn switches_fill_slots_in_place_until_full() {
+        let mut b = vec![0u8; block_len(2)];
+        TlmRepr::empty(2).emit(&mut b);
+        let mut t = Tlm::new_checked(&mut b[..]).unwrap();
+        assert!(t.push_hop(&hop(5)));
+        assert!(t.push_hop(&hop(9)));
+        assert!(!t.push_hop(&hop(11)), "a full stack is left alone");
+        assert_eq!((t.nhop(), t.maxhop(), t.path_id()), (2, 2, 5 ^ 9));
+        let r = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.filled(), &[hop(5), hop(9)]);
+    }
+
+    #[test]
+    fn hop_record_layout() {
+        let mut b = vec![0u8; block_len(1)];
+        let mut r = TlmRepr::empty(1);
+        r.nhop = 1;
+        r.echo = true;
+        r.path_id = 0x0102;
+        r.hops[0] = HopRecord {
+            ts_ns: 0x01020304,
+            tx_bytes: 0x05060708,
+            qlen: 0x090a0b0c,
+            rate: 0x0d0e,
+            switch_id: 0x0f,
+            port_id: 0x10,
+        };
+        r.emit(&mut b);
+        assert_eq!(
+            b,
+            [0x01, 0x11, 0x01, 0x02, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        );
+        assert_eq!(r.hops[0].rate_bps(), 0x0d0e * 100_000_000);
+    }
+
+    #[test]
+    fn refuses_bad_headers() {
+        let mut b = vec![0u8; block_len(3)];
+        b[1] = 0x03;
+        b[0] = 0x40;
+        let t = Tlm::new_checked(&b[..]).unwrap();
+        assert_eq!(TlmRepr::parse(&t), Err(WireError::BadTlmVersion(1)));
+        b[0] = 0;
+        b[1] = 0x43;
+        let t = Tlm::new_checked(&b[..]).unwrap();
+        assert_eq!(
+            TlmRepr::parse(&t),
+            Err(WireError::BadTlmHops { nhop: 4, maxhop: 3 })
+        );
+        b[1] = 0x00;
+        let t = Tlm::new_checked(&b[..]).unwrap();
+        assert_eq!(
+            TlmRepr::parse(&t),
+            Err(WireError::BadTlmHops { nhop: 0, maxhop: 0 })
+        );
+        b[1] = 0x04;
+        assert_eq!(
+            Tlm::new_checked(&b[..]).unwrap_err(),
+            WireError::Truncated(Layer::Tlm)
+        );
+    }
+}
