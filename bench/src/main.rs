@@ -1,1 +1,116 @@
-fn main() {}
+//! `bench`: the project's command-line tools. See `bench --help`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use bench::decode::Summary;
+use bench::pcap::{Reader, Writer};
+use bench::samples;
+
+#[derive(Parser)]
+#[command(name = "bench", version, about = "Tools and benchmarks for the software RDMA NIC")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode a classic pcap (Ethernet link type) and print one line per
+    /// frame: op, qpn, psn, icrc and the RETH/AETH/telemetry fields, then a
+    /// summary line `frames=N roce=N icrc_bad=N errors=N`.
+    Decode {
+        /// The pcap file to read (pcapng is not supported: convert it with
+        /// `editcap -F pcap`).
+        file: PathBuf,
+    },
+    /// The codec demo: emit one frame of every opcode of wire.md (standard
+    /// RoCEv2 and telemetry), plus a corrupted and a non-RoCE frame, write
+    /// them to a pcap and decode it.
+    Demo {
+        /// Where to write the pcap.
+        #[arg(long, default_value = "out/demo.pcap")]
+        pcap: PathBuf,
+    },
+}
+
+fn decode(path: &Path) -> ExitCode {
+    let mut reader = match Reader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench decode: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut summary = Summary::default();
+    let mut n = 0;
+    while let Some(rec) = reader.next_record() {
+        n += 1;
+        match rec {
+            Ok(rec) => println!("{}", summary.decode(n, &rec)),
+            Err(e) => {
+                println!("{summary}");
+                eprintln!("bench decode: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    println!("{summary}");
+    ExitCode::SUCCESS
+}
+
+fn demo(path: &Path) -> ExitCode {
+    let mut frames: Vec<Vec<u8>> = samples::standard()
+        .iter()
+        .chain(samples::telemetry().iter())
+        .map(|s| s.frame())
+        .collect();
+    // A corrupted copy of the first WRITE (its ICRC no longer matches) and a
+    // DNS-port UDP frame, to show how decode reports them.
+    let mut bad = frames[6].clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x10;
+    frames.push(bad);
+    let mut dns = frames[3].clone();
+    dns[36..38].copy_from_slice(&53u16.to_be_bytes());
+    frames.push(dns);
+
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("bench demo: cannot create {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let written = Writer::create(path).and_then(|mut w| {
+        for (i, f) in frames.iter().enumerate() {
+            w.write(Duration::from_micros(i as u64), f)?;
+        }
+        w.finish()
+    });
+    if let Err(e) = written {
+        eprintln!("bench demo: {e}");
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "bench demo: wrote {} frames to {} (every opcode of wire.md, one corrupted, one not RoCEv2)",
+        frames.len(),
+        path.display()
+    );
+    println!("bench demo: decoding it with `bench decode {}`:", path.display());
+    let code = decode(path);
+    println!(
+        "bench demo: tshark reads the same file: tshark -r {} -V -d udp.port==4791,infiniband",
+        path.display()
+    );
+    code
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Decode { file } => decode(&file),
+        Command::Demo { pcap } => demo(&pcap),
+    }
+}

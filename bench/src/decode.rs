@@ -1,0 +1,228 @@
+//! `bench decode`: one line per captured frame, `key=value` tokens separated
+//! by spaces, and a summary line.
+//!
+//! A RoCEv2 frame gives `op=NAME qpn=N psn=N ... icrc=ok|bad` followed by
+//! the RETH, ImmDt, AETH, PROBE, NOTIFY fields and telemetry hops it
+//! carries. Anything else gives `op=? error=KIND reason="..."`.
+
+use std::fmt::Write as _;
+
+use transport::wire::{HopRecord, Packet, Syndrome, TlmRepr};
+
+use crate::pcap::Record;
+
+/// Counts over a decoded capture.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Records read.
+    pub frames: u64,
+    /// Frames that decode as RoCEv2 (whatever their ICRC).
+    pub roce: u64,
+    /// RoCEv2 frames whose ICRC does not match.
+    pub icrc_bad: u64,
+    /// Frames that are not RoCEv2 or cannot be decoded.
+    pub errors: u64,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "frames={} roce={} icrc_bad={} errors={}",
+            self.frames, self.roce, self.icrc_bad, self.errors
+        )
+    }
+}
+
+impl Summary {
+    /// Decodes record number `n` (1-based), counts it and returns its line.
+    pub fn decode(&mut self, n: u64, rec: &Record) -> String {
+        self.frames += 1;
+        let mut s = format!("#{n} len={}", rec.orig_len);
+        if (rec.data.len() as u64) < u64::from(rec.orig_len) {
+            let _ = write!(s, " caplen={}", rec.data.len());
+        }
+        match Packet::parse_unverified(&rec.data) {
+            Ok(p) => {
+                self.roce += 1;
+                if !p.icrc_ok() {
+                    self.icrc_bad += 1;
+                }
+                describe(&mut s, &p);
+            }
+            Err(e) => {
+                self.errors += 1;
+                let _ = write!(s, " op=? error={} reason=\"{e}\"", e.kind().name());
+            }
+        }
+        s
+    }
+}
+
+fn describe(s: &mut String, p: &Packet<'_>) {
+    let r = &p.repr;
+    let b = &r.bth;
+    let _ = write!(
+        s,
+        " op={} qpn={} psn={} ackreq={} icrc={} src={}:{} dst={} ecn={} se={} fecn={} becn={} pad={} payload={}",
+        b.opcode.name(),
+        b.dest_qp,
+        b.psn,
+        u8::from(b.ack_req),
+        if p.icrc_ok() { "ok" } else { "bad" },
+        r.ip.src,
+        r.udp.src_port,
+        r.ip.dst,
+        r.ip.ecn,
+        u8::from(b.solicited),
+        u8::from(b.fecn),
+        u8::from(b.becn),
+        p.pad,
+        p.payload.len(),
+    );
+    if !p.icrc_ok() {
+        let _ = write!(
+            s,
+            " icrc_wire={:#010x} icrc_computed={:#010x}",
+            p.icrc_wire, p.icrc_computed
+        );
+    }
+    if let Some(x) = r.reth {
+        let _ = write!(
+            s,
+            " reth.va={:#x} reth.rkey={:#x} reth.len={}",
+            x.va, x.r_key, x.dma_len
+        );
+    }
+    if let Some(imm) = r.imm {
+        let _ = write!(s, " imm={imm:#010x}");
+    }
+    if let Some(a) = r.aeth {
+        let kind = match a.decoded() {
+            Syndrome::Ack { .. } => "ACK".to_string(),
+            Syndrome::RnrNak { timer } => format!("RNR_NAK({timer})"),
+            Syndrome::Nak(code) => format!("NAK({code:?})"),
+            Syndrome::Reserved(_) => "RESERVED".to_string(),
+        };
+        let _ = write!(
+            s,
+            " aeth.syndrome={:#04x} aeth.kind={kind} aeth.msn={}",
+            a.syndrome, a.msn
+        );
+    }
+    if let Some(x) = r.probe {
+        let _ = write!(
+            s,
+            " probe.id={} probe.snd_psn={} probe.ts_ns={}",
+            x.probe_id,
+            x.snd_psn & 0x00ff_ffff,
+            x.sender_ts_ns
+        );
+    }
+    if let Some(x) = r.notify {
+        let _ = write!(
+            s,
+            " notify.window={} notify.rate_mbps={} notify.seq={}",
+            x.window_bytes, x.rate_mbps, x.seq
+        );
+    }
+    if let Some(t) = &r.tlm {
+        tlm(s, t);
+    }
+}
+
+fn tlm(s: &mut String, t: &TlmRepr) {
+    let _ = write!(
+        s,
+        " tlm.nhop={} tlm.maxhop={} tlm.echo={} tlm.path_id={:#06x}",
+        t.nhop,
+        t.maxhop,
+        u8::from(t.echo),
+        t.path_id
+    );
+    for (i, h) in t.filled().iter().enumerate() {
+        let HopRecord {
+            ts_ns,
+            tx_bytes,
+            qlen,
+            rate,
+            switch_id,
+            port_id,
+        } = *h;
+        let _ = write!(
+            s,
+            " hop{i}={{switch={switch_id},port={port_id},ts_ns={ts_ns},tx_bytes={tx_bytes},qlen={qlen},rate_mbps={}}}",
+            u32::from(rate) * 100
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::samples;
+    use std::time::Duration;
+
+    fn rec(data: Vec<u8>) -> Record {
+        Record {
+            timestamp: Duration::ZERO,
+            orig_len: data.len() as u32,
+            data,
+        }
+    }
+
+    #[test]
+    fn a_write_line_has_the_required_fields() {
+        let s = &samples::standard()[6]; // RDMA_WRITE_FIRST
+        let mut sum = Summary::default();
+        let line = sum.decode(7, &rec(s.frame()));
+        for tok in [
+            "#7 ",
+            " op=RDMA_WRITE_FIRST ",
+            &format!(" qpn={} ", samples::QPN_B),
+            " psn=106 ",
+            " icrc=ok ",
+            " reth.va=0x7f3a00001000 ",
+            " reth.rkey=0x1a2b ",
+            &format!(" reth.len={}", 3 * samples::PMTU - 5),
+        ] {
+            assert!(line.contains(tok), "{tok:?} missing from {line}");
+        }
+        assert_eq!(
+            sum,
+            Summary {
+                frames: 1,
+                roce: 1,
+                icrc_bad: 0,
+                errors: 0
+            }
+        );
+    }
+
+    #[test]
+    fn telemetry_hops_are_listed() {
+        let s = &samples::telemetry()[3]; // TLM_RESPONSE, 3 hops
+        let line = Summary::default().decode(1, &rec(s.frame()));
+        assert!(line.contains(" op=TLM_RESPONSE "), "{line}");
+        assert!(line.contains(" tlm.nhop=3 tlm.maxhop=4 tlm.echo=1 "), "{line}");
+        assert!(line.contains(" hop2={switch=3,port=3,"), "{line}");
+        assert!(line.contains(" probe.id=42 probe.snd_psn=300 "), "{line}");
+    }
+
+    #[test]
+    fn bad_frames_say_why_and_are_counted() {
+        let mut sum = Summary::default();
+        let mut f = samples::standard()[0].frame();
+        let last = f.len() - 1;
+        f[last] ^= 1;
+        let line = sum.decode(1, &rec(f.clone()));
+        assert!(line.contains(" icrc=bad "), "{line}");
+        let line = sum.decode(2, &rec(f[..30].to_vec()));
+        assert!(line.contains(" op=? error=truncated "), "{line}");
+        let line = sum.decode(3, &rec(vec![0xff; 60]));
+        assert!(line.contains(" op=? error=not_ipv4 reason=\"not IPv4: ethertype 0xffff\""), "{line}");
+        let line = sum.decode(4, &rec(vec![]));
+        assert!(line.contains("error=truncated"), "{line}");
+        assert_eq!(sum.to_string(), "frames=4 roce=1 icrc_bad=1 errors=3");
+    }
+}

@@ -1,0 +1,259 @@
+//! Example frames: one of every opcode of wire.md, between two hosts of the
+//! loopback testbed, with realistic headers (used by `bench demo` and the
+//! tshark conformance test).
+
+use std::net::Ipv4Addr;
+
+use transport::wire::{
+    AethRepr, EthernetRepr, HopRecord, MacAddr, NotifyRepr, Opcode, PacketRepr, ProbeRepr,
+    RethRepr, TlmRepr,
+};
+
+/// Host A (requester) and host B (responder).
+pub const MAC_A: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+pub const MAC_B: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x02]);
+pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const QPN_A: u32 = 0x11;
+pub const QPN_B: u32 = 0x000d_0022;
+/// Path MTU of the examples.
+pub const PMTU: usize = 1024;
+
+/// A frame to emit: headers and payload.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub repr: PacketRepr,
+    pub payload: Vec<u8>,
+}
+
+impl Sample {
+    /// The frame's bytes.
+    pub fn frame(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; self.repr.frame_len(self.payload.len())];
+        let n = self
+            .repr
+            .emit(&self.payload, &mut buf)
+            .expect("sample headers match their opcode");
+        buf.truncate(n);
+        buf
+    }
+}
+
+fn payload(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+}
+
+/// A packet from A to B (`to_b`) or from B to A.
+fn packet(op: Opcode, to_b: bool, psn: u32) -> PacketRepr {
+    let mut r = PacketRepr::new(op, if to_b { QPN_B } else { QPN_A }, psn);
+    let (src, dst, sip, dip) = if to_b {
+        (MAC_A, MAC_B, IP_A, IP_B)
+    } else {
+        (MAC_B, MAC_A, IP_B, IP_A)
+    };
+    r.eth = EthernetRepr { src, dst };
+    r.ip.src = sip;
+    r.ip.dst = dip;
+    r.ip.ecn = 2; // ECT(0), so switches can mark CE
+    r.ip.ident = psn as u16;
+    r
+}
+
+fn reth(va: u64, len: usize) -> Option<RethRepr> {
+    Some(RethRepr {
+        va,
+        r_key: 0x0000_1a2b,
+        dma_len: len as u32,
+    })
+}
+
+fn aeth(syndrome: u8, msn: u32) -> Option<AethRepr> {
+    Some(AethRepr { syndrome, msn })
+}
+
+fn stack(nhop: u8, maxhop: u8, echo: bool) -> TlmRepr {
+    let mut t = TlmRepr::empty(maxhop);
+    t.echo = echo;
+    for i in 0..nhop {
+        let h = HopRecord {
+            ts_ns: 1_000_000 + 850 * u32::from(i),
+            tx_bytes: 0xfff0_0000 + 4096 * u32::from(i),
+            qlen: 12_000 - 4_000 * u32::from(i),
+            rate: 250, // 25 Gb/s
+            switch_id: 1 + i,
+            port_id: 3,
+        };
+        t.hops[usize::from(i)] = h;
+        t.path_id ^= u16::from(h.switch_id);
+    }
+    t.nhop = nhop;
+    t
+}
+
+/// One frame of each standard IBA opcode (SEND, WRITE, READ, ACK, CNP).
+pub fn standard() -> Vec<Sample> {
+    use Opcode::*;
+    let va = 0x7f3a_0000_1000;
+    let mut v = Vec::new();
+    let mut add = |repr: PacketRepr, len: usize| {
+        let seed = repr.bth.psn as u8;
+        v.push(Sample {
+            repr,
+            payload: payload(len, seed),
+        });
+    };
+    let data = |op, psn, ack_req| {
+        let mut r = packet(op, true, psn);
+        r.bth.ack_req = ack_req;
+        r
+    };
+
+    add(data(SendFirst, 100, false), PMTU);
+    add(data(SendMiddle, 101, false), PMTU);
+    add(data(SendLast, 102, true), 300);
+    add(data(SendOnly, 103, true), 64);
+    add(
+        PacketRepr {
+            imm: Some(0x1234_5678),
+            ..data(SendLastWithImmediate, 104, true)
+        },
+        17,
+    );
+    add(
+        PacketRepr {
+            imm: Some(0x0bad_cafe),
+            ..data(SendOnlyWithImmediate, 105, true)
+        },
+        1,
+    );
+    add(
+        PacketRepr {
+            reth: reth(va, 3 * PMTU - 5),
+            ..data(RdmaWriteFirst, 106, false)
+        },
+        PMTU,
+    );
+    add(data(RdmaWriteMiddle, 107, false), PMTU);
+    add(data(RdmaWriteLast, 108, true), PMTU - 5);
+    add(
+        PacketRepr {
+            reth: reth(va + 0x10000, 0),
+            ..data(RdmaWriteOnly, 109, true)
+        },
+        0,
+    );
+    add(
+        PacketRepr {
+            imm: Some(7),
+            ..data(RdmaWriteLastWithImmediate, 110, true)
+        },
+        5,
+    );
+    add(
+        PacketRepr {
+            reth: reth(va + 0x20000, 200),
+            imm: Some(0xffff_ffff),
+            ..data(RdmaWriteOnlyWithImmediate, 111, true)
+        },
+        200,
+    );
+    add(
+        PacketRepr {
+            reth: reth(va + 0x30000, 2 * PMTU + 1),
+            ..data(RdmaReadRequest, 112, true)
+        },
+        0,
+    );
+    let resp = |op, psn, syndrome, msn| PacketRepr {
+        aeth: aeth(syndrome, msn),
+        ..packet(op, false, psn)
+    };
+    add(resp(RdmaReadResponseFirst, 112, 0x1f, 9), PMTU);
+    add(packet(RdmaReadResponseMiddle, false, 113), PMTU);
+    add(resp(RdmaReadResponseLast, 114, 0x1f, 10), 1);
+    add(resp(RdmaReadResponseOnly, 115, 0x1f, 11), 512);
+    add(resp(Acknowledge, 111, 0x1f, 8), 0);
+    add(resp(Acknowledge, 120, 0x60, 12), 0); // NAK: PSN sequence error
+    add(resp(Acknowledge, 121, 0x62, 12), 0); // NAK: remote access error
+    let mut cnp = packet(Cnp, false, 0);
+    cnp.bth.becn = true;
+    add(cnp, 0);
+    v
+}
+
+/// Frames that carry this project's telemetry: inband data and ACK, and the
+/// three telemetry opcodes.
+pub fn telemetry() -> Vec<Sample> {
+    use Opcode::*;
+    let probe = ProbeRepr {
+        probe_id: 42,
+        snd_psn: 300,
+        sender_ts_ns: 5_000_000_123,
+    };
+    let mut write = packet(RdmaWriteOnly, true, 200);
+    write.bth.ack_req = true;
+    write.reth = reth(0x7f3a_0004_0000, 256);
+    write.tlm = Some(stack(2, 4, false));
+    let mut ack = packet(Acknowledge, false, 200);
+    ack.aeth = aeth(0x1f, 13);
+    ack.tlm = Some(stack(2, 4, true));
+    let mut req = packet(TlmRequest, true, 0);
+    req.tlm = Some(stack(1, 4, false));
+    req.probe = Some(probe);
+    let mut resp = packet(TlmResponse, false, 0);
+    resp.tlm = Some(stack(3, 4, true));
+    resp.probe = Some(probe);
+    let mut notify = packet(CcNotify, false, 0);
+    notify.tlm = Some(stack(2, 2, true));
+    notify.notify = Some(NotifyRepr {
+        window_bytes: 31_250,
+        rate_mbps: 23_750,
+        seq: 6,
+    });
+    vec![
+        Sample {
+            payload: payload(256, 1),
+            repr: write,
+        },
+        Sample {
+            repr: ack,
+            payload: vec![],
+        },
+        Sample {
+            repr: req,
+            payload: vec![],
+        },
+        Sample {
+            repr: resp,
+            payload: vec![],
+        },
+        Sample {
+            repr: notify,
+            payload: vec![],
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use transport::wire::Packet;
+
+    #[test]
+    fn every_opcode_has_a_sample_that_parses() {
+        let all: Vec<Sample> = standard().into_iter().chain(telemetry()).collect();
+        for op in Opcode::ALL {
+            assert!(
+                all.iter().any(|s| s.repr.bth.opcode == op),
+                "no sample of {op}"
+            );
+        }
+        for s in &all {
+            let f = s.frame();
+            let p = Packet::parse(&f).unwrap();
+            assert_eq!(p.repr, s.repr);
+            assert_eq!(p.payload, &s.payload[..]);
+        }
+        assert!(standard().iter().all(|s| s.repr.bth.opcode.is_standard()));
+    }
+}

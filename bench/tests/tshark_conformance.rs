@@ -1,0 +1,92 @@
+//! Conformance with Wireshark's InfiniBand dissector: one frame of every
+//! standard opcode goes into a pcap, tshark reads it, and every field tshark
+//! shows (opcode, DestQP, PSN, AckReq, RETH VA / R_Key / length, AETH
+//! syndrome / MSN, ImmDt) must equal what we emitted.
+//!
+//! Needs tshark (`./x test` installs it). Telemetry opcodes are ours and
+//! tshark does not know them, so they are not part of this test.
+
+use std::process::Command;
+use std::time::Duration;
+
+use bench::pcap::Writer;
+use bench::samples;
+
+fn int(s: &str) -> u64 {
+    let s = s.trim();
+    match s {
+        "True" | "true" => 1,
+        "False" | "false" => 0,
+        _ => match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => s.parse(),
+        }
+        .unwrap_or_else(|e| panic!("tshark printed {s:?}: {e}")),
+    }
+}
+
+fn opt(s: &str) -> Option<u64> {
+    // A repeated field prints as "a,b"; ImmDt does this in tshark 4.0.
+    let first = s.split(',').next().unwrap_or("");
+    (!first.trim().is_empty()).then(|| int(first))
+}
+
+#[test]
+fn tshark_reads_every_standard_opcode_as_emitted() {
+    let frames = samples::standard();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("conformance.pcap");
+    let mut w = Writer::create(&path).unwrap();
+    for (i, s) in frames.iter().enumerate() {
+        w.write(Duration::from_micros(i as u64), &s.frame()).unwrap();
+    }
+    w.finish().unwrap();
+
+    let fields = [
+        "infiniband.bth.opcode",
+        "infiniband.bth.destqp",
+        "infiniband.bth.psn",
+        "infiniband.bth.a",
+        "infiniband.reth.va",
+        "infiniband.reth.r_key",
+        "infiniband.reth.dmalen",
+        "infiniband.aeth.syndrome",
+        "infiniband.aeth.msn",
+        "infiniband.immdt",
+    ];
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(&path).args(["-T", "fields", "-E", "separator=;"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("cannot run tshark ({e}); install it (./x test does: apt-get install tshark)")
+    });
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), frames.len(), "one line per frame:\n{text}");
+
+    for (s, line) in frames.iter().zip(&lines) {
+        let v: Vec<&str> = line.split(';').collect();
+        assert_eq!(v.len(), fields.len(), "{line}");
+        let r = &s.repr;
+        let op = r.bth.opcode;
+        assert_eq!(int(v[0]), u64::from(op.as_u8()), "opcode of {op}");
+        assert_eq!(int(v[1]), u64::from(r.bth.dest_qp), "DestQP of {op}");
+        assert_eq!(int(v[2]), u64::from(r.bth.psn), "PSN of {op}");
+        assert_eq!(int(v[3]), u64::from(r.bth.ack_req), "AckReq of {op}");
+        assert_eq!(opt(v[4]), r.reth.map(|x| x.va), "RETH VA of {op}");
+        assert_eq!(opt(v[5]), r.reth.map(|x| u64::from(x.r_key)), "R_Key of {op}");
+        assert_eq!(opt(v[6]), r.reth.map(|x| u64::from(x.dma_len)), "DMA length of {op}");
+        assert_eq!(opt(v[7]), r.aeth.map(|x| u64::from(x.syndrome)), "syndrome of {op}");
+        assert_eq!(opt(v[8]), r.aeth.map(|x| u64::from(x.msn)), "MSN of {op}");
+        let imm = v[9].split(',').next().unwrap_or("").trim();
+        let imm = (!imm.is_empty()).then(|| u64::from_str_radix(imm, 16).unwrap());
+        assert_eq!(imm, r.imm.map(u64::from), "ImmDt of {op}");
+    }
+}

@@ -1,0 +1,209 @@
+//! Property tests of the wire codec: parse(emit(x)) == x for arbitrary
+//! headers of every opcode, and parsing never panics on arbitrary or
+//! mutated bytes.
+
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+use transport::wire::{
+    AethRepr, BthRepr, EthernetRepr, HopRecord, Ipv4Repr, MacAddr, NotifyRepr, Opcode, Packet,
+    PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr,
+};
+
+fn opcode() -> impl Strategy<Value = Opcode> {
+    prop::sample::select(Opcode::ALL.to_vec())
+}
+
+fn hop() -> impl Strategy<Value = HopRecord> {
+    (any::<u32>(), any::<u32>(), any::<u32>(), any::<u16>(), any::<u8>(), any::<u8>()).prop_map(
+        |(ts_ns, tx_bytes, qlen, rate, switch_id, port_id)| HopRecord {
+            ts_ns,
+            tx_bytes,
+            qlen,
+            rate,
+            switch_id,
+            port_id,
+        },
+    )
+}
+
+fn tlm() -> impl Strategy<Value = TlmRepr> {
+    (1u8..=15)
+        .prop_flat_map(|maxhop| {
+            (
+                Just(maxhop),
+                prop::collection::vec(hop(), 0..=usize::from(maxhop)),
+                any::<bool>(),
+                any::<u16>(),
+            )
+        })
+        .prop_map(|(maxhop, hops, echo, path_id)| {
+            let mut t = TlmRepr::empty(maxhop);
+            t.nhop = hops.len() as u8;
+            t.hops[..hops.len()].copy_from_slice(&hops);
+            t.echo = echo;
+            t.path_id = path_id;
+            t
+        })
+}
+
+fn outer() -> impl Strategy<Value = (EthernetRepr, Ipv4Repr, UdpRepr)> {
+    (
+        any::<[u8; 6]>(),
+        any::<[u8; 6]>(),
+        any::<[u8; 4]>(),
+        any::<[u8; 4]>(),
+        0u8..64,
+        0u8..4,
+        any::<u16>(),
+        any::<u8>(),
+        any::<bool>(),
+        any::<u16>(),
+    )
+        .prop_map(|(s, d, ips, ipd, dscp, ecn, ident, ttl, df, sport)| {
+            (
+                EthernetRepr {
+                    src: MacAddr(s),
+                    dst: MacAddr(d),
+                },
+                Ipv4Repr {
+                    src: Ipv4Addr::from(ips),
+                    dst: Ipv4Addr::from(ipd),
+                    dscp,
+                    ecn,
+                    ident,
+                    ttl,
+                    dont_frag: df,
+                },
+                UdpRepr { src_port: sport },
+            )
+        })
+}
+
+fn bth(op: Opcode) -> impl Strategy<Value = BthRepr> {
+    (
+        any::<[bool; 5]>(),
+        any::<u16>(),
+        0u32..1 << 24,
+        0u32..1 << 24,
+    )
+        .prop_map(move |(f, pkey, dest_qp, psn)| BthRepr {
+            opcode: op,
+            solicited: f[0],
+            migreq: f[1],
+            pkey,
+            fecn: f[2],
+            becn: f[3],
+            dest_qp,
+            ack_req: f[4],
+            psn,
+        })
+}
+
+fn ext() -> impl Strategy<Value = (RethRepr, u32, AethRepr, ProbeRepr, NotifyRepr)> {
+    (
+        any::<(u64, u32, u32)>(),
+        any::<u32>(),
+        any::<u8>(),
+        0u32..1 << 24,
+        any::<(u32, u32, u64)>(),
+        any::<(u32, u32, u32)>(),
+    )
+        .prop_map(|(reth, imm, syndrome, msn, probe, notify)| {
+            (
+                RethRepr {
+                    va: reth.0,
+                    r_key: reth.1,
+                    dma_len: reth.2,
+                },
+                imm,
+                AethRepr { syndrome, msn },
+                ProbeRepr {
+                    probe_id: probe.0,
+                    snd_psn: probe.1,
+                    sender_ts_ns: probe.2,
+                },
+                NotifyRepr {
+                    window_bytes: notify.0,
+                    rate_mbps: notify.1,
+                    seq: notify.2,
+                },
+            )
+        })
+}
+
+/// Any frame the codec can emit, with its payload.
+fn frame() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
+    opcode().prop_flat_map(|op| {
+        let l = op.layout();
+        let max_payload = if l.payload { 4200 } else { 0 };
+        (
+            outer(),
+            bth(op),
+            prop::option::of(tlm()),
+            tlm(),
+            ext(),
+            prop::collection::vec(any::<u8>(), 0..=max_payload),
+        )
+            .prop_map(move |((eth, ip, udp), bth, tlm_opt, tlm_req, e, payload)| {
+                let repr = PacketRepr {
+                    eth,
+                    ip,
+                    udp,
+                    bth,
+                    tlm: if l.tlm_required { Some(tlm_req) } else { tlm_opt },
+                    reth: l.reth.then_some(e.0),
+                    imm: l.immdt.then_some(e.1),
+                    aeth: l.aeth.then_some(e.2),
+                    probe: l.probe.then_some(e.3),
+                    notify: l.notify.then_some(e.4),
+                };
+                (repr, payload)
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn parse_of_emit_is_identity((repr, payload) in frame()) {
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        let n = repr.emit(&payload, &mut buf).unwrap();
+        prop_assert_eq!(n, buf.len());
+        let p = Packet::parse(&buf).unwrap();
+        prop_assert_eq!(p.repr, repr);
+        prop_assert_eq!(p.payload, &payload[..]);
+        prop_assert!(p.icrc_ok());
+    }
+
+    #[test]
+    fn parse_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = Packet::parse(&bytes);
+        let _ = Packet::parse_unverified(&bytes);
+    }
+
+    #[test]
+    fn parse_never_panics_on_mutated_frames(
+        (repr, payload) in frame(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut buf).unwrap();
+        for (at, v) in edits {
+            let i = at.index(buf.len());
+            buf[i] = v;
+        }
+        if truncate {
+            buf.truncate(cut.index(buf.len()));
+        }
+        if let Ok(p) = Packet::parse_unverified(&buf) {
+            // Whatever parses can be emitted again.
+            let mut out = vec![0u8; p.repr.frame_len(p.payload.len())];
+            prop_assert!(p.repr.emit(p.payload, &mut out).is_ok());
+        }
+        let _ = Packet::parse(&buf);
+    }
+}
