@@ -204,7 +204,10 @@ mod tests {
         let s = &samples::telemetry()[3]; // TLM_RESPONSE, 3 hops
         let line = Summary::default().decode(1, &rec(s.frame()));
         assert!(line.contains(" op=TLM_RESPONSE "), "{line}");
-        assert!(line.contains(" tlm.nhop=3 tlm.maxhop=4 tlm.echo=1 "), "{line}");
+        assert!(
+            line.contains(" tlm.nhop=3 tlm.maxhop=4 tlm.echo=1 "),
+            "{line}"
+        );
         assert!(line.contains(" hop2={switch=3,port=3,"), "{line}");
         assert!(line.contains(" probe.id=42 probe.snd_psn=300 "), "{line}");
     }
@@ -220,7 +223,10 @@ mod tests {
         let line = sum.decode(2, &rec(f[..30].to_vec()));
         assert!(line.contains(" op=? error=truncated "), "{line}");
         let line = sum.decode(3, &rec(vec![0xff; 60]));
-        assert!(line.contains(" op=? error=not_ipv4 reason=\"not IPv4: ethertype 0xffff\""), "{line}");
+        assert!(
+            line.contains(" op=? error=not_ipv4 reason=\"not IPv4: ethertype 0xffff\""),
+            "{line}"
+        );
         let line = sum.decode(4, &rec(vec![]));
         assert!(line.contains("error=truncated"), "{line}");
         assert_eq!(sum.to_string(), "frames=4 roce=1 icrc_bad=1 errors=3");

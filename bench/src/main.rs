@@ -11,7 +11,11 @@ use bench::pcap::{Reader, Writer};
 use bench::samples;
 
 #[derive(Parser)]
-#[command(name = "bench", version, about = "Tools and benchmarks for the software RDMA NIC")]
+#[command(
+    name = "bench",
+    version,
+    about = "Tools and benchmarks for the software RDMA NIC"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,7 +103,10 @@ fn demo(path: &Path) -> ExitCode {
         frames.len(),
         path.display()
     );
-    println!("bench demo: decoding it with `bench decode {}`:", path.display());
+    println!(
+        "bench demo: decoding it with `bench decode {}`:",
+        path.display()
+    );
     let code = decode(path);
     println!(
         "bench demo: tshark reads the same file: tshark -r {} -V -d udp.port==4791,infiniband",

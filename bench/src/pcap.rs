@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter, RawPcapPacket};
-use pcap_file::{DataLink, TsResolution};
+use pcap_file::{DataLink, Endianness, TsResolution};
 
 /// Why a pcap file could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +108,8 @@ impl Reader {
     }
 }
 
-/// Writes frames to a classic pcap file (Ethernet, nanosecond timestamps).
+/// Writes frames to a classic pcap file (Ethernet, nanosecond timestamps,
+/// little-endian).
 pub struct Writer {
     path: PathBuf,
     inner: PcapWriter<BufWriter<File>>,
@@ -124,6 +125,7 @@ impl Writer {
             datalink: DataLink::ETHERNET,
             ts_resolution: TsResolution::NanoSecond,
             snaplen: 65535,
+            endianness: Endianness::Little,
             ..PcapHeader::default()
         };
         let inner = PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| {
@@ -173,7 +175,10 @@ mod tests {
         w.finish().unwrap();
         let mut r = Reader::open(&path).unwrap();
         let a = r.next_record().unwrap().unwrap();
-        assert_eq!((a.timestamp, a.orig_len, &a.data[..]), (Duration::from_nanos(1_500), 3, &[1u8, 2, 3][..]));
+        assert_eq!(
+            (a.timestamp, a.orig_len, &a.data[..]),
+            (Duration::from_nanos(1_500), 3, &[1u8, 2, 3][..])
+        );
         let b = r.next_record().unwrap().unwrap();
         assert_eq!(b.data, vec![4; 70]);
         assert!(r.next_record().is_none());
@@ -188,7 +193,9 @@ mod tests {
         std::fs::write(&path, b"hello, this is not a pcap file").unwrap();
         let e = Reader::open(&path).err().unwrap();
         assert!(e.to_string().contains("not a pcap file"), "{e}");
-        let e = Reader::open(&dir.path().join("missing.pcap")).err().unwrap();
+        let e = Reader::open(&dir.path().join("missing.pcap"))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("missing.pcap"), "{e}");
     }
 

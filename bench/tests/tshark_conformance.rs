@@ -38,7 +38,8 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
     let path = dir.path().join("conformance.pcap");
     let mut w = Writer::create(&path).unwrap();
     for (i, s) in frames.iter().enumerate() {
-        w.write(Duration::from_micros(i as u64), &s.frame()).unwrap();
+        w.write(Duration::from_micros(i as u64), &s.frame())
+            .unwrap();
     }
     w.finish().unwrap();
 
@@ -55,7 +56,9 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
         "infiniband.immdt",
     ];
     let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(&path).args(["-T", "fields", "-E", "separator=;"]);
+    cmd.arg("-r")
+        .arg(&path)
+        .args(["-T", "fields", "-E", "separator=;"]);
     for f in fields {
         cmd.args(["-e", f]);
     }
@@ -81,9 +84,21 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
         assert_eq!(int(v[2]), u64::from(r.bth.psn), "PSN of {op}");
         assert_eq!(int(v[3]), u64::from(r.bth.ack_req), "AckReq of {op}");
         assert_eq!(opt(v[4]), r.reth.map(|x| x.va), "RETH VA of {op}");
-        assert_eq!(opt(v[5]), r.reth.map(|x| u64::from(x.r_key)), "R_Key of {op}");
-        assert_eq!(opt(v[6]), r.reth.map(|x| u64::from(x.dma_len)), "DMA length of {op}");
-        assert_eq!(opt(v[7]), r.aeth.map(|x| u64::from(x.syndrome)), "syndrome of {op}");
+        assert_eq!(
+            opt(v[5]),
+            r.reth.map(|x| u64::from(x.r_key)),
+            "R_Key of {op}"
+        );
+        assert_eq!(
+            opt(v[6]),
+            r.reth.map(|x| u64::from(x.dma_len)),
+            "DMA length of {op}"
+        );
+        assert_eq!(
+            opt(v[7]),
+            r.aeth.map(|x| u64::from(x.syndrome)),
+            "syndrome of {op}"
+        );
         assert_eq!(opt(v[8]), r.aeth.map(|x| u64::from(x.msn)), "MSN of {op}");
         let imm = v[9].split(',').next().unwrap_or("").trim();
         let imm = (!imm.is_empty()).then(|| u64::from_str_radix(imm, 16).unwrap());

@@ -15,16 +15,24 @@ fn opcode() -> impl Strategy<Value = Opcode> {
 }
 
 fn hop() -> impl Strategy<Value = HopRecord> {
-    (any::<u32>(), any::<u32>(), any::<u32>(), any::<u16>(), any::<u8>(), any::<u8>()).prop_map(
-        |(ts_ns, tx_bytes, qlen, rate, switch_id, port_id)| HopRecord {
-            ts_ns,
-            tx_bytes,
-            qlen,
-            rate,
-            switch_id,
-            port_id,
-        },
+    (
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u16>(),
+        any::<u8>(),
+        any::<u8>(),
     )
+        .prop_map(
+            |(ts_ns, tx_bytes, qlen, rate, switch_id, port_id)| HopRecord {
+                ts_ns,
+                tx_bytes,
+                qlen,
+                rate,
+                switch_id,
+                port_id,
+            },
+        )
 }
 
 fn tlm() -> impl Strategy<Value = TlmRepr> {
@@ -151,7 +159,11 @@ fn frame() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
                     ip,
                     udp,
                     bth,
-                    tlm: if l.tlm_required { Some(tlm_req) } else { tlm_opt },
+                    tlm: if l.tlm_required {
+                        Some(tlm_req)
+                    } else {
+                        tlm_opt
+                    },
                     reth: l.reth.then_some(e.0),
                     imm: l.immdt.then_some(e.1),
                     aeth: l.aeth.then_some(e.2),
