@@ -1,0 +1,293 @@
+//! Sender-based HPCC++ (draft section 4.2): MeasureInflight, ComputeWind and
+//! NewAck for one flow, with the care list of hpcc.md.
+//!
+//! [`HpccCore`] holds what sender- and receiver-based HPCC++ share (U, W,
+//! Wc, incStage, the last hop records L); [`Hpcc`] adds lastUpdateSeq and
+//! the NewAck rule. Floating point, no allocation, no clock: callers pass
+//! PSNs and hop records.
+
+use crate::psn::{psn_gt, PSN_MASK};
+use crate::telemetry::HopStack;
+
+/// U is floored at this before dividing by it.
+pub const U_FLOOR: f64 = 1e-6;
+/// Upper bound on U and on any hop's u' (sanity bound, far above any real
+/// link: u' = 1e6 is a queue a million BDPs long).
+pub const U_MAX: f64 = 1e6;
+/// Queue lengths above this (1 GiB, larger than any switch buffer) are
+/// treated as this.
+pub const QLEN_MAX: u32 = 1 << 30;
+
+/// HPCC++ parameters (hpcc.md, "Sender-based algorithm").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HpccParams {
+    /// T: known base RTT, nanoseconds.
+    pub t_ns: u64,
+    /// eta: target utilization.
+    pub eta: f64,
+    /// maxStage: additive-increase stages before multiplicative increase.
+    pub max_stage: u32,
+    /// W_init: initial and largest window, bytes.
+    pub w_init: f64,
+    /// W_ai: additive increase, bytes.
+    pub w_ai: f64,
+    /// W_min: smallest window, bytes.
+    pub w_min: f64,
+}
+
+/// A parameter set that cannot work, naming the bad value.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error("T must be positive, got {0} ns")]
+    ZeroT(u64),
+    #[error("eta must be in (0, 1], got {0}")]
+    Eta(f64),
+    #[error("W_min must be positive and at most W_init, got W_min {w_min} with W_init {w_init}")]
+    Window { w_min: f64, w_init: f64 },
+    #[error("W_ai must be finite and not negative, got {0}")]
+    WAi(f64),
+    #[error("N (expected flows per link) must be at least 1, got {0}")]
+    ZeroN(u32),
+    #[error("line rate must be positive, got {0} b/s")]
+    ZeroRate(u64),
+}
+
+impl HpccParams {
+    /// Defaults of hpcc.md for a NIC of `line_rate_bps` and base RTT `t_ns`:
+    /// eta 0.95, maxStage 5, W_init = line rate x T, W_ai = W_init (1 - eta)
+    /// / N, W_min = one MTU.
+    pub fn new(line_rate_bps: u64, t_ns: u64, n: u32, mtu: u32) -> Result<Self, ParamError> {
+        if line_rate_bps == 0 {
+            return Err(ParamError::ZeroRate(line_rate_bps));
+        }
+        if n == 0 {
+            return Err(ParamError::ZeroN(n));
+        }
+        let eta = 0.95;
+        let w_init = line_rate_bps as f64 * t_ns as f64 / 8e9;
+        let p = HpccParams {
+            t_ns,
+            eta,
+            max_stage: 5,
+            w_init,
+            w_ai: w_init * (1.0 - eta) / f64::from(n),
+            w_min: f64::from(mtu),
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Checks every parameter.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        if self.t_ns == 0 {
+            return Err(ParamError::ZeroT(self.t_ns));
+        }
+        if !(self.eta > 0.0 && self.eta <= 1.0) {
+            return Err(ParamError::Eta(self.eta));
+        }
+        if !(self.w_min > 0.0 && self.w_min <= self.w_init && self.w_init.is_finite()) {
+            return Err(ParamError::Window {
+                w_min: self.w_min,
+                w_init: self.w_init,
+            });
+        }
+        if !(self.w_ai >= 0.0 && self.w_ai.is_finite()) {
+            return Err(ParamError::WAi(self.w_ai));
+        }
+        Ok(())
+    }
+
+    /// R = W / T in bits per second.
+    pub fn rate_bps(&self, w: f64) -> f64 {
+        w * 8e9 / self.t_ns as f64
+    }
+}
+
+/// What one telemetry event did to the flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// The flow's first telemetry: L stored, nothing else.
+    FirstTelemetry,
+    /// No hop gave a sample (new hops, changed ports, zero ts deltas):
+    /// L stored, U, W, Wc and incStage unchanged.
+    NoSample,
+    /// U and W updated; `committed` says whether Wc and incStage were too.
+    Window { committed: bool },
+}
+
+/// State shared by sender- and receiver-based HPCC++.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HpccCore {
+    params: HpccParams,
+    w: f64,
+    wc: f64,
+    u: f64,
+    inc_stage: u32,
+    /// L: the hop records of the last event; `None` before the first.
+    last: Option<HopStack>,
+}
+
+impl HpccCore {
+    /// W = Wc = W_init, U = 1, incStage = 0, no L.
+    pub fn new(params: HpccParams) -> Self {
+        HpccCore {
+            params,
+            w: params.w_init,
+            wc: params.w_init,
+            u: 1.0,
+            inc_stage: 0,
+            last: None,
+        }
+    }
+
+    pub fn params(&self) -> &HpccParams {
+        &self.params
+    }
+
+    /// Window W, bytes.
+    pub fn w(&self) -> f64 {
+        self.w
+    }
+
+    /// Reference window Wc, bytes.
+    pub fn wc(&self) -> f64 {
+        self.wc
+    }
+
+    /// Normalized inflight U (EWMA).
+    pub fn u(&self) -> f64 {
+        self.u
+    }
+
+    pub fn inc_stage(&self) -> u32 {
+        self.inc_stage
+    }
+
+    /// Pacing rate R = W / T, bits per second.
+    pub fn rate_bps(&self) -> f64 {
+        self.params.rate_bps(self.w)
+    }
+
+    /// MeasureInflight: the new U for `hops` against L, or `None` when no
+    /// hop gives a sample. Does not change any state.
+    ///
+    /// A hop gives a sample when L has a hop at the same index with the
+    /// same (switch_id, port_id), a non-zero ts delta and B > 0. Deltas of
+    /// ts and txBytes wrap mod 2^32. The hop with the largest u' wins (the
+    /// first one on ties) and gives tau.
+    pub fn measure_inflight(&self, hops: &HopStack) -> Option<f64> {
+        let last = self.last.as_ref()?;
+        let t = self.params.t_ns as f64;
+        let mut best: Option<(f64, f64)> = None; // (u', tau)
+        for (now, then) in hops.as_slice().iter().zip(last.as_slice()) {
+            if !now.same_port(then) {
+                continue;
+            }
+            let dt = now.ts_ns.wrapping_sub(then.ts_ns);
+            let b = now.bytes_per_ns();
+            if dt == 0 || b <= 0.0 {
+                continue;
+            }
+            let dt = f64::from(dt);
+            let tx_rate = f64::from(now.tx_bytes.wrapping_sub(then.tx_bytes)) / dt;
+            let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
+            let u = (qlen / (b * t) + tx_rate / b).min(U_MAX);
+            if best.is_none_or(|(bu, _)| u > bu) {
+                best = Some((u, dt));
+            }
+        }
+        let (u, tau) = best?;
+        let tau = tau.min(t);
+        Some(((1.0 - tau / t) * self.u + tau / t * u).clamp(0.0, U_MAX))
+    }
+
+    /// ComputeWind with U already measured; W is clamped to [W_min, W_init]
+    /// and, when `update_wc`, Wc takes the clamped W.
+    pub fn compute_wind(&mut self, u: f64, update_wc: bool) -> f64 {
+        let p = &self.params;
+        let multiplicative = u >= p.eta || self.inc_stage >= p.max_stage;
+        let w = if multiplicative {
+            self.wc / (u.max(U_FLOOR) / p.eta) + p.w_ai
+        } else {
+            self.wc + p.w_ai
+        };
+        let w = w.clamp(p.w_min, p.w_init);
+        if update_wc {
+            self.inc_stage = if multiplicative {
+                0
+            } else {
+                self.inc_stage + 1
+            };
+            self.wc = w;
+        }
+        self.u = u;
+        self.w = w;
+        w
+    }
+
+    /// Measures `hops`, stores them as L, and, when a sample exists,
+    /// computes W (committing Wc when `commit()` says so). Shared by
+    /// NewAck and NewINT, which differ only in when they commit.
+    pub(crate) fn event(&mut self, hops: &HopStack, commit: impl FnOnce() -> bool) -> Update {
+        if self.last.is_none() {
+            self.last = Some(*hops);
+            return Update::FirstTelemetry;
+        }
+        let sample = self.measure_inflight(hops);
+        self.last = Some(*hops);
+        match sample {
+            None => Update::NoSample,
+            Some(u) => {
+                let committed = commit();
+                self.compute_wind(u, committed);
+                Update::Window { committed }
+            }
+        }
+    }
+}
+
+/// Sender-based HPCC++ for one flow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hpcc {
+    core: HpccCore,
+    last_update_seq: u32,
+}
+
+impl Hpcc {
+    pub fn new(params: HpccParams) -> Self {
+        Hpcc {
+            core: HpccCore::new(params),
+            last_update_seq: 0,
+        }
+    }
+
+    pub fn core(&self) -> &HpccCore {
+        &self.core
+    }
+
+    /// lastUpdateSeq: snd_nxt when Wc was last committed.
+    pub fn last_update_seq(&self) -> u32 {
+        self.last_update_seq
+    }
+
+    /// NewAck: `ack_seq` is the PSN the event acknowledges (for probes, the
+    /// probe's snd_psn), `snd_nxt` the flow's next PSN now, `hops` the
+    /// telemetry. The first telemetry only stores L and sets lastUpdateSeq
+    /// = snd_nxt. Wc is committed at most once per RTT: when ack_seq is past
+    /// lastUpdateSeq (24-bit comparison), after which lastUpdateSeq = snd_nxt.
+    pub fn new_ack(&mut self, ack_seq: u32, snd_nxt: u32, hops: &HopStack) -> Update {
+        let first = self.core.last.is_none();
+        let last_update_seq = &mut self.last_update_seq;
+        let r = self.core.event(hops, || {
+            let commit = psn_gt(ack_seq, *last_update_seq);
+            if commit {
+                *last_update_seq = snd_nxt & PSN_MASK;
+            }
+            commit
+        });
+        if first {
+            self.last_update_seq = snd_nxt & PSN_MASK;
+        }
+        r
+    }
+}

@@ -1,0 +1,470 @@
+//! The credit-based round-robin flow scheduler of draft-00 section 7.2 /
+//! hpcc.md: each flow earns credit at its pacing rate R (capped by a burst
+//! limit) and may send a packet when its credit covers the packet and its
+//! window W has room; eligible flows take turns.
+//!
+//! Only flows with a packet to send are tracked, so idle flows cost nothing:
+//! - ready: a FIFO of flows that may send now (round-robin order);
+//! - waiting: flows short of credit, filed under the time they will have
+//!   enough, in a timing wheel (`tick_ns` slots, a bitmap of occupied
+//!   slots) with a heap for times beyond the wheel's horizon;
+//! - untracked: idle flows (no packet), flows whose window is full (they
+//!   come back on an ACK) and flows with rate 0.
+//!
+//! A PktSend decision pops the ready FIFO after moving due waiting flows
+//! into it; each flow moves a bounded number of times per packet, so the
+//! cost per decision does not depend on the number of flows.
+
+mod list;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use list::{Links, List};
+
+/// Scheduler settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Credit cap: the most bytes a flow can send back to back after being
+    /// idle (a packet larger than this may still go when credit covers it).
+    pub burst_bytes: u32,
+    /// Timing-wheel granularity; a flow becomes eligible at most one tick
+    /// after it has the credit (its long-run rate is exact).
+    pub tick_ns: u64,
+    /// Timing-wheel slots (a power of two); horizon = slots x tick.
+    pub wheel_slots: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            burst_bytes: 16 * 1024,
+            tick_ns: 128,
+            wheel_slots: 8192,
+        }
+    }
+}
+
+/// A flow (one QP's send side) known to the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowId(pub u32);
+
+/// The decision: `flow` may put a packet of `bytes` on the wire now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PktSend {
+    pub flow: FlowId,
+    pub bytes: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Untracked,
+    Ready,
+    Wheel(u32),
+    Heap,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    in_use: bool,
+    rate_bps: u64,
+    credit: f64,
+    credit_at: u64,
+    window: u64,
+    inflight: u64,
+    pending: Option<u32>,
+    at: Where,
+    /// Bumped whenever the flow leaves the heap, so stale heap entries are
+    /// recognised.
+    heap_gen: u32,
+}
+
+/// Per-flow view for tests and counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowInfo {
+    pub rate_bps: u64,
+    pub credit_bytes: f64,
+    pub window_bytes: u64,
+    pub inflight_bytes: u64,
+    pub pending_bytes: Option<u32>,
+}
+
+/// The flow scheduler.
+#[derive(Debug)]
+pub struct FlowScheduler {
+    cfg: SchedulerConfig,
+    flows: Vec<Flow>,
+    free: Vec<u32>,
+    links: Links,
+    ready: List,
+    slots: Vec<List>,
+    occupied: Vec<u64>,
+    /// (tick, flow, heap_gen) of flows due beyond the wheel.
+    heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// Last tick processed: slots up to here are empty.
+    cursor: u64,
+    live: usize,
+}
+
+impl FlowScheduler {
+    /// A scheduler whose clock starts at `now`. `wheel_slots` is rounded up
+    /// to a power of two; `tick_ns` and `burst_bytes` are at least 1.
+    pub fn new(cfg: SchedulerConfig, now: u64) -> Self {
+        let cfg = SchedulerConfig {
+            burst_bytes: cfg.burst_bytes.max(1),
+            tick_ns: cfg.tick_ns.max(1),
+            wheel_slots: cfg.wheel_slots.max(64).next_power_of_two(),
+        };
+        FlowScheduler {
+            cfg,
+            flows: Vec::new(),
+            free: Vec::new(),
+            links: Links::default(),
+            ready: List::default(),
+            slots: vec![List::default(); cfg.wheel_slots as usize],
+            occupied: vec![0; cfg.wheel_slots as usize / 64],
+            heap: BinaryHeap::new(),
+            cursor: now / cfg.tick_ns,
+            live: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
+    /// Flows added and not removed.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Adds an idle flow with rate R and window W; it starts with a full
+    /// burst of credit (flows start at line rate). Allocates only when the
+    /// flow table grows.
+    pub fn add_flow(&mut self, rate_bps: u64, window_bytes: u64, now: u64) -> FlowId {
+        let flow = Flow {
+            in_use: true,
+            rate_bps,
+            credit: f64::from(self.cfg.burst_bytes),
+            credit_at: now,
+            window: window_bytes,
+            inflight: 0,
+            pending: None,
+            at: Where::Untracked,
+            heap_gen: 0,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                let g = self.flows[i as usize].heap_gen;
+                self.flows[i as usize] = Flow {
+                    heap_gen: g,
+                    ..flow
+                };
+                i
+            }
+            None => {
+                self.flows.push(flow);
+                self.heap.reserve(1);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        self.links.ensure(i);
+        self.live += 1;
+        FlowId(i)
+    }
+
+    /// Forgets a flow; its id may be reused. Unknown ids are ignored.
+    pub fn remove_flow(&mut self, id: FlowId) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        self.detach(id.0);
+        self.flows[id.0 as usize].in_use = false;
+        self.free.push(id.0);
+        self.live -= 1;
+    }
+
+    /// The flow's state, if it exists.
+    pub fn info(&self, id: FlowId, now: u64) -> Option<FlowInfo> {
+        let f = self.flow(id)?;
+        Some(FlowInfo {
+            rate_bps: f.rate_bps,
+            credit_bytes: self.credit_at(f, now),
+            window_bytes: f.window,
+            inflight_bytes: f.inflight,
+            pending_bytes: f.pending,
+        })
+    }
+
+    /// New pacing rate, effective for the next decision (credit earned so
+    /// far at the old rate is kept).
+    pub fn set_rate(&mut self, id: FlowId, rate_bps: u64, now: u64) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        self.accrue(id.0, now);
+        self.flows[id.0 as usize].rate_bps = rate_bps;
+        self.refile(id.0, now);
+    }
+
+    /// New window (bytes in flight allowed).
+    pub fn set_window(&mut self, id: FlowId, window_bytes: u64, now: u64) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        self.flows[id.0 as usize].window = window_bytes;
+        self.refile(id.0, now);
+    }
+
+    /// The size of the flow's next packet, or `None` when it has nothing to
+    /// send. Call after each [`PktSend`] of the flow that has more.
+    pub fn set_next_packet(&mut self, id: FlowId, bytes: Option<u32>, now: u64) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        self.flows[id.0 as usize].pending = bytes;
+        self.refile(id.0, now);
+    }
+
+    /// `bytes` of the flow were acknowledged (leave the network).
+    pub fn on_acked(&mut self, id: FlowId, bytes: u64, now: u64) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        let f = &mut self.flows[id.0 as usize];
+        f.inflight = f.inflight.saturating_sub(bytes);
+        self.refile(id.0, now);
+    }
+
+    /// Sets the bytes in flight outright (after go-back-N, say).
+    pub fn set_inflight(&mut self, id: FlowId, bytes: u64, now: u64) {
+        if self.flow(id).is_none() {
+            return;
+        }
+        self.flows[id.0 as usize].inflight = bytes;
+        self.refile(id.0, now);
+    }
+
+    /// The PktSend decision at `now`: the next flow, in round-robin order,
+    /// whose credit covers its packet and whose window has room. The packet
+    /// is charged (credit, in flight) and the flow's next packet is cleared.
+    pub fn next_send(&mut self, now: u64) -> Option<PktSend> {
+        self.advance(now);
+        while let Some(i) = self.links.pop_front(&mut self.ready) {
+            self.flows[i as usize].at = Where::Untracked;
+            self.accrue(i, now);
+            let f = &mut self.flows[i as usize];
+            let Some(bytes) = f.pending else { continue };
+            if f.credit >= f64::from(bytes) {
+                f.credit -= f64::from(bytes);
+                f.inflight += u64::from(bytes);
+                f.pending = None;
+                return Some(PktSend {
+                    flow: FlowId(i),
+                    bytes,
+                });
+            }
+            self.refile(i, now);
+        }
+        None
+    }
+
+    /// The earliest time a flow may become eligible: `now`-like (the
+    /// current tick) when one is ready, `None` when no flow waits.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        if !self.ready.is_empty() {
+            return Some(self.cursor * self.cfg.tick_ns);
+        }
+        let n = self.slots.len() as u64;
+        let start = (self.cursor + 1) % n;
+        let wheel = self.first_occupied_from(start as usize).map(|s| {
+            let ahead = (s as u64 + n - start) % n;
+            (self.cursor + 1 + ahead) * self.cfg.tick_ns
+        });
+        let heap = self
+            .heap
+            .iter()
+            .filter(|Reverse((_, i, g))| self.is_heap_entry_live(*i, *g))
+            .map(|Reverse((t, _, _))| t * self.cfg.tick_ns)
+            .min();
+        match (wheel, heap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn flow(&self, id: FlowId) -> Option<&Flow> {
+        self.flows.get(id.0 as usize).filter(|f| f.in_use)
+    }
+
+    fn cap(&self, f: &Flow) -> f64 {
+        f64::from(self.cfg.burst_bytes.max(f.pending.unwrap_or(0)))
+    }
+
+    fn credit_at(&self, f: &Flow, now: u64) -> f64 {
+        let dt = now.saturating_sub(f.credit_at) as f64;
+        (f.credit + dt * f.rate_bps as f64 / 8e9).min(self.cap(f).max(f.credit))
+    }
+
+    fn accrue(&mut self, i: u32, now: u64) {
+        let f = self.flows[i as usize];
+        if now > f.credit_at {
+            let c = self.credit_at(&f, now);
+            let f = &mut self.flows[i as usize];
+            f.credit = c;
+            f.credit_at = now;
+        }
+    }
+
+    /// Takes the flow out of whatever list holds it.
+    fn detach(&mut self, i: u32) {
+        match self.flows[i as usize].at {
+            Where::Untracked => {}
+            Where::Ready => self.links.unlink(&mut self.ready, i),
+            Where::Wheel(s) => {
+                let s = s as usize;
+                self.links.unlink(&mut self.slots[s], i);
+                if self.slots[s].is_empty() {
+                    self.occupied[s / 64] &= !(1u64 << (s % 64));
+                }
+            }
+            Where::Heap => {
+                let f = &mut self.flows[i as usize];
+                f.heap_gen = f.heap_gen.wrapping_add(1);
+            }
+        }
+        self.flows[i as usize].at = Where::Untracked;
+    }
+
+    /// Re-files the flow after any change: untracked when idle, window-full
+    /// or at rate 0; ready when its credit covers its packet; otherwise
+    /// waiting until it will.
+    fn refile(&mut self, i: u32, now: u64) {
+        self.detach(i);
+        let f = self.flows[i as usize];
+        let Some(bytes) = f.pending else { return };
+        if f.inflight > 0 && f.inflight.saturating_add(u64::from(bytes)) > f.window {
+            return; // window full: an ACK or a new window brings it back
+        }
+        self.accrue(i, now);
+        let credit = self.flows[i as usize].credit;
+        let need = f64::from(bytes) - credit;
+        if need <= 0.0 {
+            self.file_ready(i);
+        } else if f.rate_bps > 0 {
+            let wait = (need * 8e9 / f.rate_bps as f64).ceil();
+            let at = now.saturating_add(if wait >= u64::MAX as f64 {
+                u64::MAX / 2
+            } else {
+                wait as u64
+            });
+            self.file_at(i, at);
+        }
+    }
+
+    fn file_ready(&mut self, i: u32) {
+        self.links.push_back(&mut self.ready, i);
+        self.flows[i as usize].at = Where::Ready;
+    }
+
+    fn file_at(&mut self, i: u32, at_ns: u64) {
+        let tick = at_ns.div_ceil(self.cfg.tick_ns);
+        let n = self.slots.len() as u64;
+        if tick <= self.cursor {
+            self.file_ready(i);
+        } else if tick - self.cursor < n {
+            let s = (tick % n) as usize;
+            self.links.push_back(&mut self.slots[s], i);
+            self.occupied[s / 64] |= 1u64 << (s % 64);
+            self.flows[i as usize].at = Where::Wheel(s as u32);
+        } else {
+            if self.heap.len() > 2 * self.flows.len() + 64 {
+                self.compact_heap();
+            }
+            let f = &mut self.flows[i as usize];
+            f.at = Where::Heap;
+            self.heap.push(Reverse((tick, i, f.heap_gen)));
+        }
+    }
+
+    fn is_heap_entry_live(&self, i: u32, gen: u32) -> bool {
+        let f = &self.flows[i as usize];
+        f.in_use && f.at == Where::Heap && f.heap_gen == gen
+    }
+
+    fn compact_heap(&mut self) {
+        let mut v = std::mem::take(&mut self.heap).into_vec();
+        v.retain(|Reverse((_, i, g))| self.is_heap_entry_live(*i, *g));
+        self.heap = BinaryHeap::from(v);
+    }
+
+    /// Moves the clock to `now`: every flow due by now joins the ready FIFO
+    /// (in order of due time), heap flows within the horizon join the wheel.
+    fn advance(&mut self, now: u64) {
+        let now_tick = now / self.cfg.tick_ns;
+        if now_tick <= self.cursor {
+            return;
+        }
+        let n = self.slots.len() as u64;
+        let span = (now_tick - self.cursor).min(n);
+        let mut s = (self.cursor + 1) % n;
+        let mut left = span;
+        while left > 0 {
+            let Some(found) = self.first_occupied_from(s as usize) else {
+                break;
+            };
+            let ahead = (found as u64 + n - s) % n;
+            if ahead >= left {
+                break;
+            }
+            self.drain_slot(found);
+            s = (found as u64 + 1) % n;
+            left -= ahead + 1;
+        }
+        self.cursor = now_tick;
+        while let Some(&Reverse((tick, i, g))) = self.heap.peek() {
+            if tick - self.cursor.min(tick) >= n {
+                break;
+            }
+            self.heap.pop();
+            if self.is_heap_entry_live(i, g) {
+                self.flows[i as usize].at = Where::Untracked;
+                self.file_at(i, tick * self.cfg.tick_ns);
+            }
+        }
+    }
+
+    fn drain_slot(&mut self, s: usize) {
+        let flows = &mut self.flows;
+        self.links.append(&mut self.ready, &mut self.slots[s], |i| {
+            flows[i as usize].at = Where::Ready;
+        });
+        self.occupied[s / 64] &= !(1u64 << (s % 64));
+    }
+
+    /// The first occupied slot at or after `start`, wrapping around.
+    fn first_occupied_from(&self, start: usize) -> Option<usize> {
+        let words = self.occupied.len();
+        let (w0, b0) = (start / 64, start % 64);
+        let first = self.occupied[w0] & (u64::MAX << b0);
+        if first != 0 {
+            return Some(w0 * 64 + first.trailing_zeros() as usize);
+        }
+        for k in 1..=words {
+            let w = (w0 + k) % words;
+            let bits = if k == words {
+                self.occupied[w] & !(u64::MAX << b0)
+            } else {
+                self.occupied[w]
+            };
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+        }
+        None
+    }
+}
