@@ -5,8 +5,9 @@
 //! alpha/2), alpha = (1 - g) alpha + g; without CNPs alpha decays by (1 - g)
 //! every alpha period; a rate timer and a byte counter each count stages of
 //! increase: fast recovery (Rc = (Rt + Rc) / 2) while both counts are below
-//! F, hyper increase (Rt += i R_HAI) when both exceed F, additive increase
-//! (Rt += R_AI) otherwise. Notification point (receiver, [`CnpLimiter`]):
+//! F, hyper increase (Rt += i R_HAI, i = min(counts) - F) when both exceed
+//! F, additive increase (Rt += R_AI) otherwise; every increase then sets
+//! Rc = (Rt + Rc) / 2. Notification point (receiver, [`CnpLimiter`]):
 //! at most one CNP per flow per interval for CE-marked arrivals.
 //!
 //! Defaults ([`DcqcnParams::new`]): g = 1/256, alpha period 55 us, rate
@@ -135,8 +136,8 @@ impl Dcqcn {
         self.bytes += bytes;
         while self.bytes >= self.p.byte_counter && self.next_timer.is_some() {
             self.bytes -= self.p.byte_counter;
-            self.byte_count += 1;
             self.increase();
+            self.byte_count += 1;
         }
     }
 
@@ -158,8 +159,8 @@ impl Dcqcn {
         if let Some(at) = self.next_timer.filter(|&at| at <= now) {
             let periods = (now - at) / self.p.timer_ns + 1;
             for _ in 0..periods.min(MAX_CATCH_UP) {
-                self.timer_count += 1;
                 self.increase();
+                self.timer_count += 1;
                 if self.next_timer.is_none() {
                     break;
                 }
@@ -173,6 +174,8 @@ impl Dcqcn {
         }
     }
 
+    /// One increase event; the counters are the events seen before this one
+    /// (so the first F events of each kind are fast recovery).
     fn increase(&mut self) {
         let (t, b, f) = (self.timer_count, self.byte_count, self.p.f);
         if t.max(b) < f {
