@@ -56,7 +56,7 @@ fn a_window_full_flow_sends_nothing_until_an_ack_frees_room() {
     let mut s = sched();
     let f = s.add_flow(100 * G, 4 * u64::from(PKT), 0);
     s.set_next_packet(f, Some(PKT), 0);
-    let mut sent = vec![0u64; 1];
+    let mut sent = [0u64; 1];
     let mut now = 0;
     for _ in 0..1000 {
         drain(&mut s, now, &mut sent);
@@ -92,7 +92,7 @@ fn an_idle_flow_keeps_at_most_the_burst_cap_of_credit() {
     let f = s.add_flow(G, u64::MAX, 0);
     // Spend the initial burst, leaving 3 packets of credit when it goes idle.
     s.set_next_packet(f, Some(PKT), 0);
-    let mut sent = vec![0u64; 1];
+    let mut sent = [0u64; 1];
     for _ in 0..5 {
         assert!(s.next_send(0).is_some());
         sent[0] += u64::from(PKT);
@@ -105,7 +105,7 @@ fn an_idle_flow_keeps_at_most_the_burst_cap_of_credit() {
     let later = G;
     assert_eq!(s.info(f, later).unwrap().credit_bytes, f64::from(8 * PKT));
     s.set_next_packet(f, Some(PKT), later);
-    let mut burst = vec![0u64; 1];
+    let mut burst = [0u64; 1];
     drain(&mut s, later, &mut burst);
     assert_eq!(burst[0], 8 * u64::from(PKT), "a burst of exactly the cap");
     // A short idle loses nothing below the cap.
