@@ -2,9 +2,11 @@
 //!
 //! Today: `bench decode` (one line per frame of a pcap, for looking at what
 //! a pcap tap captured) and `bench demo` (the codec's demo: one frame of
-//! every opcode written to a pcap and decoded). Later issues add the
-//! perftest-style benchmarks, the simulator scenarios and trace replay.
+//! every opcode written to a pcap and decoded), and `bench hpcc-replay`
+//! (a telemetry trace through the HPCC++ controller). Later issues add the
+//! perftest-style benchmarks and the simulator scenarios.
 
 pub mod decode;
 pub mod pcap;
+pub mod replay;
 pub mod samples;

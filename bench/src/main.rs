@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use bench::decode::Summary;
 use bench::pcap::{Reader, Writer};
+use bench::replay::{replay, ReplayArgs};
 use bench::samples;
 
 #[derive(Parser)]
@@ -39,6 +40,9 @@ enum Command {
         #[arg(long, default_value = "out/demo.pcap")]
         pcap: PathBuf,
     },
+    /// Replay a telemetry trace through the sender-based HPCC++ controller
+    /// and print, as CSV, U, W, Wc, rate and incStage after every event.
+    HpccReplay(ReplayArgs),
 }
 
 fn decode(path: &Path) -> ExitCode {
@@ -115,9 +119,46 @@ fn demo(path: &Path) -> ExitCode {
     code
 }
 
+fn hpcc_replay(args: &ReplayArgs) -> ExitCode {
+    let params = match args.params() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bench hpcc-replay: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let input: Box<dyn std::io::BufRead> = if args.file.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        match std::fs::File::open(&args.file) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("bench hpcc-replay: {}: {e}", args.file.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let out = std::io::BufWriter::new(std::io::stdout().lock());
+    match replay(params, input, out, std::io::stderr().lock()) {
+        Ok(s) if s.bad_lines > 0 => {
+            eprintln!(
+                "bench hpcc-replay: {} events replayed, {} bad lines skipped",
+                s.events, s.bad_lines
+            );
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench hpcc-replay: {}: {e}", args.file.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Decode { file } => decode(&file),
         Command::Demo { pcap } => demo(&pcap),
+        Command::HpccReplay(args) => hpcc_replay(&args),
     }
 }

@@ -10,6 +10,7 @@
 //!   dispatch.
 //! - [`scheduler`]: the credit-based round-robin flow scheduler.
 //! - [`psn`], [`telemetry`]: 24-bit PSN arithmetic and hop records.
+//! - [`trace`]: the telemetry trace format replayed by `bench hpcc-replay`.
 //!
 //! Nothing here reads a clock or does I/O: time is a `u64` of nanoseconds
 //! passed in, so the same code runs under DPDK, in the simulator and in
@@ -25,6 +26,7 @@ pub mod psn;
 pub mod rx_hpcc;
 pub mod scheduler;
 pub mod telemetry;
+pub mod trace;
 
 pub use controller::{CongestionControl, Controller};
 pub use hpcc::{Hpcc, HpccCore, HpccParams, ParamError, Update};
