@@ -413,14 +413,8 @@ impl FlowScheduler {
         let span = (now_tick - self.cursor).min(n);
         let mut s = (self.cursor + 1) % n;
         let mut left = span;
-        while left > 0 {
-            let Some(found) = self.first_occupied_from(s as usize) else {
-                break;
-            };
-            let ahead = (found as u64 + n - s) % n;
-            if ahead >= left {
-                break;
-            }
+        while let Some(ahead) = self.first_occupied_within(s as usize, left) {
+            let found = ((s + ahead) % n) as usize;
             self.drain_slot(found);
             s = (found as u64 + 1) % n;
             left -= ahead + 1;
@@ -448,22 +442,26 @@ impl FlowScheduler {
 
     /// The first occupied slot at or after `start`, wrapping around.
     fn first_occupied_from(&self, start: usize) -> Option<usize> {
-        let words = self.occupied.len();
-        let (w0, b0) = (start / 64, start % 64);
-        let first = self.occupied[w0] & (u64::MAX << b0);
-        if first != 0 {
-            return Some(w0 * 64 + first.trailing_zeros() as usize);
-        }
-        for k in 1..=words {
-            let w = (w0 + k) % words;
-            let bits = if k == words {
-                self.occupied[w] & !(u64::MAX << b0)
-            } else {
-                self.occupied[w]
-            };
+        self.first_occupied_within(start, self.slots.len() as u64)
+            .map(|ahead| (start + ahead as usize) % self.slots.len())
+    }
+
+    /// How far past `start` the first occupied slot lies, looking at `len`
+    /// slots at most (wrapping); reads only the bitmap words that cover them.
+    fn first_occupied_within(&self, start: usize, len: u64) -> Option<u64> {
+        let n = self.slots.len();
+        let mut pos = start;
+        let mut seen = 0u64;
+        while seen < len {
+            let (w, b) = (pos / 64, pos % 64);
+            let bits = self.occupied[w] >> b;
+            let in_word = (64 - b) as u64;
             if bits != 0 {
-                return Some(w * 64 + bits.trailing_zeros() as usize);
+                let ahead = seen + u64::from(bits.trailing_zeros());
+                return (ahead < len).then_some(ahead);
             }
+            seen += in_word;
+            pos = (pos + in_word as usize) % n;
         }
         None
     }
