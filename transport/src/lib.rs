@@ -8,4 +8,6 @@
 //! `unsafe`. Time, when it is needed, is a `u64` of nanoseconds passed in.
 #![forbid(unsafe_code)]
 
+pub mod mr;
+pub mod rc;
 pub mod wire;

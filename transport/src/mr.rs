@@ -1,0 +1,285 @@
+//! Memory regions: registration gives an L_Key and an R_Key, access flags
+//! and bounds; every local and remote access is checked here before the
+//! engine touches memory through [`Memory`].
+//!
+//! The bytes themselves live behind the [`Memory`] trait, addressed by
+//! virtual address, so that the dataplane can back regions with shared
+//! memory and tests with `Vec`s.
+
+/// What a region allows (local read is always allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Access {
+    pub local_write: bool,
+    pub remote_write: bool,
+    pub remote_read: bool,
+}
+
+impl Access {
+    /// Everything.
+    pub const ALL: Access = Access {
+        local_write: true,
+        remote_write: true,
+        remote_read: true,
+    };
+}
+
+/// Keys of a registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// Why an access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MrError {
+    #[error("unknown key {0:#x}")]
+    UnknownKey(u32),
+    #[error("range [{va:#x}, +{len}) is outside the region [{base:#x}, +{size})")]
+    OutOfBounds {
+        va: u64,
+        len: u64,
+        base: u64,
+        size: u64,
+    },
+    #[error("the region does not grant {0}")]
+    AccessDenied(&'static str),
+    #[error("region of {0} bytes at {1:#x} wraps the address space")]
+    BadRange(u64, u64),
+    #[error("too many regions (at most {0})")]
+    TableFull(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Region {
+    base: u64,
+    len: u64,
+    access: Access,
+    keys: MrKeys,
+}
+
+/// The regions of one engine (one NIC).
+#[derive(Debug, Default)]
+pub struct MrTable {
+    regions: Vec<Option<Region>>,
+    generation: u32,
+}
+
+/// Regions per engine; a key's low bits index the table.
+pub const MAX_MRS: usize = 1 << 16;
+
+impl MrTable {
+    pub fn new() -> Self {
+        MrTable::default()
+    }
+
+    /// Registers `[base, base + len)` with `access`. Keys differ for every
+    /// registration (an index in the low 16 bits, a generation above), so a
+    /// stale key of a deregistered region is refused.
+    pub fn register(&mut self, base: u64, len: u64, access: Access) -> Result<MrKeys, MrError> {
+        if base.checked_add(len).is_none() {
+            return Err(MrError::BadRange(len, base));
+        }
+        let slot = match self.regions.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.regions.len() < MAX_MRS => {
+                self.regions.push(None);
+                self.regions.len() - 1
+            }
+            None => return Err(MrError::TableFull(MAX_MRS)),
+        };
+        self.generation = self.generation.wrapping_add(1) & 0x7fff;
+        let lkey = (self.generation << 16) | slot as u32;
+        let keys = MrKeys {
+            lkey,
+            rkey: lkey | 0x8000_0000,
+        };
+        self.regions[slot] = Some(Region {
+            base,
+            len,
+            access,
+            keys,
+        });
+        Ok(keys)
+    }
+
+    /// Deregisters the region with this L_Key.
+    pub fn deregister(&mut self, lkey: u32) -> Result<(), MrError> {
+        let slot = (lkey & 0xffff) as usize;
+        match self.regions.get(slot).copied().flatten() {
+            Some(r) if r.keys.lkey == lkey => {
+                self.regions[slot] = None;
+                Ok(())
+            }
+            _ => Err(MrError::UnknownKey(lkey)),
+        }
+    }
+
+    fn find(&self, key: u32, remote: bool) -> Result<Region, MrError> {
+        let slot = (key & 0xffff) as usize;
+        match self.regions.get(slot).copied().flatten() {
+            Some(r) if (if remote { r.keys.rkey } else { r.keys.lkey }) == key => Ok(r),
+            _ => Err(MrError::UnknownKey(key)),
+        }
+    }
+
+    fn bounds(r: &Region, va: u64, len: u64) -> Result<(), MrError> {
+        let end = va.checked_add(len);
+        if va < r.base || end.is_none_or(|e| e > r.base + r.len) {
+            return Err(MrError::OutOfBounds {
+                va,
+                len,
+                base: r.base,
+                size: r.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a local access by the requester (a WQE's scatter/gather
+    /// entry); `write` for READ targets.
+    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+        let r = self.find(lkey, false)?;
+        Self::bounds(&r, va, len)?;
+        if write && !r.access.local_write {
+            return Err(MrError::AccessDenied("local write"));
+        }
+        Ok(())
+    }
+
+    /// Checks a remote access (R_Key, bounds, right) by the responder.
+    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+        let r = self.find(rkey, true)?;
+        Self::bounds(&r, va, len)?;
+        match (write, r.access) {
+            (true, a) if !a.remote_write => Err(MrError::AccessDenied("remote write")),
+            (false, a) if !a.remote_read => Err(MrError::AccessDenied("remote read")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The bytes of registered regions, addressed by virtual address. The
+/// engine checks every access against the [`MrTable`] first, so an
+/// implementation only maps addresses to storage.
+pub trait Memory {
+    /// Copies `dst.len()` bytes at `va` into `dst` (an empty `dst` may come
+    /// with any `va` and must be a no-op).
+    fn read(&self, va: u64, dst: &mut [u8]);
+    /// Copies `src` to `va` (empty `src`: no-op, any `va`).
+    fn write(&mut self, va: u64, src: &[u8]);
+}
+
+/// Memory made of `Vec`s, one per region, for tests and the simulator.
+#[derive(Debug, Default, Clone)]
+pub struct VecMemory {
+    blocks: Vec<(u64, Vec<u8>)>,
+}
+
+impl VecMemory {
+    pub fn new() -> Self {
+        VecMemory::default()
+    }
+
+    /// Adds `len` zero bytes at `base` (regions must not overlap).
+    pub fn add(&mut self, base: u64, len: usize) {
+        self.blocks.push((base, vec![0; len]));
+    }
+
+    fn block(&self, va: u64, len: usize) -> Option<(usize, usize)> {
+        self.blocks
+            .iter()
+            .position(|(b, v)| va >= *b && va - b + len as u64 <= v.len() as u64)
+            .map(|i| (i, (va - self.blocks[i].0) as usize))
+    }
+
+    /// The bytes at `[va, va + len)`; panics outside any block (tests only).
+    pub fn slice(&self, va: u64, len: usize) -> &[u8] {
+        let (i, off) = self.block(va, len).expect("address inside a block");
+        &self.blocks[i].1[off..off + len]
+    }
+
+    /// Mutable bytes at `[va, va + len)`; panics outside any block.
+    pub fn slice_mut(&mut self, va: u64, len: usize) -> &mut [u8] {
+        let (i, off) = self.block(va, len).expect("address inside a block");
+        &mut self.blocks[i].1[off..off + len]
+    }
+}
+
+impl Memory for VecMemory {
+    fn read(&self, va: u64, dst: &mut [u8]) {
+        if !dst.is_empty() {
+            dst.copy_from_slice(self.slice(va, dst.len()));
+        }
+    }
+
+    fn write(&mut self, va: u64, src: &[u8]) {
+        if !src.is_empty() {
+            self.slice_mut(va, src.len()).copy_from_slice(src);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_bounds_and_rights_are_checked() {
+        let mut t = MrTable::new();
+        let ro = Access {
+            remote_read: true,
+            ..Access::default()
+        };
+        let k = t.register(0x1000, 0x100, ro).unwrap();
+        assert!(t.check_remote(k.rkey, 0x1000, 0x100, false).is_ok());
+        assert_eq!(
+            t.check_remote(k.rkey, 0x1000, 1, true),
+            Err(MrError::AccessDenied("remote write"))
+        );
+        assert!(matches!(
+            t.check_remote(k.rkey, 0x10ff, 2, false),
+            Err(MrError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.check_remote(k.rkey, 0xfff, 1, false),
+            Err(MrError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            t.check_remote(k.lkey, 0x1000, 1, false),
+            Err(MrError::UnknownKey(k.lkey))
+        );
+        assert_eq!(
+            t.check_local(k.rkey, 0x1000, 1, false),
+            Err(MrError::UnknownKey(k.rkey))
+        );
+        assert_eq!(
+            t.check_local(k.lkey, 0x1000, 1, true),
+            Err(MrError::AccessDenied("local write"))
+        );
+        assert!(
+            t.check_remote(k.rkey, u64::MAX, 2, false).is_err(),
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn stale_keys_are_refused_after_deregistration() {
+        let mut t = MrTable::new();
+        let a = t.register(0, 10, Access::ALL).unwrap();
+        t.deregister(a.lkey).unwrap();
+        let b = t.register(0, 10, Access::ALL).unwrap();
+        assert_ne!(a, b);
+        assert!(t.check_remote(a.rkey, 0, 1, true).is_err());
+        assert!(t.check_remote(b.rkey, 0, 1, true).is_ok());
+        assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey(a.lkey)));
+    }
+
+    #[test]
+    fn zero_length_access_at_the_end_is_in_bounds() {
+        let mut t = MrTable::new();
+        let k = t.register(100, 10, Access::ALL).unwrap();
+        assert!(t.check_remote(k.rkey, 110, 0, true).is_ok());
+        assert!(t.check_remote(k.rkey, 111, 0, true).is_err());
+    }
+}

@@ -1,0 +1,57 @@
+//! Counters of one QP and of one engine.
+
+use crate::wire::ErrorKind;
+
+/// Per-QP counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpCounters {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Requester packets sent again after go-back-N.
+    pub retransmitted: u64,
+    /// NAKs sent, by code (0x60..=0x63; index = code & 3).
+    pub naks_sent: [u64; 4],
+    /// NAKs received, by code.
+    pub naks_received: [u64; 4],
+    pub rnr_naks_received: u64,
+    /// Local ACK timeouts.
+    pub timeouts: u64,
+    /// Duplicate requests seen by the responder.
+    pub duplicates: u64,
+    /// Requests dropped by the responder as out of order.
+    pub out_of_order: u64,
+    /// Responses and ACKs the requester ignored (stale, out of range,
+    /// malformed).
+    pub ignored_responses: u64,
+    pub read_replays: u64,
+    pub probes_sent: u64,
+    pub probe_responses: u64,
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
+    pub notifies_sent: u64,
+    pub notifies_received: u64,
+    pub last_probe_rtt_ns: u64,
+}
+
+/// Engine-wide counters: drops before a QP is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineCounters {
+    pub rx_frames: u64,
+    /// Frames refused by the wire codec, by [`ErrorKind`] index (ICRC drops
+    /// are `bad_icrc`).
+    pub wire_drops: [u64; ErrorKind::ALL.len()],
+    /// Valid frames for a QP that does not exist.
+    pub unknown_qp: u64,
+    /// Frames for a QP in a state that takes no packets (RESET, INIT, ERR).
+    pub wrong_state: u64,
+    pub tx_frames: u64,
+}
+
+impl EngineCounters {
+    /// Frames dropped with a bad ICRC.
+    pub fn icrc_drops(&self) -> u64 {
+        self.wire_drops[ErrorKind::BadIcrc.index()]
+    }
+}

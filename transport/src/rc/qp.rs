@@ -1,0 +1,557 @@
+//! One QP context: state machine and attributes, the requester and
+//! responder halves, its congestion controller and telemetry bookkeeping,
+//! and how its packets are built.
+
+use pacer::dcqcn::{CnpLimiter, Dcqcn, DcqcnParams};
+use pacer::fixed::Fixed;
+use pacer::probe::{ProbeClock, ProbeRequest};
+use pacer::rx_hpcc::{Notification, RxHpcc, RxHpccSender};
+use pacer::scheduler::FlowId;
+use pacer::telemetry::{Hop, HopStack};
+use pacer::{CongestionControl, Controller, Hpcc};
+
+use super::counters::QpCounters;
+use super::requester::{Fatal, Requester, TxItem};
+use super::responder::{RespItem, Responder, Verdict};
+use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
+use super::EngineConfig;
+use crate::mr::{Memory, MrTable};
+use crate::wire::{
+    udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome, TlmRepr,
+};
+
+/// Which congestion control the QPs of an engine run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CcMode {
+    /// Line rate, no window.
+    None,
+    /// HPCC++ with telemetry in every data packet, echoed in ACKs.
+    HpccInband { maxhop: u8 },
+    /// HPCC++ with one TLM_REQUEST probe per RTT (the draft's RoCEv2
+    /// reference); a probe unanswered for `timeout_ns` is replaced.
+    HpccProbe { maxhop: u8, timeout_ns: u64 },
+    /// Receiver-based HPCC++: the responder sends CC_NOTIFY.
+    RxHpcc { maxhop: u8 },
+    /// DCQCN: CNPs for CE-marked packets, rate-based sender.
+    Dcqcn,
+}
+
+/// What handling a packet did that the engine must act on.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// The QP goes to ERR; the oldest WR completes with this status.
+    pub fail: Option<WcStatus>,
+}
+
+pub(crate) struct Qp {
+    pub qpn: Qpn,
+    pub state: QpState,
+    access: QpAccess,
+    rtr: Option<RtrAttr>,
+    pub req: Requester,
+    pub resp: Responder,
+    pub flow: FlowId,
+    pub cc: Controller,
+    mode: CcMode,
+    probe: Option<ProbeClock>,
+    rx_hpcc: Option<RxHpcc>,
+    cnp: CnpLimiter,
+    /// Newest telemetry stack received (inband mode), echoed in ACKs.
+    last_tlm: Option<TlmRepr>,
+    pending_probe: Option<ProbeRequest>,
+    pending_probe_resp: Option<(ProbeRepr, TlmRepr)>,
+    pending_notify: Option<(Notification, TlmRepr)>,
+    pending_cnp: bool,
+    pub in_ctrl: bool,
+    pub counters: QpCounters,
+}
+
+fn hops_of(t: &TlmRepr) -> HopStack {
+    let mut s = HopStack::new();
+    for h in t.filled() {
+        s.push(Hop {
+            ts_ns: h.ts_ns,
+            tx_bytes: h.tx_bytes,
+            qlen: h.qlen,
+            rate_100mbps: h.rate,
+            switch_id: h.switch_id,
+            port_id: h.port_id,
+        });
+    }
+    s
+}
+
+fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
+    if value > max {
+        return Err(RcError::OutOfRange { what, value, max });
+    }
+    Ok(())
+}
+
+impl Qp {
+    pub fn new(qpn: Qpn, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
+        let cc = match cfg.cc {
+            CcMode::None => Controller::Fixed(Fixed::line_rate(cfg.line_rate_bps)),
+            CcMode::HpccInband { .. } | CcMode::HpccProbe { .. } => {
+                Controller::Hpcc(Hpcc::new(cfg.hpcc))
+            }
+            CcMode::RxHpcc { .. } => Controller::RxHpcc(RxHpccSender::new(cfg.hpcc)),
+            CcMode::Dcqcn => {
+                Controller::Dcqcn(Dcqcn::new(DcqcnParams::new(cfg.line_rate_bps as f64)))
+            }
+        };
+        Qp {
+            qpn,
+            state: QpState::Reset,
+            access: QpAccess::default(),
+            rtr: None,
+            req: Requester::new(cap),
+            resp: Responder::new(),
+            flow,
+            cc,
+            mode: cfg.cc,
+            probe: match cfg.cc {
+                CcMode::HpccProbe { timeout_ns, .. } => Some(ProbeClock::new(timeout_ns)),
+                _ => None,
+            },
+            rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
+            cnp: CnpLimiter::new(CnpLimiter::DEFAULT_INTERVAL_NS),
+            last_tlm: None,
+            pending_probe: None,
+            pending_probe_resp: None,
+            pending_notify: None,
+            pending_cnp: false,
+            in_ctrl: false,
+            counters: QpCounters::default(),
+        }
+    }
+
+    fn need(&self, need: QpState, what: &'static str) -> Result<(), RcError> {
+        if self.state != need {
+            return Err(RcError::WrongState {
+                qpn: self.qpn,
+                state: self.state,
+                need,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn modify_to_init(&mut self, access: QpAccess) -> Result<(), RcError> {
+        self.need(QpState::Reset, "RESET -> INIT")?;
+        self.access = access;
+        self.resp.remote_write = access.remote_write;
+        self.resp.remote_read = access.remote_read;
+        self.state = QpState::Init;
+        Ok(())
+    }
+
+    pub fn modify_to_rtr(&mut self, a: RtrAttr) -> Result<(), RcError> {
+        self.need(QpState::Init, "INIT -> RTR")?;
+        check_bits("dest_qpn", u64::from(a.dest_qpn), 0xFF_FFFF)?;
+        check_bits("rq_psn", u64::from(a.rq_psn), 0xFF_FFFF)?;
+        check_bits("max_dest_rd_atomic", u64::from(a.max_dest_rd_atomic), 255)?;
+        self.resp
+            .configure(a.path_mtu.bytes(), a.rq_psn, a.max_dest_rd_atomic);
+        self.rtr = Some(a);
+        self.state = QpState::Rtr;
+        Ok(())
+    }
+
+    pub fn modify_to_rts(&mut self, a: RtsAttr, max_outstanding_psns: u32) -> Result<(), RcError> {
+        self.need(QpState::Rtr, "RTR -> RTS")?;
+        check_bits("sq_psn", u64::from(a.sq_psn), 0xFF_FFFF)?;
+        check_bits("timeout", u64::from(a.timeout), 31)?;
+        check_bits("retry_cnt", u64::from(a.retry_cnt), 7)?;
+        check_bits("rnr_retry", u64::from(a.rnr_retry), 7)?;
+        let mtu = self.rtr.map_or(1024, |r| r.path_mtu.bytes());
+        self.req.configure(
+            mtu,
+            a.sq_psn,
+            a.timeout,
+            a.retry_cnt,
+            a.rnr_retry,
+            a.max_rd_atomic,
+            max_outstanding_psns,
+        );
+        self.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// Does the packet come from this QP's peer?
+    pub fn is_from_peer(&self, p: &Packet<'_>) -> bool {
+        self.rtr.is_some_and(|r| r.dest_ip == p.repr.ip.src)
+    }
+
+    pub fn has_ctrl(&self) -> bool {
+        self.resp.has_ack()
+            || self.pending_probe.is_some()
+            || self.pending_probe_resp.is_some()
+            || self.pending_notify.is_some()
+            || self.pending_cnp
+    }
+
+    /// The earliest timer of this QP.
+    pub fn timeout(&self) -> Option<u64> {
+        if self.state != QpState::Rts {
+            return None;
+        }
+        [
+            self.req.timer(),
+            self.cc.poll_timeout(),
+            self.probe.and_then(|p| p.deadline()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`; `Some` when retries are exhausted.
+    pub fn on_timeout(&mut self, now: u64) -> Option<WcStatus> {
+        match self.req.on_timer(now) {
+            Ok(true) => self.counters.timeouts += 1,
+            Ok(false) => {}
+            Err(Fatal::Fail(s)) => {
+                self.counters.timeouts += 1;
+                return Some(s);
+            }
+        }
+        if self.cc.poll_timeout().is_some_and(|t| t <= now) {
+            self.cc.handle_timeout(now);
+        }
+        self.poll_probe(now);
+        None
+    }
+
+    fn poll_probe(&mut self, now: u64) {
+        if let Some(probe) = self.probe.as_mut() {
+            if self.pending_probe.is_none() {
+                self.pending_probe =
+                    probe.poll(now, self.req.has_outstanding(), self.req.snd_nxt());
+            }
+        }
+    }
+
+    fn telemetry(&mut self, now: u64, ack_seq: u32, t: &TlmRepr) {
+        let hops = hops_of(t);
+        self.cc
+            .on_telemetry(now, ack_seq, self.req.snd_nxt(), &hops);
+    }
+
+    /// Handles a parsed packet for this QP.
+    pub fn on_packet(
+        &mut self,
+        now: u64,
+        p: &Packet<'_>,
+        mrs: &MrTable,
+        mem: &mut impl Memory,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += p.payload.len() as u64;
+        let op = p.repr.bth.opcode;
+        let psn = p.repr.bth.psn;
+        match op {
+            Opcode::Acknowledge => {
+                let Some(a) = p.repr.aeth else { return out };
+                let r = match a.decoded() {
+                    Syndrome::Ack { .. } => Ok(self.req.on_ack(psn, now)),
+                    Syndrome::Nak(_) => {
+                        let code = a.syndrome & 0x1f;
+                        self.counters.naks_received[usize::from(code & 3)] += 1;
+                        self.req.on_nak(psn, code, now)
+                    }
+                    Syndrome::RnrNak { .. } => {
+                        self.counters.rnr_naks_received += 1;
+                        self.req.on_rnr_nak(psn, now)
+                    }
+                    Syndrome::Reserved(_) => Ok(false),
+                };
+                match r {
+                    Ok(true) => {}
+                    Ok(false) => self.counters.ignored_responses += 1,
+                    Err(Fatal::Fail(s)) => out.fail = Some(s),
+                }
+                if let (Some(t), CcMode::HpccInband { .. }) = (p.repr.tlm, self.mode) {
+                    if t.echo {
+                        self.telemetry(now, psn, &t);
+                    }
+                }
+            }
+            Opcode::RdmaReadResponseFirst
+            | Opcode::RdmaReadResponseMiddle
+            | Opcode::RdmaReadResponseLast
+            | Opcode::RdmaReadResponseOnly => {
+                match self.req.on_read_response(psn, op, p.payload.len()) {
+                    Some(va) => {
+                        mem.write(va, p.payload);
+                        self.req.read_landed(psn, now);
+                    }
+                    None => self.counters.ignored_responses += 1,
+                }
+            }
+            Opcode::TlmRequest => {
+                if let (Some(probe), Some(mut t)) = (p.repr.probe, p.repr.tlm) {
+                    t.echo = true;
+                    self.pending_probe_resp = Some((probe, t));
+                }
+            }
+            Opcode::TlmResponse => {
+                if let (Some(pr), Some(t), Some(clock)) =
+                    (p.repr.probe, p.repr.tlm, self.probe.as_mut())
+                {
+                    if let Some(ack) =
+                        clock.on_response(now, pr.probe_id, pr.snd_psn, pr.sender_ts_ns)
+                    {
+                        self.counters.probe_responses += 1;
+                        self.counters.last_probe_rtt_ns = ack.rtt_ns;
+                        self.telemetry(now, ack.ack_seq, &t);
+                        self.poll_probe(now);
+                    }
+                }
+            }
+            Opcode::CcNotify => {
+                if let Some(n) = p.repr.notify {
+                    self.counters.notifies_received += 1;
+                    let n = Notification {
+                        window_bytes: n.window_bytes,
+                        rate_mbps: n.rate_mbps,
+                        seq: n.seq,
+                    };
+                    self.cc.on_notify(now, &n);
+                }
+            }
+            Opcode::Cnp => {
+                self.counters.cnps_received += 1;
+                self.cc.on_cnp(now);
+            }
+            _ => {
+                let verdict = self.resp.on_request(p, mrs, mem);
+                match verdict {
+                    Verdict::Accepted => {}
+                    Verdict::Duplicate => {
+                        self.counters.duplicates += 1;
+                        if op == Opcode::RdmaReadRequest {
+                            self.counters.read_replays += 1;
+                        }
+                    }
+                    Verdict::OutOfOrder => self.counters.out_of_order += 1,
+                    Verdict::Ignored => {}
+                    Verdict::Fatal(code) => {
+                        self.counters.naks_sent[usize::from(code & 3)] += 1;
+                        out.fail = Some(WcStatus::WrFlushErr);
+                    }
+                }
+                if verdict == Verdict::OutOfOrder && self.resp.has_ack() {
+                    self.counters.naks_sent[0] += 1;
+                }
+                self.on_request_telemetry(now, p);
+            }
+        }
+        out
+    }
+
+    /// Telemetry and ECN of an arriving request: remember the stack to echo
+    /// (inband), run NewINT (receiver-based), answer CE with a CNP (DCQCN).
+    fn on_request_telemetry(&mut self, now: u64, p: &Packet<'_>) {
+        if let Some(t) = p.repr.tlm {
+            match self.mode {
+                CcMode::HpccInband { .. } => self.last_tlm = Some(t),
+                CcMode::RxHpcc { .. } => {
+                    if let Some(rx) = self.rx_hpcc.as_mut() {
+                        if let Some(n) = rx.new_int(now, &hops_of(&t)) {
+                            let mut echo = t;
+                            echo.echo = true;
+                            self.pending_notify = Some((n, echo));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.mode == CcMode::Dcqcn && p.repr.ip.ecn == 3 && self.cnp.on_ce(now) {
+            self.pending_cnp = true;
+        }
+    }
+
+    /// A packet header to the peer.
+    fn header(&self, cfg: &EngineConfig, op: Opcode, psn: u32, ident: u16) -> PacketRepr {
+        let rtr = self.rtr.expect("packets are built only after RTR");
+        let mut r = PacketRepr::new(op, rtr.dest_qpn, psn);
+        r.eth.src = cfg.mac;
+        r.eth.dst = rtr.dest_mac;
+        r.ip.src = cfg.ip;
+        r.ip.dst = rtr.dest_ip;
+        r.ip.dscp = cfg.dscp;
+        r.ip.ecn = 2; // ECT(0): switches may mark CE
+        r.ip.ident = ident;
+        r.udp.src_port = udp::entropy_port(self.qpn);
+        r
+    }
+
+    fn data_tlm(&self) -> Option<TlmRepr> {
+        match self.mode {
+            CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
+                Some(TlmRepr::empty(maxhop))
+            }
+            _ => None,
+        }
+    }
+
+    fn response_repr(&self, cfg: &EngineConfig, r: &RespItem, ident: u16) -> PacketRepr {
+        let mut repr = self.header(cfg, r.opcode, r.psn, ident);
+        if r.opcode.layout().aeth {
+            repr.aeth = Some(AethRepr {
+                syndrome: crate::wire::aeth::ACK_UNLIMITED,
+                msn: r.msn,
+            });
+        }
+        repr
+    }
+
+    fn request_repr(&self, cfg: &EngineConfig, t: &TxItem, ident: u16) -> PacketRepr {
+        let mut repr = self.header(cfg, t.opcode, t.psn, ident);
+        repr.bth.ack_req = t.ack_req;
+        repr.reth = t
+            .reth
+            .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len });
+        repr.imm = t.imm;
+        repr.tlm = self.data_tlm();
+        repr
+    }
+
+    /// Size on the wire of the next paced packet (READ responses first,
+    /// then requests), if any.
+    pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
+        if self.state == QpState::Err || self.rtr.is_none() {
+            return None;
+        }
+        if let Some(r) = self.resp.peek_response() {
+            return Some(self.response_repr(cfg, &r, 0).frame_len(r.len as usize) as u32);
+        }
+        if self.state != QpState::Rts {
+            return None;
+        }
+        let t = self.req.peek(self.cc.window_bytes())?;
+        Some(self.request_repr(cfg, &t, 0).frame_len(t.len as usize) as u32)
+    }
+
+    /// Builds the next paced packet into `buf`.
+    /// Memory is re-checked against the regions before it is read (a region
+    /// may have been deregistered since the request was accepted); a failed
+    /// check is returned as the status to fail the QP with.
+    pub fn emit_paced(
+        &mut self,
+        now: u64,
+        cfg: &EngineConfig,
+        ident: u16,
+        mrs: &MrTable,
+        mem: &impl Memory,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, WcStatus> {
+        if self.state == QpState::Err || self.rtr.is_none() {
+            return Ok(None);
+        }
+        if let Some(r) = self.resp.peek_response() {
+            if mrs
+                .check_remote(r.rkey, r.va, u64::from(r.len), false)
+                .is_err()
+            {
+                self.resp.refuse_read(r.psn);
+                self.counters.naks_sent[2] += 1;
+                return Err(WcStatus::WrFlushErr);
+            }
+            let repr = self.response_repr(cfg, &r, ident);
+            let Ok(n) = repr.emit_with(r.len as usize, buf, |dst| mem.read(r.va, dst)) else {
+                return Ok(None);
+            };
+            self.resp.response_sent();
+            self.counters.tx_packets += 1;
+            self.counters.tx_bytes += u64::from(r.len);
+            return Ok(Some(n));
+        }
+        let Some(t) = self.req.peek(self.cc.window_bytes()) else {
+            return Ok(None);
+        };
+        if t.len > 0
+            && mrs
+                .check_local(t.lkey, t.va, u64::from(t.len), false)
+                .is_err()
+        {
+            return Err(WcStatus::LocProtErr);
+        }
+        let repr = self.request_repr(cfg, &t, ident);
+        let Ok(n) = repr.emit_with(t.len as usize, buf, |dst| mem.read(t.va, dst)) else {
+            return Ok(None);
+        };
+        self.req.sent(&t, now);
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += u64::from(t.len);
+        if t.retransmit {
+            self.counters.retransmitted += 1;
+        }
+        self.cc.on_sent(now, n as u64);
+        self.poll_probe(now);
+        Ok(Some(n))
+    }
+
+    /// Builds the next control packet (NAK/ACK, probe response, notify, CNP,
+    /// probe) into `buf`.
+    pub fn emit_ctrl(&mut self, cfg: &EngineConfig, ident: u16, buf: &mut [u8]) -> Option<usize> {
+        self.rtr?;
+        let repr = if let Some(a) = self.resp.take_ack() {
+            let mut r = self.header(cfg, Opcode::Acknowledge, a.psn, ident);
+            r.aeth = Some(AethRepr {
+                syndrome: a.syndrome,
+                msn: a.msn,
+            });
+            if a.syndrome == crate::wire::aeth::ACK_UNLIMITED {
+                if let Some(mut t) = self.last_tlm.take() {
+                    t.echo = true;
+                    r.tlm = Some(t);
+                }
+            }
+            r
+        } else if let Some((probe, tlm)) = self.pending_probe_resp.take() {
+            let mut r = self.header(cfg, Opcode::TlmResponse, 0, ident);
+            r.probe = Some(probe);
+            r.tlm = Some(tlm);
+            r
+        } else if let Some((n, tlm)) = self.pending_notify.take() {
+            let mut r = self.header(cfg, Opcode::CcNotify, 0, ident);
+            r.notify = Some(NotifyRepr {
+                window_bytes: n.window_bytes,
+                rate_mbps: n.rate_mbps,
+                seq: n.seq,
+            });
+            r.tlm = Some(tlm);
+            self.counters.notifies_sent += 1;
+            r
+        } else if std::mem::take(&mut self.pending_cnp) {
+            let mut r = self.header(cfg, Opcode::Cnp, 0, ident);
+            r.bth.becn = true;
+            self.counters.cnps_sent += 1;
+            r
+        } else if let Some(pr) = self.pending_probe.take() {
+            let maxhop = match self.mode {
+                CcMode::HpccProbe { maxhop, .. } => maxhop,
+                _ => 1,
+            };
+            let mut r = self.header(cfg, Opcode::TlmRequest, 0, ident);
+            r.probe = Some(ProbeRepr {
+                probe_id: pr.probe_id,
+                snd_psn: pr.snd_psn,
+                sender_ts_ns: pr.sender_ts_ns,
+            });
+            r.tlm = Some(TlmRepr::empty(maxhop));
+            self.counters.probes_sent += 1;
+            r
+        } else {
+            return None;
+        };
+        let n = repr.emit(&[], buf).ok()?;
+        self.counters.tx_packets += 1;
+        Some(n)
+    }
+}

@@ -1,0 +1,608 @@
+//! The RC requester of one QP: segments WRITE and READ work requests into
+//! packets, keeps PSNs, bytes in flight and the outstanding READs bounded,
+//! and recovers with go-back-N on NAK(PSN sequence error), on local ACK
+//! timeout and on implied NAKs (an ACK past a READ whose responses were
+//! lost). Completions leave in post order.
+//!
+//! It never touches memory or builds frames: it says which packet is next
+//! ([`Requester::peek`]) and learns what was sent and what came back.
+
+use std::collections::VecDeque;
+
+use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
+
+use super::types::{Cqe, Qpn, SendWr, WcOpcode, WcStatus, WrOp};
+use crate::wire::Opcode;
+
+/// Packets between AckReq flags on long messages.
+pub const ACK_REQ_EVERY: u32 = 64;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SqEntry {
+    pub wr: SendWr,
+    pub first_psn: u32,
+    /// PSNs the request uses: packets (WRITE) or response packets (READ).
+    pub npsn: u32,
+    /// READ: response packets received in order.
+    pub rd_got: u32,
+    /// READ: PSN of the last request sent (responses are numbered from it).
+    pub rd_req_psn: u32,
+    pub rd_requested: bool,
+    pub done: bool,
+}
+
+impl SqEntry {
+    fn last_psn(&self) -> u32 {
+        psn_add(self.first_psn, self.npsn - 1)
+    }
+
+    fn is_read(&self) -> bool {
+        self.wr.op == WrOp::Read
+    }
+
+    fn contains(&self, psn: u32) -> bool {
+        let d = psn_diff(psn, self.first_psn);
+        d >= 0 && (d as u32) < self.npsn
+    }
+}
+
+/// The packet the requester wants to send next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TxItem {
+    pub psn: u32,
+    pub opcode: Opcode,
+    pub ack_req: bool,
+    /// Local memory to send (WRITE payload): L_Key, VA and length.
+    pub lkey: u32,
+    pub va: u64,
+    pub len: u32,
+    /// RETH (FIRST/ONLY/READ request): remote VA, R_Key, DMA length.
+    pub reth: Option<(u64, u32, u32)>,
+    pub imm: Option<u32>,
+    /// A packet sent before (after go-back-N).
+    pub retransmit: bool,
+}
+
+/// What the requester decided about an incoming response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fatal {
+    /// The WQE failed with this status; the QP goes to ERR.
+    Fail(WcStatus),
+}
+
+#[derive(Debug)]
+pub(crate) struct Requester {
+    sq: VecDeque<SqEntry>,
+    cap: usize,
+    /// First PSN of the next posted WR.
+    next_psn: u32,
+    /// Oldest PSN not yet acknowledged.
+    pub una: u32,
+    /// Next PSN to transmit.
+    tx_psn: u32,
+    /// Index in `sq` of the entry holding `tx_psn` (`sq.len()`: all sent).
+    tx_idx: usize,
+    /// One past the highest PSN ever transmitted.
+    hi: u32,
+    pub mtu: u32,
+    retry_cnt: u8,
+    retries_left: u8,
+    rnr_retry: u8,
+    rnr_left: u8,
+    rto_ns: u64,
+    timer: Option<u64>,
+    max_outstanding_psns: u32,
+    max_rd: u32,
+    rd_outstanding: u32,
+    /// Payload bytes of WRITE packets in [una, tx_psn).
+    pub inflight: u64,
+    /// One go-back per out-of-order READ response episode.
+    ooo_retry_done: bool,
+    /// Packets below this PSN were sent before (retransmissions).
+    resend_until: u32,
+}
+
+/// Payload bytes of packets `k1..k2` of a message of `len` bytes.
+fn bytes_of(len: u32, mtu: u32, k1: u32, k2: u32) -> u64 {
+    let l = u64::from(len);
+    let m = u64::from(mtu);
+    (u64::from(k2) * m).min(l) - (u64::from(k1) * m).min(l)
+}
+
+fn packets(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+impl Requester {
+    pub fn new(cap: usize) -> Self {
+        Requester {
+            sq: VecDeque::with_capacity(cap),
+            cap,
+            next_psn: 0,
+            una: 0,
+            tx_psn: 0,
+            tx_idx: 0,
+            hi: 0,
+            mtu: 1024,
+            retry_cnt: 7,
+            retries_left: 7,
+            rnr_retry: 7,
+            rnr_left: 7,
+            rto_ns: 0,
+            timer: None,
+            max_outstanding_psns: 1 << 16,
+            max_rd: 1,
+            rd_outstanding: 0,
+            inflight: 0,
+            ooo_retry_done: false,
+            resend_until: 0,
+        }
+    }
+
+    /// Settings of the RTS transition.
+    #[allow(clippy::too_many_arguments)]
+    pub fn configure(
+        &mut self,
+        mtu: u32,
+        sq_psn: u32,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+        max_rd: u8,
+        max_outstanding_psns: u32,
+    ) {
+        self.mtu = mtu;
+        self.next_psn = sq_psn;
+        self.una = sq_psn;
+        self.tx_psn = sq_psn;
+        self.hi = sq_psn;
+        self.resend_until = sq_psn;
+        self.rto_ns = if timeout == 0 {
+            0
+        } else {
+            4096u64 << timeout.min(31)
+        };
+        self.retry_cnt = retry_cnt;
+        self.retries_left = retry_cnt;
+        self.rnr_retry = rnr_retry;
+        self.rnr_left = rnr_retry;
+        self.max_rd = u32::from(max_rd.max(1));
+        self.max_outstanding_psns = max_outstanding_psns.clamp(1, 1 << 22);
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.sq.len() >= self.cap
+    }
+
+    /// snd_nxt for congestion control: the next new PSN to transmit.
+    pub fn snd_nxt(&self) -> u32 {
+        self.hi
+    }
+
+    /// Whether data is in flight (for probe pacing).
+    pub fn has_outstanding(&self) -> bool {
+        self.una != self.hi
+    }
+
+    /// Queues a validated WR.
+    pub fn post(&mut self, wr: SendWr) {
+        let npsn = packets(wr.len, self.mtu);
+        self.sq.push_back(SqEntry {
+            wr,
+            first_psn: self.next_psn,
+            npsn,
+            rd_got: 0,
+            rd_req_psn: self.next_psn,
+            rd_requested: false,
+            done: false,
+        });
+        self.next_psn = psn_add(self.next_psn, npsn);
+    }
+
+    /// The next packet to send, if the PSN window, the READ limit and the
+    /// byte window `window` allow one.
+    pub fn peek(&self, window: u64) -> Option<TxItem> {
+        let e = self.sq.get(self.tx_idx)?;
+        let outstanding = psn_diff(self.tx_psn, self.una).max(0) as u32;
+        if outstanding > 0 && outstanding >= self.max_outstanding_psns {
+            return None;
+        }
+        let retransmit = psn_gt(self.resend_until, self.tx_psn);
+        if e.is_read() {
+            if !e.rd_requested && self.rd_outstanding >= self.max_rd {
+                return None;
+            }
+            let k = psn_diff(self.tx_psn, e.first_psn) as u32;
+            let off = u64::from(k) * u64::from(self.mtu);
+            return Some(TxItem {
+                psn: self.tx_psn,
+                opcode: Opcode::RdmaReadRequest,
+                ack_req: false,
+                lkey: e.wr.lkey,
+                va: 0,
+                len: 0,
+                reth: Some((
+                    e.wr.remote_va + off,
+                    e.wr.rkey,
+                    (u64::from(e.wr.len) - off.min(u64::from(e.wr.len))) as u32,
+                )),
+                imm: None,
+                retransmit,
+            });
+        }
+        let k = psn_diff(self.tx_psn, e.first_psn) as u32;
+        let len = bytes_of(e.wr.len, self.mtu, k, k + 1) as u32;
+        if self.inflight > 0 && self.inflight + u64::from(len) > window {
+            return None;
+        }
+        let last = k + 1 == e.npsn;
+        let imm = match e.wr.op {
+            WrOp::WriteImm(v) if last => Some(v),
+            _ => None,
+        };
+        let opcode = match (e.npsn == 1, k == 0, last, imm.is_some()) {
+            (true, _, _, false) => Opcode::RdmaWriteOnly,
+            (true, _, _, true) => Opcode::RdmaWriteOnlyWithImmediate,
+            (false, true, _, _) => Opcode::RdmaWriteFirst,
+            (false, false, true, false) => Opcode::RdmaWriteLast,
+            (false, false, true, true) => Opcode::RdmaWriteLastWithImmediate,
+            (false, false, false, _) => Opcode::RdmaWriteMiddle,
+        };
+        Some(TxItem {
+            psn: self.tx_psn,
+            opcode,
+            ack_req: last || (k + 1) % ACK_REQ_EVERY == 0,
+            lkey: e.wr.lkey,
+            va: e.wr.local_va + u64::from(k) * u64::from(self.mtu),
+            len,
+            reth: (k == 0).then_some((e.wr.remote_va, e.wr.rkey, e.wr.len)),
+            imm,
+            retransmit,
+        })
+    }
+
+    /// The packet `peek` returned has been sent at `now`.
+    pub fn sent(&mut self, item: &TxItem, now: u64) {
+        let Some(e) = self.sq.get_mut(self.tx_idx) else {
+            return;
+        };
+        if e.is_read() {
+            if !e.rd_requested {
+                e.rd_requested = true;
+                self.rd_outstanding += 1;
+            }
+            e.rd_req_psn = item.psn;
+            self.tx_psn = psn_add(e.first_psn, e.npsn);
+            self.tx_idx += 1;
+        } else {
+            self.inflight += u64::from(item.len);
+            self.tx_psn = psn_add(self.tx_psn, 1);
+            if !e.contains(self.tx_psn) {
+                self.tx_idx += 1;
+            }
+        }
+        if psn_gt(self.tx_psn, self.hi) {
+            self.hi = self.tx_psn;
+        }
+        if self.timer.is_none() && self.rto_ns > 0 {
+            self.timer = Some(now + self.rto_ns);
+        }
+    }
+
+    pub fn timer(&self) -> Option<u64> {
+        self.timer
+    }
+
+    /// Restarts the retransmission timer after progress.
+    fn progress(&mut self, now: u64) {
+        self.retries_left = self.retry_cnt;
+        self.rnr_left = self.rnr_retry;
+        self.timer = (self.rto_ns > 0 && self.una != self.hi).then_some(now + self.rto_ns);
+    }
+
+    /// Goes back to `psn` (go-back-N); inside a READ, to its first missing
+    /// response.
+    fn go_back(&mut self, psn: u32) {
+        let Some(idx) = self
+            .sq
+            .iter()
+            .position(|e| !e.done && (e.contains(psn) || psn_gt(e.first_psn, psn)))
+        else {
+            return;
+        };
+        let e = self.sq[idx];
+        let target = if e.contains(psn) {
+            if e.is_read() {
+                psn_add(e.first_psn, e.rd_got)
+            } else {
+                psn
+            }
+        } else {
+            e.first_psn
+        };
+        if psn_gt(self.tx_psn, self.resend_until) {
+            self.resend_until = self.tx_psn;
+        }
+        self.tx_psn = target;
+        self.tx_idx = idx;
+        self.inflight = 0;
+    }
+
+    /// Marks everything up to and including `psn` acknowledged (cumulative
+    /// ACK), stopping at a READ that is not complete. When the ACK passes
+    /// that READ's last PSN its responses were lost (implied NAK): returns
+    /// the READ's first missing PSN, once per episode.
+    fn ack_through(&mut self, psn: u32) -> Option<u32> {
+        let mut implied_nak = None;
+        let mut new_una = self.una;
+        for e in self.sq.iter_mut() {
+            if e.done {
+                continue;
+            }
+            if psn_gt(e.first_psn, psn) {
+                break;
+            }
+            if e.is_read() {
+                if psn_ge(psn, e.last_psn()) && e.rd_requested {
+                    implied_nak = Some(psn_add(e.first_psn, e.rd_got));
+                }
+                break;
+            }
+            if psn_ge(psn, e.last_psn()) {
+                e.done = true;
+                new_una = psn_add(e.last_psn(), 1);
+            } else {
+                new_una = psn_add(psn, 1);
+                break;
+            }
+        }
+        self.advance_una(new_una);
+        if implied_nak.is_some() && !self.ooo_retry_done {
+            self.ooo_retry_done = true;
+            return implied_nak;
+        }
+        None
+    }
+
+    /// Moves `una` forward, dropping acknowledged bytes from `inflight` and
+    /// skipping acknowledged packets if go-back-N left `tx_psn` behind.
+    fn advance_una(&mut self, new_una: u32) {
+        if !psn_gt(new_una, self.una) {
+            return;
+        }
+        let acked_to = if psn_gt(new_una, self.tx_psn) {
+            self.tx_psn
+        } else {
+            new_una
+        };
+        let mut acked = 0u64;
+        for e in self.sq.iter() {
+            if e.is_read() || !psn_gt(acked_to, e.first_psn) {
+                continue;
+            }
+            let k1 = psn_diff(self.una, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            let k2 = psn_diff(acked_to, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            if k2 > k1 {
+                acked += bytes_of(e.wr.len, self.mtu, k1, k2);
+            }
+        }
+        self.inflight = self.inflight.saturating_sub(acked);
+        self.una = new_una;
+        if psn_gt(new_una, self.tx_psn) {
+            self.tx_psn = new_una;
+            self.tx_idx = self
+                .sq
+                .iter()
+                .position(|e| e.contains(new_una) || psn_gt(e.first_psn, new_una))
+                .unwrap_or(self.sq.len());
+        }
+    }
+
+    fn valid_ack_psn(&self, psn: u32) -> bool {
+        psn_ge(psn, psn_add(self.una, 0xFF_FFFF)) && psn_gt(self.hi, psn)
+    }
+
+    /// An ACK (syndrome ACK) for `psn`. Returns false when the PSN is
+    /// outside what is outstanding (a stale or bogus ACK).
+    pub fn on_ack(&mut self, psn: u32, now: u64) -> bool {
+        if !self.valid_ack_psn(psn) {
+            return false;
+        }
+        let before = self.una;
+        if let Some(missing) = self.ack_through(psn) {
+            self.go_back(missing);
+        }
+        if self.una != before {
+            self.progress(now);
+        }
+        true
+    }
+
+    /// A NAK with `code` (low 5 bits of the syndrome) for `psn`.
+    pub fn on_nak(&mut self, psn: u32, code: u8, now: u64) -> Result<bool, Fatal> {
+        if !(self.valid_ack_psn(psn) || psn == self.hi) {
+            return Ok(false);
+        }
+        let missing = self.ack_through(psn_add(psn, 0xFF_FFFF));
+        match code {
+            0 => {
+                self.go_back(missing.unwrap_or(psn));
+                self.progress(now);
+                Ok(true)
+            }
+            1 => Err(Fatal::Fail(WcStatus::RemInvReqErr)),
+            2 => Err(Fatal::Fail(WcStatus::RemAccessErr)),
+            _ => Err(Fatal::Fail(WcStatus::RemOpErr)),
+        }
+    }
+
+    /// An RNR NAK for `psn`: retry from there while rnr_retry lasts.
+    pub fn on_rnr_nak(&mut self, psn: u32, now: u64) -> Result<bool, Fatal> {
+        if !(self.valid_ack_psn(psn) || psn == self.hi) {
+            return Ok(false);
+        }
+        self.ack_through(psn_add(psn, 0xFF_FFFF));
+        if self.rnr_retry != 7 {
+            if self.rnr_left == 0 {
+                return Err(Fatal::Fail(WcStatus::RnrRetryExcErr));
+            }
+            self.rnr_left -= 1;
+        }
+        self.go_back(psn);
+        self.timer = (self.rto_ns > 0).then_some(now + self.rto_ns);
+        Ok(true)
+    }
+
+    /// A READ response packet. Returns the local VA to write `len` payload
+    /// bytes to when the packet is the next expected one (the caller copies,
+    /// then calls [`Requester::read_landed`]); `None` to drop it.
+    pub fn on_read_response(&mut self, psn: u32, opcode: Opcode, len: usize) -> Option<u64> {
+        let mtu = self.mtu;
+        let idx = self
+            .sq
+            .iter()
+            .position(|e| !e.done && e.is_read() && e.contains(psn))?;
+        let e = self.sq[idx];
+        if !e.rd_requested {
+            return None;
+        }
+        let expected = psn_add(e.first_psn, e.rd_got);
+        if psn != expected {
+            if psn_gt(psn, expected) && !self.ooo_retry_done {
+                self.ooo_retry_done = true;
+                self.go_back(expected);
+            }
+            return None;
+        }
+        let n_req = psn_diff(psn_add(e.first_psn, e.npsn), e.rd_req_psn).max(1) as u32;
+        let i = psn_diff(psn, e.rd_req_psn);
+        if i < 0 {
+            return None;
+        }
+        let i = i as u32;
+        let want = match (n_req == 1, i == 0, i + 1 == n_req) {
+            (true, _, _) => Opcode::RdmaReadResponseOnly,
+            (false, true, _) => Opcode::RdmaReadResponseFirst,
+            (false, false, true) => Opcode::RdmaReadResponseLast,
+            _ => Opcode::RdmaReadResponseMiddle,
+        };
+        let k = e.rd_got;
+        if opcode != want || bytes_of(e.wr.len, mtu, k, k + 1) != len as u64 {
+            return None;
+        }
+        Some(e.wr.local_va + u64::from(k) * u64::from(mtu))
+    }
+
+    /// The response for `psn` (accepted by `on_read_response`) was copied.
+    pub fn read_landed(&mut self, psn: u32, now: u64) {
+        let Some(idx) = self
+            .sq
+            .iter()
+            .position(|e| !e.done && e.is_read() && e.contains(psn))
+        else {
+            return;
+        };
+        // Everything before the READ is implicitly acknowledged.
+        for e in self.sq.iter_mut().take(idx) {
+            e.done = true;
+        }
+        let e = &mut self.sq[idx];
+        e.rd_got += 1;
+        self.ooo_retry_done = false;
+        if e.rd_got == e.npsn {
+            e.done = true;
+            self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
+        }
+        self.advance_una(psn_add(psn, 1));
+        self.progress(now);
+    }
+
+    /// Runs the retransmission timer. `Err` when retries are exhausted.
+    pub fn on_timer(&mut self, now: u64) -> Result<bool, Fatal> {
+        match self.timer {
+            Some(t) if t <= now => {}
+            _ => return Ok(false),
+        }
+        if self.una == self.hi {
+            self.timer = None;
+            return Ok(false);
+        }
+        if self.retries_left == 0 {
+            return Err(Fatal::Fail(WcStatus::RetryExcErr));
+        }
+        self.retries_left -= 1;
+        self.go_back(self.una);
+        self.timer = Some(now + self.rto_ns);
+        Ok(true)
+    }
+
+    /// Completed WRs at the front, in post order.
+    pub fn pop_completed(&mut self) -> Option<(SendWr, WcStatus)> {
+        if self.sq.front()?.done {
+            let e = self.sq.pop_front()?;
+            self.tx_idx = self.tx_idx.saturating_sub(1);
+            return Some((e.wr, WcStatus::Success));
+        }
+        None
+    }
+
+    /// Fails the oldest WR with `status` and every other one with
+    /// WR_FLUSH_ERR (the QP goes to ERR); completed ones keep SUCCESS.
+    pub fn flush(&mut self, first_status: WcStatus, out: &mut impl FnMut(SendWr, WcStatus)) {
+        let mut first = true;
+        while let Some(e) = self.sq.pop_front() {
+            if e.done {
+                out(e.wr, WcStatus::Success);
+                continue;
+            }
+            out(
+                e.wr,
+                if first {
+                    first_status
+                } else {
+                    WcStatus::WrFlushErr
+                },
+            );
+            first = false;
+        }
+        self.tx_idx = 0;
+        self.timer = None;
+        self.inflight = 0;
+        self.rd_outstanding = 0;
+    }
+}
+
+/// A completion for `wr` on QP `qpn`.
+pub(crate) fn cqe(qpn: Qpn, wr: &SendWr, status: WcStatus) -> Cqe {
+    Cqe {
+        wr_id: wr.wr_id,
+        qpn,
+        status,
+        opcode: if wr.op == WrOp::Read {
+            WcOpcode::RdmaRead
+        } else {
+            WcOpcode::RdmaWrite
+        },
+        byte_len: if status == WcStatus::Success {
+            wr.len
+        } else {
+            0
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_of_packet_ranges() {
+        assert_eq!(bytes_of(2500, 1024, 0, 1), 1024);
+        assert_eq!(bytes_of(2500, 1024, 2, 3), 452);
+        assert_eq!(bytes_of(2500, 1024, 0, 3), 2500);
+        assert_eq!(bytes_of(0, 1024, 0, 1), 0);
+        assert_eq!(packets(0, 1024), 1);
+        assert_eq!(packets(1024, 1024), 1);
+        assert_eq!(packets(1025, 1024), 2);
+    }
+}

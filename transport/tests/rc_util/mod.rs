@@ -1,0 +1,270 @@
+//! Two engines joined by a wire stepped in virtual time, with a hook that
+//! may drop, duplicate or rewrite each frame (quinn-proto's `Pair`).
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+
+use transport::mr::{Access, MrKeys, VecMemory};
+use transport::rc::{
+    Cqe, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WrOp,
+};
+use transport::wire::{MacAddr, Packet};
+
+pub const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+pub const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// One-way delay of the wire.
+pub const DELAY_NS: u64 = 1_000;
+/// Each engine has one region of this size at this VA.
+pub const MR_BASE: u64 = 0x10_0000;
+pub const MR_LEN: usize = 16 << 20;
+
+/// Where a frame goes: from A to B or from B to A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// What the wire does with a frame.
+pub enum Fate {
+    Deliver,
+    Drop,
+    Duplicate,
+}
+
+/// Decides the fate of each frame: direction, parsed frame, frame number.
+pub type Hook = Box<dyn FnMut(Dir, &Packet<'_>, usize) -> Fate>;
+
+pub struct Side {
+    pub engine: Engine<VecMemory>,
+    pub qpn: Qpn,
+    pub mr: MrKeys,
+}
+
+pub struct Pair {
+    pub a: Side,
+    pub b: Side,
+    pub now: u64,
+    /// (arrival time, direction, frame)
+    pub in_flight: VecDeque<(u64, Dir, Vec<u8>)>,
+    /// Frames seen on the wire, for inspection.
+    pub log: Vec<(Dir, Vec<u8>)>,
+    pub hook: Hook,
+    pub frames_sent: usize,
+}
+
+pub struct Setup {
+    pub mtu: PathMtu,
+    pub psn_a: u32,
+    pub psn_b: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub access_b: QpAccess,
+    pub cfg: fn(MacAddr, Ipv4Addr) -> EngineConfig,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            mtu: PathMtu::Mtu1024,
+            psn_a: 100,
+            psn_b: 5000,
+            timeout: 8, // 1 ms
+            retry_cnt: 7,
+            access_b: QpAccess {
+                remote_write: true,
+                remote_read: true,
+            },
+            cfg: |mac, ip| EngineConfig::new(mac, ip, 100_000_000_000),
+        }
+    }
+}
+
+fn side(mac: MacAddr, ip: Ipv4Addr, s: &Setup) -> Side {
+    let mut mem = VecMemory::new();
+    mem.add(MR_BASE, MR_LEN);
+    let mut engine = Engine::new((s.cfg)(mac, ip), mem, 0);
+    let mr = engine
+        .register_mr(MR_BASE, MR_LEN as u64, Access::ALL)
+        .unwrap();
+    let qpn = engine.create_qp(1024, 0).unwrap();
+    Side { engine, qpn, mr }
+}
+
+impl Pair {
+    pub fn new(s: Setup) -> Pair {
+        let mut a = side(MAC_A, IP_A, &s);
+        let mut b = side(MAC_B, IP_B, &s);
+        a.engine
+            .modify_to_init(
+                a.qpn,
+                QpAccess {
+                    remote_write: true,
+                    remote_read: true,
+                },
+            )
+            .unwrap();
+        b.engine.modify_to_init(b.qpn, s.access_b).unwrap();
+        let rtr = |qpn, mac, ip, psn| RtrAttr {
+            path_mtu: s.mtu,
+            dest_qpn: qpn,
+            dest_mac: mac,
+            dest_ip: ip,
+            rq_psn: psn,
+            max_dest_rd_atomic: 16,
+        };
+        a.engine
+            .modify_to_rtr(a.qpn, rtr(b.qpn, MAC_B, IP_B, s.psn_b))
+            .unwrap();
+        b.engine
+            .modify_to_rtr(b.qpn, rtr(a.qpn, MAC_A, IP_A, s.psn_a))
+            .unwrap();
+        let rts = |psn| RtsAttr {
+            sq_psn: psn,
+            timeout: s.timeout,
+            retry_cnt: s.retry_cnt,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        };
+        a.engine.modify_to_rts(a.qpn, rts(s.psn_a)).unwrap();
+        b.engine.modify_to_rts(b.qpn, rts(s.psn_b)).unwrap();
+        Pair {
+            a,
+            b,
+            now: 0,
+            in_flight: VecDeque::new(),
+            log: Vec::new(),
+            hook: Box::new(|_, _, _| Fate::Deliver),
+            frames_sent: 0,
+        }
+    }
+
+    /// A WRITE (or READ) from A's region at `local` to B's at `remote`.
+    pub fn wr(&self, wr_id: u64, op: WrOp, local: u64, remote: u64, len: u32) -> SendWr {
+        SendWr {
+            wr_id,
+            op,
+            lkey: self.a.mr.lkey,
+            local_va: MR_BASE + local,
+            len,
+            rkey: self.b.mr.rkey,
+            remote_va: MR_BASE + remote,
+            signaled: true,
+        }
+    }
+
+    pub fn post(&mut self, wr: SendWr) {
+        let now = self.now;
+        self.a.engine.post_send(self.a.qpn, wr, now).unwrap();
+    }
+
+    fn transmit(&mut self) {
+        let mut buf = vec![0u8; 9000];
+        for dir in [Dir::AtoB, Dir::BtoA] {
+            loop {
+                let e = match dir {
+                    Dir::AtoB => &mut self.a.engine,
+                    Dir::BtoA => &mut self.b.engine,
+                };
+                let Some(n) = e.poll_transmit(self.now, &mut buf) else {
+                    break;
+                };
+                let frame = buf[..n].to_vec();
+                let p = Packet::parse(&frame).expect("engines emit valid frames");
+                let idx = self.frames_sent;
+                self.frames_sent += 1;
+                let fate = (self.hook)(dir, &p, idx);
+                self.log.push((dir, frame.clone()));
+                match fate {
+                    Fate::Deliver => self.in_flight.push_back((self.now + DELAY_NS, dir, frame)),
+                    Fate::Drop => {}
+                    Fate::Duplicate => {
+                        self.in_flight
+                            .push_back((self.now + DELAY_NS, dir, frame.clone()));
+                        self.in_flight
+                            .push_back((self.now + DELAY_NS + 10, dir, frame));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Advances to the next event (arrival, timer or pacing); false when
+    /// nothing is left to happen before `limit`.
+    pub fn step(&mut self, limit: u64) -> bool {
+        self.transmit();
+        let next_arrival = self.in_flight.iter().map(|f| f.0).min();
+        let next_timer = [self.a.engine.poll_timeout(), self.b.engine.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(t) = [next_arrival, next_timer].into_iter().flatten().min() else {
+            return false;
+        };
+        if t > limit {
+            return false;
+        }
+        self.now = self.now.max(t);
+        let now = self.now;
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if self.in_flight[i].0 <= now {
+                let (_, dir, f) = self.in_flight.remove(i).unwrap();
+                match dir {
+                    Dir::AtoB => self.b.engine.handle_packet(now, &f),
+                    Dir::BtoA => self.a.engine.handle_packet(now, &f),
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.a.engine.handle_timeout(now);
+        self.b.engine.handle_timeout(now);
+        true
+    }
+
+    /// Runs until nothing is pending or `limit` ns of virtual time pass.
+    pub fn run(&mut self, limit: u64) {
+        let end = self.now + limit;
+        while self.step(end) {}
+    }
+
+    pub fn completions_a(&mut self) -> Vec<Cqe> {
+        std::iter::from_fn(|| self.a.engine.poll_completion()).collect()
+    }
+
+    pub fn fill_a(&mut self, off: u64, len: usize, seed: u8) {
+        let s = self.a.engine.mem_mut().slice_mut(MR_BASE + off, len);
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7) ^ seed;
+        }
+    }
+
+    pub fn fill_b(&mut self, off: u64, len: usize, seed: u8) {
+        let s = self.b.engine.mem_mut().slice_mut(MR_BASE + off, len);
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(13) ^ seed;
+        }
+    }
+
+    pub fn a_bytes(&self, off: u64, len: usize) -> Vec<u8> {
+        self.a.engine.mem().slice(MR_BASE + off, len).to_vec()
+    }
+
+    pub fn b_bytes(&self, off: u64, len: usize) -> Vec<u8> {
+        self.b.engine.mem().slice(MR_BASE + off, len).to_vec()
+    }
+
+    /// Opcodes of the frames logged in one direction.
+    pub fn ops(&self, dir: Dir) -> Vec<transport::wire::Opcode> {
+        self.log
+            .iter()
+            .filter(|(d, _)| *d == dir)
+            .map(|(_, f)| Packet::parse(f).unwrap().repr.bth.opcode)
+            .collect()
+    }
+}
