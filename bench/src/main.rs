@@ -10,6 +10,7 @@ use bench::decode::Summary;
 use bench::pcap::{Reader, Writer};
 use bench::replay::{replay, ReplayArgs};
 use bench::samples;
+use bench::torture::{self as torture_mod, TortureArgs};
 
 #[derive(Parser)]
 #[command(
@@ -43,6 +44,11 @@ enum Command {
     /// Replay a telemetry trace through the sender-based HPCC++ controller
     /// and print, as CSV, U, W, Wc, rate and incStage after every event.
     HpccReplay(ReplayArgs),
+    /// Two RC engines over a seeded faulty wire in virtual time: random
+    /// WRITEs and READs, every byte verified. The last line is
+    /// `ops=N ok=N failed=F dup_applied=D corrupted_accepted=C hung=H`; the
+    /// exit code is 0 only when the run passed.
+    Torture(TortureArgs),
 }
 
 fn decode(path: &Path) -> ExitCode {
@@ -155,10 +161,44 @@ fn hpcc_replay(args: &ReplayArgs) -> ExitCode {
     }
 }
 
+fn torture(args: &TortureArgs) -> ExitCode {
+    println!(
+        "torture: seed={} ops={} loss={} dup={} reorder={} corrupt={} max_msg={} mtu={} qps={} start_psn={}",
+        args.seed, args.ops, args.loss, args.dup, args.reorder, args.corrupt, args.max_msg,
+        args.mtu, args.qps, args.start_psn
+    );
+    match torture_mod::run(args, |line| eprintln!("torture: {line}")) {
+        Ok((r, s)) => {
+            println!(
+                "wire: frames={} lost={} duplicated={} reordered={} corrupted={} icrc_drops={} retransmitted={} timeouts={} virtual_ms={:.3}",
+                s.frames, s.lost, s.duplicated, s.reordered, s.corrupted, s.icrc_drops,
+                s.retransmitted, s.timeouts, s.virtual_ns as f64 / 1e6
+            );
+            if let Some(k) = args.kill_peer_after {
+                println!(
+                    "peer stopped answering after {k} operations: {} ended with RETRY_EXC_ERR, {} with WR_FLUSH_ERR, {} refused at post (QP in ERR), {} other failures",
+                    s.retry_exc, s.flushed, s.refused, s.other_failures
+                );
+            }
+            println!("{r}");
+            if torture_mod::passed(args, &r, &s) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("bench torture: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Decode { file } => decode(&file),
         Command::Demo { pcap } => demo(&pcap),
         Command::HpccReplay(args) => hpcc_replay(&args),
+        Command::Torture(args) => torture(&args),
     }
 }

@@ -84,3 +84,26 @@ fn segmentation_uses_first_middle_last_and_only() {
         ]
     );
 }
+
+#[test]
+fn interleaved_reads_and_writes_all_complete() {
+    let mut p = Pair::new(Setup::default());
+    for i in 0..40u64 {
+        let len = [0u32, 5, 1024, 3000, 70_000][(i % 5) as usize];
+        let off = i * 80_000;
+        let op = if i % 3 == 0 { WrOp::Read } else { WrOp::Write };
+        p.fill_a(off, len as usize, i as u8);
+        p.fill_b(off, len as usize, 0x80 | i as u8);
+        let wr = p.wr(i, op, off, off, len);
+        p.post(wr);
+    }
+    p.run(1_000_000_000);
+    let cqes = p.completions_a();
+    assert_eq!(cqes.len(), 40, "{:?}", p.a.engine.qp_counters(p.a.qpn));
+    for (i, c) in cqes.iter().enumerate() {
+        assert_eq!((c.wr_id, c.status), (i as u64, WcStatus::Success));
+        let len = [0usize, 5, 1024, 3000, 70_000][i % 5];
+        let off = i as u64 * 80_000;
+        assert_eq!(p.a_bytes(off, len), p.b_bytes(off, len), "op {i}");
+    }
+}

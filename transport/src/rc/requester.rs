@@ -458,10 +458,9 @@ impl Requester {
     /// then calls [`Requester::read_landed`]); `None` to drop it.
     pub fn on_read_response(&mut self, psn: u32, opcode: Opcode, len: usize) -> Option<u64> {
         let mtu = self.mtu;
-        let idx = self
-            .sq
-            .iter()
-            .position(|e| !e.done && e.is_read() && e.contains(psn))?;
+        // Responses arrive in PSN order: only the oldest incomplete READ may
+        // take one; anything later means responses were lost.
+        let idx = self.sq.iter().position(|e| !e.done && e.is_read())?;
         let e = self.sq[idx];
         if !e.rd_requested {
             return None;
@@ -495,13 +494,12 @@ impl Requester {
 
     /// The response for `psn` (accepted by `on_read_response`) was copied.
     pub fn read_landed(&mut self, psn: u32, now: u64) {
-        let Some(idx) = self
-            .sq
-            .iter()
-            .position(|e| !e.done && e.is_read() && e.contains(psn))
-        else {
+        let Some(idx) = self.sq.iter().position(|e| !e.done && e.is_read()) else {
             return;
         };
+        if !self.sq[idx].contains(psn) {
+            return;
+        }
         // Everything before the READ is implicitly acknowledged.
         for e in self.sq.iter_mut().take(idx) {
             e.done = true;
