@@ -127,6 +127,9 @@ const BASE: u64 = 0x1000_0000;
 const DELAY_NS: u64 = 2_000;
 const LINE_BPS: u64 = 100_000_000_000;
 
+/// A frame on the wire: (arrival time, sequence x 2 + corrupted, from A, bytes).
+type InFlight = Reverse<(u64, u64, bool, Vec<u8>)>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpState {
     Pending,
@@ -175,36 +178,49 @@ fn host(mac: MacAddr, ip: Ipv4Addr, bytes: u64, args: &TortureArgs) -> Result<Ho
     Ok(Host { engine, mr, qpns })
 }
 
-fn connect(a: &mut Host, b: &Host, mac: MacAddr, ip: Ipv4Addr, args: &TortureArgs, mtu: PathMtu) -> Result<(), String> {
+fn connect(
+    a: &mut Host,
+    b: &Host,
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    args: &TortureArgs,
+    mtu: PathMtu,
+) -> Result<(), String> {
     for (qa, qb) in a.qpns.iter().zip(&b.qpns) {
         let e = &mut a.engine;
-        e.modify_to_init(*qa, QpAccess { remote_write: true, remote_read: true })
-            .and_then(|_| {
-                e.modify_to_rtr(
-                    *qa,
-                    RtrAttr {
-                        path_mtu: mtu,
-                        dest_qpn: *qb,
-                        dest_mac: mac,
-                        dest_ip: ip,
-                        rq_psn: args.start_psn,
-                        max_dest_rd_atomic: 16,
-                    },
-                )
-            })
-            .and_then(|_| {
-                e.modify_to_rts(
-                    *qa,
-                    RtsAttr {
-                        sq_psn: args.start_psn,
-                        timeout: args.timeout,
-                        retry_cnt: args.retry_cnt,
-                        rnr_retry: 7,
-                        max_rd_atomic: 16,
-                    },
-                )
-            })
-            .map_err(|e| e.to_string())?;
+        e.modify_to_init(
+            *qa,
+            QpAccess {
+                remote_write: true,
+                remote_read: true,
+            },
+        )
+        .and_then(|_| {
+            e.modify_to_rtr(
+                *qa,
+                RtrAttr {
+                    path_mtu: mtu,
+                    dest_qpn: *qb,
+                    dest_mac: mac,
+                    dest_ip: ip,
+                    rq_psn: args.start_psn,
+                    max_dest_rd_atomic: 16,
+                },
+            )
+        })
+        .and_then(|_| {
+            e.modify_to_rts(
+                *qa,
+                RtsAttr {
+                    sq_psn: args.start_psn,
+                    timeout: args.timeout,
+                    retry_cnt: args.retry_cnt,
+                    rnr_retry: 7,
+                    max_rd_atomic: 16,
+                },
+            )
+        })
+        .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -227,16 +243,27 @@ fn corruptible(frame: &[u8]) -> Vec<usize> {
 }
 
 /// Runs the torture test; `progress` gets a line now and then.
-pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report, WireStats), String> {
+pub fn run(
+    args: &TortureArgs,
+    mut progress: impl FnMut(&str),
+) -> Result<(Report, WireStats), String> {
     let mtu = PathMtu::from_bytes(args.mtu)
         .ok_or_else(|| format!("--mtu {} is not 256, 512, 1024, 2048 or 4096", args.mtu))?;
-    for (name, p) in [("loss", args.loss), ("dup", args.dup), ("reorder", args.reorder), ("corrupt", args.corrupt)] {
+    for (name, p) in [
+        ("loss", args.loss),
+        ("dup", args.dup),
+        ("reorder", args.reorder),
+        ("corrupt", args.corrupt),
+    ] {
         if !(0.0..=1.0).contains(&p) {
             return Err(format!("--{name} {p} is not a probability in [0, 1]"));
         }
     }
     if args.start_psn > 0xFF_FFFF {
-        return Err(format!("--start-psn {} exceeds 24 bits (16777215)", args.start_psn));
+        return Err(format!(
+            "--start-psn {} exceeds 24 bits (16777215)",
+            args.start_psn
+        ));
     }
     if args.qps == 0 || args.depth == 0 {
         return Err("--qps and --depth must be at least 1".into());
@@ -263,7 +290,7 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
     };
     let mut stats = WireStats::default();
     let mut now = 0u64;
-    let mut heap: BinaryHeap<Reverse<(u64, u64, bool, Vec<u8>)>> = BinaryHeap::new();
+    let mut heap: BinaryHeap<InFlight> = BinaryHeap::new();
     let mut seq = 0u64;
     let mut buf = vec![0u8; 16384];
     let limit = args.time_limit_ms.saturating_mul(1_000_000);
@@ -274,17 +301,18 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
 
     // Checks a slot against its last WRITE: a stale duplicate applied later
     // shows an older stamp.
-    let recheck = |b: &Host, ops: &[Op], slot_last: &[Option<u64>], s: usize, report: &mut Report| {
-        if let Some(id) = slot_last[s] {
-            let op = ops[id as usize];
-            if !op.read && op.state == OpState::Ok {
-                let got = b.engine.mem().slice(va(op.qp, op.slot), op.len as usize);
-                if got != &pattern(id, op.len as usize)[..] {
-                    report.dup_applied += 1;
+    let recheck =
+        |b: &Host, ops: &[Op], slot_last: &[Option<u64>], s: usize, report: &mut Report| {
+            if let Some(id) = slot_last[s] {
+                let op = ops[id as usize];
+                if !op.read && op.state == OpState::Ok {
+                    let got = b.engine.mem().slice(va(op.qp, op.slot), op.len as usize);
+                    if got != &pattern(id, op.len as usize)[..] {
+                        report.dup_applied += 1;
+                    }
                 }
             }
-        }
-    };
+        };
 
     loop {
         // Post what the depth allows (all ops before a kill must finish first).
@@ -310,9 +338,15 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
             let data = pattern(id, len as usize);
             let addr = va(qp, slot);
             if read {
-                b.engine.mem_mut().slice_mut(addr, len as usize).copy_from_slice(&data);
+                b.engine
+                    .mem_mut()
+                    .slice_mut(addr, len as usize)
+                    .copy_from_slice(&data);
             } else {
-                a.engine.mem_mut().slice_mut(addr, len as usize).copy_from_slice(&data);
+                a.engine
+                    .mem_mut()
+                    .slice_mut(addr, len as usize)
+                    .copy_from_slice(&data);
             }
             ops.push(Op {
                 qp,
@@ -346,7 +380,9 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
         for from_a in [true, false] {
             loop {
                 let e = if from_a { &mut a.engine } else { &mut b.engine };
-                let Some(n) = e.poll_transmit(now, &mut buf) else { break };
+                let Some(n) = e.poll_transmit(now, &mut buf) else {
+                    break;
+                };
                 if killed && !from_a {
                     continue;
                 }
@@ -377,7 +413,12 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
                 if rng.gen_bool(args.dup) {
                     stats.duplicated += 1;
                     seq += 1;
-                    heap.push(Reverse((at + rng.gen_range(1..=2 * DELAY_NS), seq * 2 + u64::from(corrupted), from_a, frame.clone())));
+                    heap.push(Reverse((
+                        at + rng.gen_range(1..=2 * DELAY_NS),
+                        seq * 2 + u64::from(corrupted),
+                        from_a,
+                        frame.clone(),
+                    )));
                 }
                 seq += 1;
                 heap.push(Reverse((at, seq * 2 + u64::from(corrupted), from_a, frame)));
@@ -416,8 +457,11 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
                     let n = (op.len as usize).min(8);
                     eprintln!(
                         "op {id} failed: {:?} read={} len={} at {now}: A {:?} B {:?}",
-                        c.status, op.read, op.len,
-                        &a.engine.mem().slice(addr, n), &b.engine.mem().slice(addr, n)
+                        c.status,
+                        op.read,
+                        op.len,
+                        &a.engine.mem().slice(addr, n),
+                        &b.engine.mem().slice(addr, n)
                     );
                 }
                 match c.status {
@@ -433,25 +477,39 @@ pub fn run(args: &TortureArgs, mut progress: impl FnMut(&str)) -> Result<(Report
         if let Some(k) = args.kill_peer_after {
             if !killed && done >= k.min(args.ops) {
                 killed = true;
-                progress(&format!("peer killed after {done} operations at {} us", now / 1000));
+                progress(&format!(
+                    "peer killed after {done} operations at {} us",
+                    now / 1000
+                ));
             }
         }
         if now >= last_progress + 1_000_000_000 {
             last_progress = now;
-            progress(&format!("{done}/{} operations done at {} ms virtual", args.ops, now / 1_000_000));
+            progress(&format!(
+                "{done}/{} operations done at {} ms virtual",
+                args.ops,
+                now / 1_000_000
+            ));
         }
 
         // Next event.
         let next = [
             heap.peek().map(|r| r.0 .0),
             a.engine.poll_timeout(),
-            if killed { None } else { b.engine.poll_timeout() },
+            if killed {
+                None
+            } else {
+                b.engine.poll_timeout()
+            },
         ]
         .into_iter()
         .flatten()
         .min();
         let can_post = (ops.len() as u64) < args.ops
-            && args.kill_peer_after.filter(|_| !killed).is_none_or(|k| (ops.len() as u64) < k)
+            && args
+                .kill_peer_after
+                .filter(|_| !killed)
+                .is_none_or(|k| (ops.len() as u64) < k)
             && slot_busy.iter().any(|b| !b);
         let Some(t) = next else {
             if can_post {
@@ -509,7 +567,10 @@ pub fn passed(args: &TortureArgs, r: &Report, s: &WireStats) -> bool {
         None => clean && r.ok == r.ops && r.failed == 0,
         Some(k) => {
             let k = k.min(r.ops);
-            clean && r.ok >= k && s.other_failures == 0 && r.ok + s.retry_exc + s.flushed + s.refused == r.ops
+            clean
+                && r.ok >= k
+                && s.other_failures == 0
+                && r.ok + s.retry_exc + s.flushed + s.refused == r.ops
         }
     }
 }

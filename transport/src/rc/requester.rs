@@ -96,11 +96,23 @@ pub(crate) struct Requester {
     rd_outstanding: u32,
     /// Payload bytes of WRITE packets in [una, tx_psn).
     pub inflight: u64,
-    /// One go-back per out-of-order READ response episode.
+    /// One go-back per burst of out-of-order READ responses (or implied
+    /// NAK episode); `ooo_trigger_psn` is the last out-of-order PSN seen.
     ooo_retry_done: bool,
+    ooo_trigger_psn: u32,
     /// Packets below this PSN were sent before (retransmissions).
     resend_until: u32,
+    /// Something (an ACK, NAK or response, even a stale one) came from the
+    /// peer since the last timeout: the peer is alive, only the path lossy.
+    heard: bool,
+    /// Timeouts in a row without progress while the peer was heard.
+    stalls: u32,
 }
+
+/// Timeouts without progress tolerated while the peer keeps answering (so a
+/// live peer behind a very lossy path is not given up on after retry_cnt
+/// rounds, yet a peer that answers but never lets us progress is).
+pub const MAX_STALLS: u32 = 64;
 
 /// Payload bytes of packets `k1..k2` of a message of `len` bytes.
 fn bytes_of(len: u32, mtu: u32, k1: u32, k2: u32) -> u64 {
@@ -135,7 +147,10 @@ impl Requester {
             rd_outstanding: 0,
             inflight: 0,
             ooo_retry_done: false,
+            ooo_trigger_psn: 0,
             resend_until: 0,
+            heard: false,
+            stalls: 0,
         }
     }
 
@@ -251,7 +266,9 @@ impl Requester {
         Some(TxItem {
             psn: self.tx_psn,
             opcode,
-            ack_req: last || (k + 1) % ACK_REQ_EVERY == 0,
+            // Retransmissions ask for an ACK each, so that recovery on a
+            // lossy path does not hinge on one AckReq packet and its ACK.
+            ack_req: last || (k + 1) % ACK_REQ_EVERY == 0 || retransmit,
             lkey: e.wr.lkey,
             va: e.wr.local_va + u64::from(k) * u64::from(self.mtu),
             len,
@@ -295,6 +312,7 @@ impl Requester {
 
     /// Restarts the retransmission timer after progress.
     fn progress(&mut self, now: u64) {
+        self.stalls = 0;
         self.retries_left = self.retry_cnt;
         self.rnr_left = self.rnr_retry;
         self.timer = (self.rto_ns > 0 && self.una != self.hi).then_some(now + self.rto_ns);
@@ -408,6 +426,7 @@ impl Requester {
         if !self.valid_ack_psn(psn) {
             return false;
         }
+        self.heard = true;
         let before = self.una;
         if let Some(missing) = self.ack_through(psn) {
             self.go_back(missing);
@@ -423,6 +442,7 @@ impl Requester {
         if !(self.valid_ack_psn(psn) || psn == self.hi) {
             return Ok(false);
         }
+        self.heard = true;
         let missing = self.ack_through(psn_add(psn, 0xFF_FFFF));
         match code {
             0 => {
@@ -465,33 +485,35 @@ impl Requester {
         if !e.rd_requested {
             return None;
         }
+        self.heard = true;
         let expected = psn_add(e.first_psn, e.rd_got);
         if psn != expected {
-            if psn_gt(psn, expected) && !self.ooo_retry_done {
+            // A gap: ask again from the first missing PSN, once per burst of
+            // responses (a new burst starts at or below the last trigger).
+            if psn_gt(psn, expected) && (!self.ooo_retry_done || !psn_gt(psn, self.ooo_trigger_psn))
+            {
                 self.ooo_retry_done = true;
+                self.ooo_trigger_psn = psn;
                 self.go_back(expected);
+            } else if psn_gt(psn, expected) {
+                self.ooo_trigger_psn = psn;
             }
             return None;
         }
-        let n_req = psn_diff(psn_add(e.first_psn, e.npsn), e.rd_req_psn).max(1) as u32;
-        let i = psn_diff(psn, e.rd_req_psn);
-        if i < 0 {
-            return None;
-        }
-        let i = i as u32;
-        let want = match (n_req == 1, i == 0, i + 1 == n_req) {
-            (true, _, _) => Opcode::RdmaReadResponseOnly,
-            (false, true, _) => Opcode::RdmaReadResponseFirst,
-            (false, false, true) => Opcode::RdmaReadResponseLast,
-            _ => Opcode::RdmaReadResponseMiddle,
-        };
+        // Data lands by PSN, so any response carrying the expected PSN and
+        // length is good, whichever request (the first or a retry) it
+        // answers; only the end of the READ must be marked as such.
         let k = e.rd_got;
-        if opcode != want || bytes_of(e.wr.len, mtu, k, k + 1) != len as u64 {
+        let last = k + 1 == e.npsn;
+        let ends = matches!(
+            opcode,
+            Opcode::RdmaReadResponseLast | Opcode::RdmaReadResponseOnly
+        );
+        if last != ends || bytes_of(e.wr.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
         Some(e.wr.local_va + u64::from(k) * u64::from(mtu))
     }
-
     /// The response for `psn` (accepted by `on_read_response`) was copied.
     pub fn read_landed(&mut self, psn: u32, now: u64) {
         let Some(idx) = self.sq.iter().position(|e| !e.done && e.is_read()) else {
@@ -515,7 +537,10 @@ impl Requester {
         self.progress(now);
     }
 
-    /// Runs the retransmission timer. `Err` when retries are exhausted.
+    /// Runs the retransmission timer: go back to the oldest unacknowledged
+    /// PSN. A timeout with nothing heard from the peer uses up one of
+    /// retry_cnt retries; one while the peer was heard counts towards
+    /// [`MAX_STALLS`]. `Err` when either runs out.
     pub fn on_timer(&mut self, now: u64) -> Result<bool, Fatal> {
         match self.timer {
             Some(t) if t <= now => {}
@@ -525,10 +550,17 @@ impl Requester {
             self.timer = None;
             return Ok(false);
         }
-        if self.retries_left == 0 {
-            return Err(Fatal::Fail(WcStatus::RetryExcErr));
+        if std::mem::take(&mut self.heard) {
+            self.stalls += 1;
+            if self.stalls > MAX_STALLS {
+                return Err(Fatal::Fail(WcStatus::RetryExcErr));
+            }
+        } else {
+            if self.retries_left == 0 {
+                return Err(Fatal::Fail(WcStatus::RetryExcErr));
+            }
+            self.retries_left -= 1;
         }
-        self.retries_left -= 1;
         self.go_back(self.una);
         self.timer = Some(now + self.rto_ns);
         Ok(true)
