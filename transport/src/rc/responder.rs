@@ -39,6 +39,8 @@ pub(crate) struct ReadJob {
     pub va: u64,
     pub len: u64,
     pub rkey: u32,
+    /// MSN of the READ (carried in its responses' AETH).
+    pub msn: u32,
 }
 
 impl ReadJob {
@@ -55,6 +57,7 @@ struct ReadMemo {
     va: u64,
     len: u64,
     rkey: u32,
+    msn: u32,
 }
 
 /// One READ response packet to send.
@@ -218,12 +221,14 @@ impl Responder {
             if mrs.check_remote(reth.r_key, reth.va, len, false).is_err() {
                 return self.fatal(psn, NAK_REMOTE_ACCESS);
             }
+            self.msn = (self.msn + 1) & 0x00FF_FFFF;
             let job = ReadJob {
                 req_psn: psn,
                 next_psn: psn,
                 va: reth.va,
                 len,
                 rkey: reth.r_key,
+                msn: self.msn,
             };
             let npsn = job.packets(self.mtu);
             if self.memos.len() == self.max_memos {
@@ -235,10 +240,10 @@ impl Responder {
                 va: reth.va,
                 len,
                 rkey: reth.r_key,
+                msn: self.msn,
             });
             self.jobs.push_back(job);
             self.epsn = psn_add(psn, npsn);
-            self.msn = (self.msn + 1) & 0x00FF_FFFF;
             self.nak_sent = false;
             return Verdict::Accepted;
         }
@@ -354,6 +359,7 @@ impl Responder {
             va: reth.va,
             len: u64::from(reth.dma_len),
             rkey: m.rkey,
+            msn: m.msn,
         });
         Verdict::Duplicate
     }
@@ -378,7 +384,7 @@ impl Responder {
             opcode,
             va: j.va + off,
             len,
-            msn: self.msn,
+            msn: j.msn,
         })
     }
 

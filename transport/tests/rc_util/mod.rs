@@ -10,7 +10,7 @@ use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
     Cqe, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WrOp,
 };
-use transport::wire::{MacAddr, Packet};
+use transport::wire::{AethRepr, MacAddr, Opcode, Packet, PacketRepr, RethRepr};
 
 pub const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 pub const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -34,6 +34,8 @@ pub enum Fate {
     Deliver,
     Drop,
     Duplicate,
+    /// Flip bit 0 of the byte at this offset.
+    Corrupt(usize),
 }
 
 /// Decides the fate of each frame: direction, parsed frame, frame number.
@@ -188,6 +190,11 @@ impl Pair {
                         self.in_flight
                             .push_back((self.now + DELAY_NS + 10, dir, frame));
                     }
+                    Fate::Corrupt(at) => {
+                        let mut f = frame;
+                        f[at] ^= 1;
+                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
+                    }
                 }
             }
         }
@@ -259,8 +266,63 @@ impl Pair {
         self.b.engine.mem().slice(MR_BASE + off, len).to_vec()
     }
 
+    /// A frame from A's QP to B's QP, as A would send it.
+    pub fn frame_to_b(
+        &self,
+        op: Opcode,
+        psn: u32,
+        ack_req: bool,
+        reth: Option<RethRepr>,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let mut r = PacketRepr::new(op, self.b.qpn, psn);
+        r.eth.src = MAC_A;
+        r.eth.dst = MAC_B;
+        r.ip.src = IP_A;
+        r.ip.dst = IP_B;
+        r.bth.ack_req = ack_req;
+        r.reth = reth;
+        let mut buf = vec![0u8; r.frame_len(payload.len())];
+        let n = r.emit(payload, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// A frame from B's QP to A's QP.
+    pub fn frame_to_a(&self, op: Opcode, psn: u32, aeth: Option<AethRepr>) -> Vec<u8> {
+        let mut r = PacketRepr::new(op, self.a.qpn, psn);
+        r.eth.src = MAC_B;
+        r.eth.dst = MAC_A;
+        r.ip.src = IP_B;
+        r.ip.dst = IP_A;
+        r.aeth = aeth;
+        let mut buf = vec![0u8; r.frame_len(0)];
+        r.emit(&[], &mut buf).unwrap();
+        buf
+    }
+
+    /// Every frame B wants to send now, parsed to (opcode, PSN, AETH).
+    pub fn drain_b(&mut self) -> Vec<(Opcode, u32, Option<AethRepr>)> {
+        let mut out = vec![];
+        let mut buf = vec![0u8; 9000];
+        while let Some(n) = self.b.engine.poll_transmit(self.now, &mut buf) {
+            let p = Packet::parse(&buf[..n]).unwrap();
+            out.push((p.repr.bth.opcode, p.repr.bth.psn, p.repr.aeth));
+        }
+        out
+    }
+
+    /// Frames logged in one direction, parsed by `f`.
+    pub fn logged<T>(&self, dir: Dir, f: impl Fn(&Packet<'_>) -> T) -> Vec<T> {
+        self.log
+            .iter()
+            .filter(|(d, _)| *d == dir)
+            .map(|(_, fr)| f(&Packet::parse(fr).unwrap()))
+            .collect()
+    }
+
     /// Opcodes of the frames logged in one direction.
-    pub fn ops(&self, dir: Dir) -> Vec<transport::wire::Opcode> {
+    pub fn ops(&self, dir: Dir) -> Vec<Opcode> {
         self.log
             .iter()
             .filter(|(d, _)| *d == dir)

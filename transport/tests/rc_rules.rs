@@ -1,0 +1,908 @@
+//! One test per rule of ../shared/spec/rc.md, named after the rule.
+
+mod rc_util;
+
+use rc_util::{Dir, Fate, Pair, Setup, DELAY_NS, MR_BASE};
+use transport::mr::Access;
+use transport::rc::{PathMtu, QpAccess, QpState, RcError, RtrAttr, RtsAttr, WcStatus, WrOp};
+use transport::wire::{AethRepr, Opcode, Packet, RethRepr};
+
+// ---- Promises to the application ----
+
+#[test]
+fn in_order_exactly_once_duplicates_are_never_applied_twice() {
+    let mut p = Pair::new(Setup::default());
+    // Every frame in both directions is delivered twice.
+    p.hook = Box::new(|_, _, _| Fate::Duplicate);
+    p.fill_a(0, 5000, 1);
+    let first = p.wr(1, WrOp::Write, 0, 0, 5000);
+    p.post(first);
+    p.run(10_000_000);
+    // A second WRITE to the same place; a late duplicate of the first must
+    // not clobber it.
+    p.fill_a(0, 5000, 2);
+    let second = p.wr(2, WrOp::Write, 0, 0, 5000);
+    p.post(second);
+    p.run(10_000_000);
+    let c = p.completions_a();
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(p.b_bytes(0, 5000), p.a_bytes(0, 5000));
+    assert!(p.b.engine.qp_counters(p.b.qpn).unwrap().duplicates > 0);
+}
+
+#[test]
+fn no_silent_corruption_bad_icrc_is_dropped_and_recovered() {
+    let mut p = Pair::new(Setup::default());
+    // Corrupt the payload of the second data packet once.
+    p.hook = Box::new(|dir, pk, i| {
+        if dir == Dir::AtoB && pk.repr.bth.opcode == Opcode::RdmaWriteMiddle && i < 3 {
+            Fate::Corrupt(100)
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.fill_a(0, 3000, 9);
+    let wr = p.wr(1, WrOp::Write, 0, 0, 3000);
+    p.post(wr);
+    p.run(100_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    assert_eq!(p.b_bytes(0, 3000), p.a_bytes(0, 3000));
+    assert_eq!(p.b.engine.counters().icrc_drops(), 1);
+    // Dropped silently: no NAK for the bad frame itself; the gap it left
+    // gets the one sequence NAK.
+    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().naks_sent[0], 1);
+}
+
+#[test]
+fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
+    let mut p = Pair::new(Setup {
+        timeout: 4,
+        retry_cnt: 3,
+        ..Setup::default()
+    });
+    p.hook = Box::new(|dir, _, _| {
+        if dir == Dir::AtoB {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    for i in 0..3 {
+        let mut wr = p.wr(i, WrOp::Write, 0, 0, 100);
+        wr.signaled = false;
+        p.post(wr);
+    }
+    p.run(1_000_000_000);
+    let c = p.completions_a();
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [
+            (0, WcStatus::RetryExcErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.a.engine.qp_state(p.a.qpn).unwrap(), QpState::Err);
+    // Within the configured timeout x (retries + 1): 65.5 us x 4.
+    assert!(
+        p.now <= 4 * 65_536 + 10 * DELAY_NS,
+        "gave up at {} ns",
+        p.now
+    );
+    let wr = p.wr(9, WrOp::Write, 0, 0, 1);
+    assert!(matches!(
+        p.a.engine.post_send(p.a.qpn, wr, p.now),
+        Err(RcError::WrongState {
+            state: QpState::Err,
+            ..
+        })
+    ));
+}
+
+// ---- QP states ----
+
+#[test]
+fn posting_to_a_qp_not_in_rts_is_an_immediate_error() {
+    let mut p = Pair::new(Setup::default());
+    let wr = p.wr(1, WrOp::Write, 0, 0, 1);
+    let e = &mut p.a.engine;
+    let q = e.create_qp(4, 0).unwrap();
+    for step in 0..3 {
+        match step {
+            1 => e.modify_to_init(q, QpAccess::default()).unwrap(),
+            2 => e
+                .modify_to_rtr(
+                    q,
+                    RtrAttr {
+                        path_mtu: PathMtu::Mtu1024,
+                        dest_qpn: 1,
+                        dest_mac: rc_util::MAC_B,
+                        dest_ip: rc_util::IP_B,
+                        rq_psn: 0,
+                        max_dest_rd_atomic: 1,
+                    },
+                )
+                .unwrap(),
+            _ => {}
+        }
+        assert!(matches!(
+            e.post_send(q, wr, 0),
+            Err(RcError::WrongState {
+                need: QpState::Rts,
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn states_go_reset_init_rtr_rts_and_attributes_are_checked() {
+    let mut p = Pair::new(Setup::default());
+    let e = &mut p.a.engine;
+    let q = e.create_qp(4, 0).unwrap();
+    assert_eq!(e.qp_state(q).unwrap(), QpState::Reset);
+    let rts = RtsAttr {
+        sq_psn: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+    };
+    assert!(matches!(
+        e.modify_to_rts(q, rts),
+        Err(RcError::WrongState { .. })
+    ));
+    e.modify_to_init(q, QpAccess::default()).unwrap();
+    let rtr = RtrAttr {
+        path_mtu: PathMtu::Mtu1024,
+        dest_qpn: 0x100_0000,
+        dest_mac: rc_util::MAC_B,
+        dest_ip: rc_util::IP_B,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+    };
+    let err = e.modify_to_rtr(q, rtr).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "dest_qpn 16777216 out of range (max 16777215)"
+    );
+    e.modify_to_rtr(q, RtrAttr { dest_qpn: 5, ..rtr }).unwrap();
+    for bad in [
+        RtsAttr {
+            sq_psn: 1 << 24,
+            ..rts
+        },
+        RtsAttr { timeout: 32, ..rts },
+        RtsAttr {
+            retry_cnt: 8,
+            ..rts
+        },
+        RtsAttr {
+            rnr_retry: 8,
+            ..rts
+        },
+    ] {
+        assert!(
+            matches!(e.modify_to_rts(q, bad), Err(RcError::OutOfRange { .. })),
+            "{bad:?}"
+        );
+    }
+    e.modify_to_rts(q, rts).unwrap();
+    assert_eq!(e.qp_state(q).unwrap(), QpState::Rts);
+    e.modify_to_err(q).unwrap();
+    assert_eq!(e.qp_state(q).unwrap(), QpState::Err);
+    assert_eq!(
+        e.modify_to_init(0xdead, QpAccess::default()),
+        Err(RcError::NoSuchQp(0xdead))
+    );
+}
+
+// ---- Requester ----
+
+#[test]
+fn requester_splits_messages_into_path_mtu_packets_with_reth_on_first_and_only() {
+    let mut p = Pair::new(Setup {
+        mtu: PathMtu::Mtu256,
+        ..Setup::default()
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 600);
+    p.post(wr);
+    let wr = p.wr(2, WrOp::Read, 0, 1000, 513);
+    p.post(wr);
+    p.run(10_000_000);
+    let sent = p.logged(Dir::AtoB, |k| {
+        (
+            k.repr.bth.opcode,
+            k.repr.bth.psn,
+            k.payload.len(),
+            k.repr.reth.map(|r| r.dma_len),
+        )
+    });
+    assert_eq!(
+        sent,
+        [
+            (Opcode::RdmaWriteFirst, 100, 256, Some(600)),
+            (Opcode::RdmaWriteMiddle, 101, 256, None),
+            (Opcode::RdmaWriteLast, 102, 88, None),
+            (Opcode::RdmaReadRequest, 103, 0, Some(513)),
+        ]
+    );
+    // The READ used ceil(513/256) = 3 PSNs, matched by its responses.
+    let resp = p.logged(Dir::BtoA, |k| (k.repr.bth.opcode, k.repr.bth.psn));
+    assert!(resp.contains(&(Opcode::RdmaReadResponseFirst, 103)));
+    assert!(resp.contains(&(Opcode::RdmaReadResponseLast, 105)));
+    let wr = p.wr(3, WrOp::Write, 0, 0, 1);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(
+        p.logged(Dir::AtoB, |k| k.repr.bth.psn).last(),
+        Some(&106),
+        "next PSN after the READ's three"
+    );
+}
+
+#[test]
+fn pad_is_zeroed_and_counted_in_padcnt() {
+    let mut p = Pair::new(Setup::default());
+    for (i, len) in [1023u32, 1, 2, 3, 4].into_iter().enumerate() {
+        p.fill_a(0, 1024, 0xff);
+        let wr = p.wr(i as u64, WrOp::Write, 0, 0, len);
+        p.post(wr);
+    }
+    p.run(10_000_000);
+    for (_, f) in p.log.iter().filter(|(d, _)| *d == Dir::AtoB) {
+        let k = Packet::parse(f).unwrap();
+        assert_eq!(usize::from(k.pad), (4 - k.payload.len() % 4) % 4);
+        let pad_at = f.len() - 4 - usize::from(k.pad);
+        assert!(
+            f[pad_at..f.len() - 4].iter().all(|&b| b == 0),
+            "pad bytes are zero"
+        );
+    }
+}
+
+#[test]
+fn ack_req_on_the_last_packet_and_at_least_every_64_packets() {
+    let mut p = Pair::new(Setup::default());
+    let wr = p.wr(1, WrOp::Write, 0, 0, 150 * 1024);
+    p.post(wr);
+    p.run(10_000_000);
+    let flagged: Vec<u32> = p
+        .logged(Dir::AtoB, |k| (k.repr.bth.psn, k.repr.bth.ack_req))
+        .into_iter()
+        .filter(|(_, a)| *a)
+        .map(|(psn, _)| psn - 100)
+        .collect();
+    assert_eq!(flagged, [63, 127, 149]);
+}
+
+#[test]
+fn at_most_a_bounded_number_of_unacknowledged_psns() {
+    let mut p = Pair::new(Setup {
+        cfg: |mac, ip| {
+            let mut c = transport::rc::EngineConfig::new(mac, ip, 100_000_000_000);
+            c.max_outstanding_psns = 8;
+            c
+        },
+        ..Setup::default()
+    });
+    p.hook = Box::new(|dir, _, _| {
+        if dir == Dir::BtoA {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
+    p.post(wr);
+    p.run(100_000); // less than one ACK timeout
+    let psns: Vec<u32> = p.logged(Dir::AtoB, |k| k.repr.bth.psn);
+    assert_eq!(psns, (100..108).collect::<Vec<_>>());
+}
+
+#[test]
+fn at_most_w_bytes_in_flight_under_hpcc() {
+    let mut p = Pair::new(Setup {
+        cfg: |mac, ip| {
+            let mut c = transport::rc::EngineConfig::new(mac, ip, 100_000_000_000);
+            c.cc = transport::rc::CcMode::HpccInband { maxhop: 2 };
+            c.hpcc.w_init = 4096.0;
+            c
+        },
+        ..Setup::default()
+    });
+    assert_eq!(p.a.engine.qp_cc(p.a.qpn).unwrap().0, 4096);
+    p.hook = Box::new(|dir, _, _| {
+        if dir == Dir::BtoA {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
+    p.post(wr);
+    p.run(100_000);
+    let bytes: usize = p.logged(Dir::AtoB, |k| k.payload.len()).iter().sum();
+    assert_eq!(
+        bytes, 4096,
+        "one window of payload, then nothing until an ACK"
+    );
+    assert!(
+        p.logged(Dir::AtoB, |k| k.repr.tlm.is_some())
+            .iter()
+            .all(|&t| t),
+        "inband: every data packet carries TLM"
+    );
+}
+
+#[test]
+fn go_back_n_on_nak_psn_sequence_error() {
+    let mut p = Pair::new(Setup::default());
+    let mut dropped = false;
+    p.hook = Box::new(move |dir, k, _| {
+        if dir == Dir::AtoB && k.repr.bth.psn == 102 && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    p.fill_a(0, 6 * 1024, 3);
+    let wr = p.wr(1, WrOp::Write, 0, 0, 6 * 1024);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    assert_eq!(p.b_bytes(0, 6 * 1024), p.a_bytes(0, 6 * 1024));
+    let psns: Vec<u32> = p.logged(Dir::AtoB, |k| k.repr.bth.psn);
+    assert_eq!(
+        psns,
+        [100, 101, 102, 103, 104, 105, 102, 103, 104, 105],
+        "restart at the NAKed PSN"
+    );
+    assert_eq!(p.a.engine.qp_counters(p.a.qpn).unwrap().naks_received[0], 1);
+    assert_eq!(p.a.engine.qp_counters(p.a.qpn).unwrap().timeouts, 0);
+}
+
+#[test]
+fn go_back_n_on_local_ack_timeout() {
+    let mut p = Pair::new(Setup {
+        timeout: 4,
+        ..Setup::default()
+    });
+    let mut dropped = false;
+    p.hook = Box::new(move |dir, k, _| {
+        if dir == Dir::AtoB && k.repr.bth.psn == 101 && !dropped {
+            dropped = true; // the last packet: no later packet reveals the gap
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 2048);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    assert_eq!(c.timeouts, 1);
+    // Nothing was acknowledged (only the lost LAST asked for an ACK), so
+    // both packets go again, from the oldest unacknowledged PSN.
+    assert_eq!(c.retransmitted, 2);
+    assert_eq!(
+        p.logged(Dir::AtoB, |k| k.repr.bth.psn),
+        [100, 101, 100, 101]
+    );
+}
+
+#[test]
+fn local_ack_timeout_is_4_096_us_times_2_pow_timeout_and_0_disables_it() {
+    for timeout in [3u8, 6] {
+        let mut p = Pair::new(Setup {
+            timeout,
+            ..Setup::default()
+        });
+        p.hook = Box::new(|dir, _, _| {
+            if dir == Dir::AtoB {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        });
+        let wr = p.wr(1, WrOp::Write, 0, 0, 10);
+        p.post(wr);
+        let rto = 4096u64 << timeout;
+        assert_eq!(p.a.engine.poll_timeout(), Some(0), "a packet to send now");
+        p.step(0);
+        assert_eq!(p.a.engine.poll_timeout(), Some(rto), "then the ACK timeout");
+    }
+    let mut p = Pair::new(Setup {
+        timeout: 0,
+        ..Setup::default()
+    });
+    p.hook = Box::new(|dir, _, _| {
+        if dir == Dir::AtoB {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 10);
+    p.post(wr);
+    p.run(1_000_000_000);
+    assert_eq!(p.a.engine.poll_timeout(), None);
+    assert!(p.completions_a().is_empty(), "timeout 0: waits forever");
+}
+
+#[test]
+fn a_read_reissues_a_request_for_the_bytes_not_yet_received() {
+    let mut p = Pair::new(Setup::default());
+    let mut dropped = false;
+    p.hook = Box::new(move |dir, k, _| {
+        if dir == Dir::BtoA && k.repr.bth.psn == 102 && !dropped {
+            dropped = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    p.fill_b(0, 5000, 7);
+    let wr = p.wr(1, WrOp::Read, 0, 0, 5000);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    assert_eq!(p.a_bytes(0, 5000), p.b_bytes(0, 5000));
+    let reqs = p.logged(Dir::AtoB, |k| {
+        (
+            k.repr.bth.psn,
+            k.repr.reth.map(|r| (r.va - MR_BASE, r.dma_len)),
+        )
+    });
+    assert_eq!(
+        reqs,
+        [(100, Some((0, 5000))), (102, Some((2048, 5000 - 2048)))]
+    );
+    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().read_replays, 1);
+}
+
+#[test]
+fn an_ack_past_a_read_whose_responses_were_lost_retries_the_read() {
+    let mut p = Pair::new(Setup {
+        timeout: 14,
+        ..Setup::default()
+    }); // 67 ms: no timeout here
+    let mut dropped = 0;
+    p.hook = Box::new(move |dir, k, _| {
+        if dir == Dir::BtoA && k.repr.bth.opcode == Opcode::RdmaReadResponseOnly && dropped == 0 {
+            dropped += 1;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    p.fill_b(0, 100, 5);
+    let wr = p.wr(1, WrOp::Read, 0, 0, 100);
+    p.post(wr);
+    let wr = p.wr(2, WrOp::Write, 200, 200, 10);
+    p.post(wr);
+    p.run(1_000_000);
+    let c = p.completions_a();
+    assert_eq!(
+        c.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [WcStatus::Success, WcStatus::Success]
+    );
+    assert_eq!(p.a_bytes(0, 100), p.b_bytes(0, 100));
+    assert_eq!(
+        p.a.engine.qp_counters(p.a.qpn).unwrap().timeouts,
+        0,
+        "retried on the ACK, not a timeout"
+    );
+    assert!(p.now < 1_000_000);
+}
+
+#[test]
+fn nak_codes_map_to_completion_statuses_and_the_qp_goes_to_err() {
+    for (syndrome, status) in [
+        (0x61u8, WcStatus::RemInvReqErr),
+        (0x62, WcStatus::RemAccessErr),
+        (0x63, WcStatus::RemOpErr),
+    ] {
+        let mut p = Pair::new(Setup::default());
+        p.hook = Box::new(|dir, _, _| {
+            if dir == Dir::AtoB {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        });
+        let wr = p.wr(1, WrOp::Write, 0, 0, 10);
+        p.post(wr);
+        let wr = p.wr(2, WrOp::Write, 0, 0, 10);
+        p.post(wr);
+        p.step(0);
+        let nak = p.frame_to_a(
+            Opcode::Acknowledge,
+            100,
+            Some(AethRepr { syndrome, msn: 0 }),
+        );
+        let now = p.now;
+        p.a.engine.handle_packet(now, &nak);
+        let c = p.completions_a();
+        assert_eq!(
+            c.iter().map(|c| c.status).collect::<Vec<_>>(),
+            [status, WcStatus::WrFlushErr]
+        );
+        assert_eq!(p.a.engine.qp_state(p.a.qpn).unwrap(), QpState::Err);
+    }
+}
+
+// ---- Responder ----
+
+#[test]
+fn psn_greater_than_epsn_gets_one_nak_per_episode_then_silence() {
+    let mut p = Pair::new(Setup::default());
+    let f = |psn| {
+        p.frame_to_b(
+            Opcode::RdmaWriteOnly,
+            psn,
+            true,
+            Some(RethRepr {
+                va: MR_BASE,
+                r_key: p.b.mr.rkey,
+                dma_len: 4,
+            }),
+            &[1, 2, 3, 4],
+        )
+    };
+    let (f101, f102, f103, f100) = (f(101), f(102), f(103), f(100));
+    for fr in [&f101, &f102, &f103] {
+        p.b.engine.handle_packet(0, fr);
+    }
+    let out = p.drain_b();
+    assert_eq!(
+        out,
+        [(
+            Opcode::Acknowledge,
+            100,
+            Some(AethRepr {
+                syndrome: 0x60,
+                msn: 0
+            })
+        )]
+    );
+    assert_eq!(
+        p.b_bytes(0, 4),
+        [0, 0, 0, 0],
+        "nothing out of order is applied"
+    );
+    // ePSN arrives: accepted, ACKed, and the next gap gets a new NAK.
+    p.b.engine.handle_packet(0, &f100);
+    p.b.engine.handle_packet(0, &f102);
+    let out = p.drain_b();
+    assert_eq!(out[0].0, Opcode::Acknowledge);
+    assert!(out
+        .iter()
+        .any(|o| o.2.map(|a| a.syndrome) == Some(0x60) && o.1 == 101));
+}
+
+#[test]
+fn duplicates_are_re_acked_and_never_re_applied() {
+    let mut p = Pair::new(Setup::default());
+    let reth = Some(RethRepr {
+        va: MR_BASE,
+        r_key: p.b.mr.rkey,
+        dma_len: 4,
+    });
+    let first = p.frame_to_b(Opcode::RdmaWriteOnly, 100, true, reth, &[1, 1, 1, 1]);
+    let second = p.frame_to_b(Opcode::RdmaWriteOnly, 101, true, reth, &[2, 2, 2, 2]);
+    p.b.engine.handle_packet(0, &first);
+    p.b.engine.handle_packet(0, &second);
+    p.drain_b();
+    p.b.engine.handle_packet(0, &first); // a late duplicate
+    assert_eq!(p.b_bytes(0, 4), [2, 2, 2, 2]);
+    let out = p.drain_b();
+    assert_eq!(
+        out,
+        [(
+            Opcode::Acknowledge,
+            101,
+            Some(AethRepr {
+                syndrome: 0x1f,
+                msn: 2
+            })
+        )]
+    );
+    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().duplicates, 1);
+}
+
+#[test]
+fn a_duplicate_read_request_is_replayed_from_memory() {
+    let mut p = Pair::new(Setup::default());
+    p.fill_b(0, 3000, 4);
+    let reth = RethRepr {
+        va: MR_BASE,
+        r_key: p.b.mr.rkey,
+        dma_len: 3000,
+    };
+    let req = p.frame_to_b(Opcode::RdmaReadRequest, 100, false, Some(reth), &[]);
+    p.b.engine.handle_packet(0, &req);
+    let first: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
+    assert_eq!(
+        first,
+        [
+            (Opcode::RdmaReadResponseFirst, 100),
+            (Opcode::RdmaReadResponseMiddle, 101),
+            (Opcode::RdmaReadResponseLast, 102)
+        ]
+    );
+    // The tail again, from PSN 101.
+    let tail = RethRepr {
+        va: MR_BASE + 1024,
+        r_key: p.b.mr.rkey,
+        dma_len: 3000 - 1024,
+    };
+    let again = p.frame_to_b(Opcode::RdmaReadRequest, 101, false, Some(tail), &[]);
+    p.b.engine.handle_packet(0, &again);
+    let replay: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
+    assert_eq!(
+        replay,
+        [
+            (Opcode::RdmaReadResponseFirst, 101),
+            (Opcode::RdmaReadResponseLast, 102)
+        ]
+    );
+    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().read_replays, 1);
+}
+
+#[test]
+fn length_rules_refuse_bad_first_middle_last_only_and_dma_length() {
+    let mtu = 1024usize;
+    let cases: Vec<(Opcode, usize, u32)> = vec![
+        (Opcode::RdmaWriteFirst, mtu - 1, 4096), // FIRST shorter than MTU
+        (Opcode::RdmaWriteOnly, mtu + 4, 1028),  // ONLY longer than MTU
+        (Opcode::RdmaWriteOnly, 8, 16),          // total differs from RETH
+        (Opcode::RdmaWriteFirst, mtu, 1024),     // FIRST of a message that fits one packet
+        (Opcode::RdmaReadRequest, 0, (1 << 31) + 1), // DMA length over 2^31
+    ];
+    for (op, len, dma_len) in cases {
+        let mut p = Pair::new(Setup::default());
+        let reth = Some(RethRepr {
+            va: MR_BASE,
+            r_key: p.b.mr.rkey,
+            dma_len,
+        });
+        let f = p.frame_to_b(op, 100, true, reth, &vec![7u8; len]);
+        p.b.engine.handle_packet(0, &f);
+        let out = p.drain_b();
+        assert_eq!(
+            out,
+            [(
+                Opcode::Acknowledge,
+                100,
+                Some(AethRepr {
+                    syndrome: 0x61,
+                    msn: 0
+                })
+            )],
+            "{op} {len} {dma_len}"
+        );
+        assert_eq!(p.b.engine.qp_state(p.b.qpn).unwrap(), QpState::Err);
+        assert!(p.b_bytes(0, 8).iter().all(|&b| b == 0));
+    }
+    // LAST with no payload, and MIDDLE shorter than MTU, inside a message.
+    for (op, len) in [(Opcode::RdmaWriteLast, 0), (Opcode::RdmaWriteMiddle, 100)] {
+        let mut p = Pair::new(Setup::default());
+        let reth = Some(RethRepr {
+            va: MR_BASE,
+            r_key: p.b.mr.rkey,
+            dma_len: 3 * 1024,
+        });
+        let first = p.frame_to_b(Opcode::RdmaWriteFirst, 100, false, reth, &[1u8; 1024]);
+        p.b.engine.handle_packet(0, &first);
+        let bad = p.frame_to_b(op, 101, true, None, &vec![2u8; len]);
+        p.b.engine.handle_packet(0, &bad);
+        assert_eq!(
+            p.drain_b(),
+            [(
+                Opcode::Acknowledge,
+                101,
+                Some(AethRepr {
+                    syndrome: 0x61,
+                    msn: 0
+                })
+            )],
+            "{op}"
+        );
+    }
+}
+
+#[test]
+fn opcode_sequence_and_qp_access_are_checked() {
+    // MIDDLE without FIRST.
+    let mut p = Pair::new(Setup::default());
+    let f = p.frame_to_b(Opcode::RdmaWriteMiddle, 100, true, None, &[0u8; 1024]);
+    p.b.engine.handle_packet(0, &f);
+    assert_eq!(p.drain_b()[0].2.unwrap().syndrome, 0x61);
+    // A QP without remote write access refuses WRITEs with invalid request.
+    let mut p = Pair::new(Setup {
+        access_b: QpAccess {
+            remote_write: false,
+            remote_read: true,
+        },
+        ..Setup::default()
+    });
+    let wr = p.wr(1, WrOp::Write, 0, 0, 8);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::RemInvReqErr);
+}
+
+#[test]
+fn bad_rkey_out_of_bounds_and_missing_access_give_rem_access_err_with_memory_untouched() {
+    // A region registered without remote write beside the main one.
+    for case in 0..3 {
+        let mut p = Pair::new(Setup::default());
+        let ro =
+            p.b.engine
+                .register_mr(
+                    MR_BASE + (8 << 20),
+                    4096,
+                    Access {
+                        remote_read: true,
+                        ..Access::default()
+                    },
+                )
+                .unwrap();
+        p.fill_a(0, 64, 3);
+        let mut wr = p.wr(1, WrOp::Write, 0, 0, 64);
+        match case {
+            0 => wr.rkey ^= 0x100,                         // unknown R_Key
+            1 => wr.remote_va = MR_BASE + (16 << 20) - 10, // runs past the end
+            _ => {
+                wr.rkey = ro.rkey; // no remote write
+                wr.remote_va = MR_BASE + (8 << 20);
+            }
+        }
+        p.post(wr);
+        p.run(10_000_000);
+        assert_eq!(
+            p.completions_a()[0].status,
+            WcStatus::RemAccessErr,
+            "case {case}"
+        );
+        assert!(p.b_bytes(0, 64).iter().all(|&b| b == 0));
+        assert!(p.b_bytes((8 << 20) as u64, 64).iter().all(|&b| b == 0));
+        assert!(p
+            .b_bytes((16 << 20) as u64 - 10, 10)
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(p.b.engine.qp_state(p.b.qpn).unwrap(), QpState::Err);
+        assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().naks_sent[2], 1);
+    }
+}
+
+#[test]
+fn msn_increments_per_completed_message_and_per_accepted_read() {
+    let mut p = Pair::new(Setup::default());
+    let reth = |n| {
+        Some(RethRepr {
+            va: MR_BASE,
+            r_key: p.b.mr.rkey,
+            dma_len: n,
+        })
+    };
+    let w1 = p.frame_to_b(Opcode::RdmaWriteOnly, 100, false, reth(4), &[1; 4]);
+    let rd = p.frame_to_b(Opcode::RdmaReadRequest, 101, false, reth(4), &[]);
+    let w2 = p.frame_to_b(Opcode::RdmaWriteOnly, 102, true, reth(4), &[2; 4]);
+    for f in [&w1, &rd, &w2] {
+        p.b.engine.handle_packet(0, f);
+    }
+    let out = p.drain_b();
+    assert_eq!(
+        out[0],
+        (
+            Opcode::RdmaReadResponseOnly,
+            101,
+            Some(AethRepr {
+                syndrome: 0x1f,
+                msn: 2
+            })
+        )
+    );
+    assert_eq!(
+        out[1],
+        (
+            Opcode::Acknowledge,
+            102,
+            Some(AethRepr {
+                syndrome: 0x1f,
+                msn: 3
+            })
+        )
+    );
+}
+
+#[test]
+fn acks_are_coalesced_and_only_for_packets_that_ask() {
+    let mut p = Pair::new(Setup::default());
+    let reth = Some(RethRepr {
+        va: MR_BASE,
+        r_key: p.b.mr.rkey,
+        dma_len: 4,
+    });
+    let frames: Vec<Vec<u8>> = (100..105)
+        .map(|psn| p.frame_to_b(Opcode::RdmaWriteOnly, psn, psn != 100, reth, &[1; 4]))
+        .collect();
+    p.b.engine.handle_packet(0, &frames[0]);
+    assert_eq!(p.drain_b(), [], "no AckReq, no ACK");
+    for f in &frames[1..] {
+        p.b.engine.handle_packet(0, f);
+    }
+    assert_eq!(
+        p.drain_b(),
+        [(
+            Opcode::Acknowledge,
+            104,
+            Some(AethRepr {
+                syndrome: 0x1f,
+                msn: 5
+            })
+        )]
+    );
+}
+
+// ---- Numbers that define 'it works' ----
+
+#[test]
+fn a_flow_that_crosses_the_24_bit_psn_wrap_keeps_working() {
+    let mut p = Pair::new(Setup {
+        psn_a: 0xFF_FFF0,
+        psn_b: 0xFF_FFFA,
+        ..Setup::default()
+    });
+    p.fill_a(0, 40 * 1024, 1);
+    p.fill_b(100_000, 20 * 1024, 2);
+    let wr = p.wr(1, WrOp::Write, 0, 0, 40 * 1024);
+    p.post(wr);
+    let wr = p.wr(2, WrOp::Read, 100_000, 100_000, 20 * 1024);
+    p.post(wr);
+    p.run(100_000_000);
+    let c = p.completions_a();
+    assert_eq!(
+        c.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [WcStatus::Success, WcStatus::Success]
+    );
+    assert_eq!(p.b_bytes(0, 40 * 1024), p.a_bytes(0, 40 * 1024));
+    assert_eq!(p.a_bytes(100_000, 20 * 1024), p.b_bytes(100_000, 20 * 1024));
+    assert!(
+        p.logged(Dir::AtoB, |k| k.repr.bth.psn).contains(&0),
+        "PSN 0 follows 0xFFFFFF"
+    );
+}
+
+#[test]
+fn messages_of_0_1_mtu_minus_1_mtu_mtu_plus_1_and_8_mib() {
+    let mut p = Pair::new(Setup::default());
+    let sizes = [0u32, 1, 1023, 1024, 1025, 8 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        p.fill_a(0, len as usize, i as u8);
+        let wr = p.wr(i as u64, WrOp::Write, 0, 0, len);
+        p.post(wr);
+        p.run(1_000_000_000);
+        assert_eq!(p.completions_a()[0].status, WcStatus::Success, "{len}");
+        assert_eq!(
+            p.b_bytes(0, len as usize),
+            p.a_bytes(0, len as usize),
+            "write {len}"
+        );
+        p.fill_b(0, len as usize, 0x80 | i as u8);
+        let wr = p.wr(i as u64, WrOp::Read, 0, 0, len);
+        p.post(wr);
+        p.run(1_000_000_000);
+        assert_eq!(p.completions_a()[0].status, WcStatus::Success, "{len}");
+        assert_eq!(
+            p.a_bytes(0, len as usize),
+            p.b_bytes(0, len as usize),
+            "read {len}"
+        );
+    }
+    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    assert_eq!(c.retransmitted, 0);
+}
