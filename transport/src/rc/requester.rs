@@ -107,6 +107,9 @@ pub(crate) struct Requester {
     heard: bool,
     /// Timeouts in a row without progress while the peer was heard.
     stalls: u32,
+    /// After a timeout with nothing heard, the first packet goes twice, so
+    /// that one lost copy does not cost a whole retry on a lossy path.
+    repeat_next: bool,
 }
 
 /// Timeouts without progress tolerated while the peer keeps answering (so a
@@ -151,6 +154,7 @@ impl Requester {
             resend_until: 0,
             heard: false,
             stalls: 0,
+            repeat_next: false,
         }
     }
 
@@ -280,6 +284,9 @@ impl Requester {
 
     /// The packet `peek` returned has been sent at `now`.
     pub fn sent(&mut self, item: &TxItem, now: u64) {
+        if std::mem::take(&mut self.repeat_next) {
+            return; // the same packet once more
+        }
         let Some(e) = self.sq.get_mut(self.tx_idx) else {
             return;
         };
@@ -560,6 +567,7 @@ impl Requester {
                 return Err(Fatal::Fail(WcStatus::RetryExcErr));
             }
             self.retries_left -= 1;
+            self.repeat_next = true;
         }
         self.go_back(self.una);
         self.timer = Some(now + self.rto_ns);

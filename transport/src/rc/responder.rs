@@ -110,6 +110,9 @@ pub(crate) struct Responder {
     ack: Option<AckItem>,
     /// NAK waiting to go (sent before any ACK).
     nak: Option<AckItem>,
+    /// Send the pending ACK twice: it answers a retransmission, so the
+    /// previous ACK was probably lost.
+    ack_twice: bool,
 }
 
 impl Responder {
@@ -127,6 +130,7 @@ impl Responder {
             jobs: VecDeque::new(),
             ack: None,
             nak: None,
+            ack_twice: false,
         }
     }
 
@@ -145,7 +149,13 @@ impl Responder {
         if !self.jobs.is_empty() {
             return None;
         }
-        self.nak.take().or_else(|| self.ack.take())
+        if let Some(n) = self.nak.take() {
+            return Some(n);
+        }
+        if std::mem::take(&mut self.ack_twice) {
+            return self.ack;
+        }
+        self.ack.take()
     }
 
     pub fn has_ack(&self) -> bool {
@@ -322,6 +332,7 @@ impl Responder {
         if p.repr.bth.opcode != Opcode::RdmaReadRequest {
             if p.repr.bth.ack_req {
                 self.ack_now(psn_add(self.epsn, 0xFF_FFFF));
+                self.ack_twice = true;
             }
             return Verdict::Duplicate;
         }
