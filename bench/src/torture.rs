@@ -452,18 +452,6 @@ pub fn run(
             } else {
                 ops[id as usize].state = OpState::Failed;
                 report.failed += 1;
-                if std::env::var_os("TORTURE_DEBUG").is_some() {
-                    let addr = va(op.qp, op.slot);
-                    let n = (op.len as usize).min(8);
-                    eprintln!(
-                        "op {id} failed: {:?} read={} len={} at {now}: A {:?} B {:?}",
-                        c.status,
-                        op.read,
-                        op.len,
-                        &a.engine.mem().slice(addr, n),
-                        &b.engine.mem().slice(addr, n)
-                    );
-                }
                 match c.status {
                     WcStatus::RetryExcErr => stats.retry_exc += 1,
                     WcStatus::WrFlushErr => stats.flushed += 1,

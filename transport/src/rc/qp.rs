@@ -284,7 +284,15 @@ impl Qp {
             | Opcode::RdmaReadResponseLast
             | Opcode::RdmaReadResponseOnly => {
                 match self.req.on_read_response(psn, op, p.payload.len()) {
-                    Some(va) => {
+                    // The region may have been deregistered since the post.
+                    Some((lkey, va))
+                        if mrs
+                            .check_local(lkey, va, p.payload.len() as u64, true)
+                            .is_err() =>
+                    {
+                        out.fail = Some(WcStatus::LocProtErr);
+                    }
+                    Some((_, va)) => {
                         mem.write(va, p.payload);
                         self.req.read_landed(psn, now);
                     }

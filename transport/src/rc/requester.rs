@@ -480,10 +480,11 @@ impl Requester {
         Ok(true)
     }
 
-    /// A READ response packet. Returns the local VA to write `len` payload
-    /// bytes to when the packet is the next expected one (the caller copies,
-    /// then calls [`Requester::read_landed`]); `None` to drop it.
-    pub fn on_read_response(&mut self, psn: u32, opcode: Opcode, len: usize) -> Option<u64> {
+    /// A READ response packet. Returns the L_Key and local VA to write `len`
+    /// payload bytes to when the packet is the next expected one (the
+    /// caller checks and copies, then calls [`Requester::read_landed`]);
+    /// `None` to drop it.
+    pub fn on_read_response(&mut self, psn: u32, opcode: Opcode, len: usize) -> Option<(u32, u64)> {
         let mtu = self.mtu;
         // Responses arrive in PSN order: only the oldest incomplete READ may
         // take one; anything later means responses were lost.
@@ -519,7 +520,7 @@ impl Requester {
         if last != ends || bytes_of(e.wr.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some(e.wr.local_va + u64::from(k) * u64::from(mtu))
+        Some((e.wr.lkey, e.wr.local_va + u64::from(k) * u64::from(mtu)))
     }
     /// The response for `psn` (accepted by `on_read_response`) was copied.
     pub fn read_landed(&mut self, psn: u32, now: u64) {

@@ -10,7 +10,9 @@ use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
     Cqe, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WrOp,
 };
-use transport::wire::{AethRepr, MacAddr, Opcode, Packet, PacketRepr, RethRepr};
+use transport::wire::{
+    AethRepr, HopRecord, Ipv4Packet, MacAddr, Opcode, Packet, PacketRepr, RethRepr, Tlm,
+};
 
 pub const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 pub const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -36,6 +38,10 @@ pub enum Fate {
     Duplicate,
     /// Flip bit 0 of the byte at this offset.
     Corrupt(usize),
+    /// Deliver after a switch pushed this hop record into the TLM block.
+    PushHop(HopRecord),
+    /// Deliver with ECN set to CE, as a congested switch marks it.
+    MarkCe,
 }
 
 /// Decides the fate of each frame: direction, parsed frame, frame number.
@@ -193,6 +199,20 @@ impl Pair {
                     Fate::Corrupt(at) => {
                         let mut f = frame;
                         f[at] ^= 1;
+                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
+                    }
+                    Fate::PushHop(hop) => {
+                        let mut f = frame;
+                        if let Ok(mut t) = Tlm::new_checked(&mut f[54..]) {
+                            t.push_hop(&hop);
+                        }
+                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
+                    }
+                    Fate::MarkCe => {
+                        let mut f = frame;
+                        let mut ip = Ipv4Packet::new_checked(&mut f[14..]).unwrap();
+                        ip.set_ecn(3);
+                        ip.fill_checksum();
                         self.in_flight.push_back((self.now + DELAY_NS, dir, f));
                     }
                 }

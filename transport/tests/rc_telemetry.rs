@@ -1,0 +1,201 @@
+//! Telemetry through the engine in each congestion-control mode: the
+//! switch hop records reach the pacer and its W and R gate the requester.
+
+mod rc_util;
+
+use rc_util::{Dir, Fate, Pair, Setup};
+use transport::rc::{CcMode, EngineConfig, WcStatus, WrOp};
+use transport::wire::{HopRecord, MacAddr, Opcode};
+
+const LINE: u64 = 100_000_000_000;
+
+fn setup(cc: CcMode) -> Setup {
+    let cfg: fn(MacAddr, std::net::Ipv4Addr) -> EngineConfig = match cc {
+        CcMode::HpccInband { .. } => |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            ..EngineConfig::new(m, i, LINE)
+        },
+        CcMode::HpccProbe { .. } => |m, i| EngineConfig {
+            cc: CcMode::HpccProbe {
+                maxhop: 3,
+                timeout_ns: 15_000,
+            },
+            ..EngineConfig::new(m, i, LINE)
+        },
+        CcMode::RxHpcc { .. } => |m, i| EngineConfig {
+            cc: CcMode::RxHpcc { maxhop: 3 },
+            ..EngineConfig::new(m, i, LINE)
+        },
+        CcMode::Dcqcn => |m, i| EngineConfig {
+            cc: CcMode::Dcqcn,
+            ..EngineConfig::new(m, i, LINE)
+        },
+        CcMode::None => |m, i| EngineConfig::new(m, i, LINE),
+    };
+    Setup {
+        cfg,
+        ..Setup::default()
+    }
+}
+
+/// A congested 100 Gb/s switch port: the queue grows by what the flow sends
+/// beyond 50 Gb/s, and tx_bytes counts 50 Gb/s of departures.
+fn congested_switch() -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> Fate {
+    let mut ts = 0u32;
+    move |dir, p, _| {
+        if dir == Dir::AtoB && p.repr.tlm.is_some() {
+            ts += 1_000;
+            Fate::PushHop(HopRecord {
+                ts_ns: ts,
+                tx_bytes: ts.wrapping_mul(6), // 6.25 B/ns = 50 Gb/s
+                qlen: 200_000,
+                rate: 1000,
+                switch_id: 7,
+                port_id: 1,
+            })
+        } else {
+            Fate::Deliver
+        }
+    }
+}
+
+#[test]
+fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
+    let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+    let (w0, r0) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert_eq!(r0, LINE);
+    p.hook = Box::new(congested_switch());
+    for i in 0..20 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    // ACKs carry the echoed stack with the switch's hop.
+    let echoed = p.logged(Dir::BtoA, |k| {
+        k.repr
+            .tlm
+            .map(|t| (t.echo, t.nhop, t.filled().first().map(|h| h.switch_id)))
+    });
+    assert!(echoed.contains(&Some((true, 1, Some(7)))), "{echoed:?}");
+    let (w1, r1) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert!(
+        w1 < w0 && r1 < r0,
+        "a standing queue shrinks W and R: {w0} -> {w1}, {r0} -> {r1}"
+    );
+}
+
+#[test]
+fn probe_mode_sends_tlm_requests_and_feeds_responses_to_hpcc() {
+    let mut p = Pair::new(setup(CcMode::HpccProbe {
+        maxhop: 3,
+        timeout_ns: 15_000,
+    }));
+    p.hook = Box::new(congested_switch());
+    for i in 0..20 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let ops = p.ops(Dir::AtoB);
+    assert!(ops.contains(&Opcode::TlmRequest));
+    assert!(p.ops(Dir::BtoA).contains(&Opcode::TlmResponse));
+    // Data packets carry no TLM in probe mode.
+    assert!(p
+        .logged(Dir::AtoB, |k| k.repr.bth.opcode != Opcode::TlmRequest
+            && k.repr.tlm.is_some())
+        .iter()
+        .all(|&x| !x));
+    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    assert!(c.probes_sent >= 2 && c.probe_responses >= 2, "{c:?}");
+    assert!(
+        c.probes_sent <= c.probe_responses + 1,
+        "one probe outstanding at a time"
+    );
+    assert!(c.last_probe_rtt_ns >= 2 * rc_util::DELAY_NS);
+    let (w, _) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert!(w < 62_500, "HPCC++ reacted to the probed queue: W = {w}");
+}
+
+#[test]
+fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
+    let mut p = Pair::new(setup(CcMode::RxHpcc { maxhop: 3 }));
+    p.hook = Box::new(congested_switch());
+    for i in 0..20 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let notifies: Vec<_> = p
+        .logged(Dir::BtoA, |k| k.repr.notify)
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(!notifies.is_empty());
+    let last = notifies.last().unwrap();
+    let (w, r) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert_eq!(
+        w,
+        u64::from(last.window_bytes).max(1024),
+        "the sender runs at the notified window"
+    );
+    assert!(r < LINE);
+    assert_eq!(
+        p.a.engine.qp_counters(p.a.qpn).unwrap().notifies_received,
+        notifies.len() as u64
+    );
+}
+
+#[test]
+fn dcqcn_ce_marks_bring_cnps_and_a_lower_rate() {
+    let mut p = Pair::new(setup(CcMode::Dcqcn));
+    p.hook = Box::new(|dir, k, _| {
+        if dir == Dir::AtoB && k.payload.len() > 0 {
+            Fate::MarkCe
+        } else {
+            Fate::Deliver
+        }
+    });
+    for i in 0..10 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 4096);
+        p.post(wr);
+    }
+    p.run(20_000);
+    let (_, rate) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert!(rate < LINE, "a CNP cut the rate: {rate}");
+    p.run(10_000_000);
+    let b = p.b.engine.qp_counters(p.b.qpn).unwrap();
+    let a = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    assert!(b.cnps_sent >= 1 && a.cnps_received == b.cnps_sent);
+    assert!(p.ops(Dir::BtoA).contains(&Opcode::Cnp));
+    // At most one CNP per 50 us per flow.
+    assert!(
+        b.cnps_sent <= 1 + p.now / 50_000,
+        "{} CNPs in {} ns",
+        b.cnps_sent,
+        p.now
+    );
+}
+
+#[test]
+fn without_congestion_control_flows_run_at_line_rate() {
+    let mut p = Pair::new(setup(CcMode::None));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 1 << 20);
+    p.post(wr);
+    p.run(100_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    assert_eq!(p.a.engine.qp_cc(p.a.qpn).unwrap(), (u64::MAX, LINE));
+    // 1 MiB at 100 Gb/s is about 84 us on the wire (headers included).
+    assert!(p.now > 80_000 && p.now < 100_000, "{}", p.now);
+}
