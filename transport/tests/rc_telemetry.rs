@@ -161,7 +161,7 @@ fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
 fn dcqcn_ce_marks_bring_cnps_and_a_lower_rate() {
     let mut p = Pair::new(setup(CcMode::Dcqcn));
     p.hook = Box::new(|dir, k, _| {
-        if dir == Dir::AtoB && k.payload.len() > 0 {
+        if dir == Dir::AtoB && !k.payload.is_empty() {
             Fate::MarkCe
         } else {
             Fate::Deliver
