@@ -63,13 +63,7 @@ fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
         retry_cnt: 3,
         ..Setup::default()
     });
-    p.hook = Box::new(|dir, _, _| {
-        if dir == Dir::AtoB {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    p.hook = rc_util::cut(Dir::AtoB);
     for i in 0..3 {
         let mut wr = p.wr(i, WrOp::Write, 0, 0, 100);
         wr.signaled = false;
@@ -289,13 +283,7 @@ fn at_most_a_bounded_number_of_unacknowledged_psns() {
         },
         ..Setup::default()
     });
-    p.hook = Box::new(|dir, _, _| {
-        if dir == Dir::BtoA {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    p.hook = rc_util::cut(Dir::BtoA);
     let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
     p.post(wr);
     p.run(100_000); // less than one ACK timeout
@@ -315,13 +303,7 @@ fn at_most_w_bytes_in_flight_under_hpcc() {
         ..Setup::default()
     });
     assert_eq!(p.a.engine.qp_cc(p.a.qpn).unwrap().0, 4096);
-    p.hook = Box::new(|dir, _, _| {
-        if dir == Dir::BtoA {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    p.hook = rc_util::cut(Dir::BtoA);
     let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
     p.post(wr);
     p.run(100_000);
@@ -402,13 +384,7 @@ fn local_ack_timeout_is_4_096_us_times_2_pow_timeout_and_0_disables_it() {
             timeout,
             ..Setup::default()
         });
-        p.hook = Box::new(|dir, _, _| {
-            if dir == Dir::AtoB {
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        });
+        p.hook = rc_util::cut(Dir::AtoB);
         let wr = p.wr(1, WrOp::Write, 0, 0, 10);
         p.post(wr);
         let rto = 4096u64 << timeout;
@@ -420,13 +396,7 @@ fn local_ack_timeout_is_4_096_us_times_2_pow_timeout_and_0_disables_it() {
         timeout: 0,
         ..Setup::default()
     });
-    p.hook = Box::new(|dir, _, _| {
-        if dir == Dir::AtoB {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    p.hook = rc_util::cut(Dir::AtoB);
     let wr = p.wr(1, WrOp::Write, 0, 0, 10);
     p.post(wr);
     p.run(1_000_000_000);
@@ -506,13 +476,7 @@ fn nak_codes_map_to_completion_statuses_and_the_qp_goes_to_err() {
         (0x63, WcStatus::RemOpErr),
     ] {
         let mut p = Pair::new(Setup::default());
-        p.hook = Box::new(|dir, _, _| {
-            if dir == Dir::AtoB {
-                Fate::Drop
-            } else {
-                Fate::Deliver
-            }
-        });
+        p.hook = rc_util::cut(Dir::AtoB);
         let wr = p.wr(1, WrOp::Write, 0, 0, 10);
         p.post(wr);
         let wr = p.wr(2, WrOp::Write, 0, 0, 10);

@@ -59,11 +59,8 @@ fn congested_switch() -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) ->
     }
 }
 
-#[test]
-fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
-    let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
-    let (w0, r0) = p.a.engine.qp_cc(p.a.qpn).unwrap();
-    assert_eq!(r0, LINE);
+/// Twenty 8 KiB WRITEs through the congested switch; all must succeed.
+fn write_through_congestion(p: &mut Pair) {
     p.hook = Box::new(congested_switch());
     for i in 0..20 {
         let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
@@ -74,6 +71,14 @@ fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
         .completions_a()
         .iter()
         .all(|c| c.status == WcStatus::Success));
+}
+
+#[test]
+fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
+    let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+    let (w0, r0) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    assert_eq!(r0, LINE);
+    write_through_congestion(&mut p);
     // ACKs carry the echoed stack with the switch's hop.
     let echoed = p.logged(Dir::BtoA, |k| {
         k.repr
@@ -94,16 +99,7 @@ fn probe_mode_sends_tlm_requests_and_feeds_responses_to_hpcc() {
         maxhop: 3,
         timeout_ns: 15_000,
     }));
-    p.hook = Box::new(congested_switch());
-    for i in 0..20 {
-        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
-        p.post(wr);
-    }
-    p.run(100_000_000);
-    assert!(p
-        .completions_a()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    write_through_congestion(&mut p);
     let ops = p.ops(Dir::AtoB);
     assert!(ops.contains(&Opcode::TlmRequest));
     assert!(p.ops(Dir::BtoA).contains(&Opcode::TlmResponse));
@@ -127,16 +123,7 @@ fn probe_mode_sends_tlm_requests_and_feeds_responses_to_hpcc() {
 #[test]
 fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
     let mut p = Pair::new(setup(CcMode::RxHpcc { maxhop: 3 }));
-    p.hook = Box::new(congested_switch());
-    for i in 0..20 {
-        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
-        p.post(wr);
-    }
-    p.run(100_000_000);
-    assert!(p
-        .completions_a()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    write_through_congestion(&mut p);
     let notifies: Vec<_> = p
         .logged(Dir::BtoA, |k| k.repr.notify)
         .into_iter()

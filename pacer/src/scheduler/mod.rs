@@ -200,53 +200,42 @@ impl FlowScheduler {
         })
     }
 
-    /// New pacing rate, effective for the next decision (credit earned so
-    /// far at the old rate is kept).
-    pub fn set_rate(&mut self, id: FlowId, rate_bps: u64, now: u64) {
+    /// Applies `change` to an existing flow (credit earned so far is booked
+    /// first, at the old rate) and re-files it. Unknown ids are ignored.
+    fn update(&mut self, id: FlowId, now: u64, change: impl FnOnce(&mut Flow)) {
         if self.flow(id).is_none() {
             return;
         }
         self.accrue(id.0, now);
-        self.flows[id.0 as usize].rate_bps = rate_bps;
+        change(&mut self.flows[id.0 as usize]);
         self.refile(id.0, now);
+    }
+
+    /// New pacing rate, effective for the next decision (credit earned so
+    /// far at the old rate is kept).
+    pub fn set_rate(&mut self, id: FlowId, rate_bps: u64, now: u64) {
+        self.update(id, now, |f| f.rate_bps = rate_bps);
     }
 
     /// New window (bytes in flight allowed).
     pub fn set_window(&mut self, id: FlowId, window_bytes: u64, now: u64) {
-        if self.flow(id).is_none() {
-            return;
-        }
-        self.flows[id.0 as usize].window = window_bytes;
-        self.refile(id.0, now);
+        self.update(id, now, |f| f.window = window_bytes);
     }
 
     /// The size of the flow's next packet, or `None` when it has nothing to
     /// send. Call after each [`PktSend`] of the flow that has more.
     pub fn set_next_packet(&mut self, id: FlowId, bytes: Option<u32>, now: u64) {
-        if self.flow(id).is_none() {
-            return;
-        }
-        self.flows[id.0 as usize].pending = bytes;
-        self.refile(id.0, now);
+        self.update(id, now, |f| f.pending = bytes);
     }
 
     /// `bytes` of the flow were acknowledged (leave the network).
     pub fn on_acked(&mut self, id: FlowId, bytes: u64, now: u64) {
-        if self.flow(id).is_none() {
-            return;
-        }
-        let f = &mut self.flows[id.0 as usize];
-        f.inflight = f.inflight.saturating_sub(bytes);
-        self.refile(id.0, now);
+        self.update(id, now, |f| f.inflight = f.inflight.saturating_sub(bytes));
     }
 
     /// Sets the bytes in flight outright (after go-back-N, say).
     pub fn set_inflight(&mut self, id: FlowId, bytes: u64, now: u64) {
-        if self.flow(id).is_none() {
-            return;
-        }
-        self.flows[id.0 as usize].inflight = bytes;
-        self.refile(id.0, now);
+        self.update(id, now, |f| f.inflight = bytes);
     }
 
     /// The PktSend decision at `now`: the next flow, in round-robin order,

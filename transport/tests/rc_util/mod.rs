@@ -47,6 +47,17 @@ pub enum Fate {
 /// Decides the fate of each frame: direction, parsed frame, frame number.
 pub type Hook = Box<dyn FnMut(Dir, &Packet<'_>, usize) -> Fate>;
 
+/// A wire that loses every frame going `lost` and delivers the rest.
+pub fn cut(lost: Dir) -> Hook {
+    Box::new(move |dir, _, _| {
+        if dir == lost {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    })
+}
+
 pub struct Side {
     pub engine: Engine<VecMemory>,
     pub qpn: Qpn,
