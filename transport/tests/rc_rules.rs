@@ -51,6 +51,7 @@ fn no_silent_corruption_bad_icrc_is_dropped_and_recovered() {
     assert_eq!(p.completions_a()[0].status, WcStatus::Success);
     assert_eq!(p.b_bytes(0, 3000), p.a_bytes(0, 3000));
     assert_eq!(p.b.engine.counters().icrc_drops(), 1);
+    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().icrc_drops, 1);
     // Dropped silently: no NAK for the bad frame itself; the gap it left
     // gets the one sequence NAK.
     assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().naks_sent[0], 1);

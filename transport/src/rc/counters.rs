@@ -22,6 +22,9 @@ pub struct QpCounters {
     pub duplicates: u64,
     /// Requests dropped by the responder as out of order.
     pub out_of_order: u64,
+    /// Frames addressed to this QP dropped for a bad ICRC (the QPN itself
+    /// is unprotected then, so the engine-wide count is the reliable one).
+    pub icrc_drops: u64,
     /// Responses and ACKs the requester ignored (stale, out of range,
     /// malformed).
     pub ignored_responses: u64,

@@ -315,6 +315,9 @@ impl<M: Memory> Engine<M> {
             Ok(p) => p,
             Err(e) => {
                 self.count_drop(e);
+                if let WireError::BadIcrc { .. } = e {
+                    self.count_icrc_drop(frame);
+                }
                 return;
             }
         };
@@ -333,6 +336,17 @@ impl<M: Memory> Engine<M> {
             self.fail_qp(i, status);
         }
         self.refresh(i, now);
+    }
+
+    /// Charges a bad-ICRC frame to the QP its (unverified) DestQP names.
+    fn count_icrc_drop(&mut self, frame: &[u8]) {
+        if let Ok(p) = Packet::parse_unverified(frame) {
+            if let Ok(i) = self.index(p.repr.bth.dest_qp) {
+                if let Some(qp) = self.qps[i].as_mut() {
+                    qp.counters.icrc_drops += 1;
+                }
+            }
+        }
     }
 
     fn count_drop(&mut self, e: WireError) {
