@@ -4,4 +4,10 @@
 //! applications.
 //!
 //! Only the DPDK binding (`dpdk-sys`), the DPDK wrappers and the shared-memory
-//! mapping may use `unsafe`. Nothing beyond the binding exists yet.
+//! mapping may use `unsafe`.
+//!
+//! - [`switch`]: the software INT switch (pure logic, time passed in).
+//! - [`sim`]: the deterministic virtual-time network simulator.
+
+pub mod sim;
+pub mod switch;

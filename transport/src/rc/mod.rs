@@ -57,6 +57,9 @@ pub struct EngineConfig {
     pub scheduler: SchedulerConfig,
     /// Unacknowledged PSNs a QP may have (the requester's PSN window).
     pub max_outstanding_psns: u32,
+    /// AckReq at least every this many packets (1..=64; HPCC++ inband
+    /// wants fresh telemetry, so small values suit it).
+    pub ack_req_every: u32,
     /// DSCP of every packet.
     pub dscp: u8,
 }
@@ -75,6 +78,7 @@ impl EngineConfig {
             hpcc,
             scheduler: SchedulerConfig::default(),
             max_outstanding_psns: 1 << 16,
+            ack_req_every: requester::ACK_REQ_EVERY,
             dscp: 26,
         }
     }
@@ -209,8 +213,8 @@ impl<M: Memory> Engine<M> {
 
     /// RTR -> RTS.
     pub fn modify_to_rts(&mut self, qpn: Qpn, attr: RtsAttr) -> Result<(), RcError> {
-        let window = self.cfg.max_outstanding_psns;
-        self.qp_mut(qpn)?.modify_to_rts(attr, window)
+        let (window, every) = (self.cfg.max_outstanding_psns, self.cfg.ack_req_every);
+        self.qp_mut(qpn)?.modify_to_rts(attr, window, every)
     }
 
     /// Any state -> ERR: every outstanding WR completes with WR_FLUSH_ERR.

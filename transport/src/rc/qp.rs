@@ -159,7 +159,12 @@ impl Qp {
         Ok(())
     }
 
-    pub fn modify_to_rts(&mut self, a: RtsAttr, max_outstanding_psns: u32) -> Result<(), RcError> {
+    pub fn modify_to_rts(
+        &mut self,
+        a: RtsAttr,
+        max_outstanding_psns: u32,
+        ack_req_every: u32,
+    ) -> Result<(), RcError> {
         self.need(QpState::Rtr, "RTR -> RTS")?;
         check_bits("sq_psn", u64::from(a.sq_psn), 0xFF_FFFF)?;
         check_bits("timeout", u64::from(a.timeout), 31)?;
@@ -174,6 +179,7 @@ impl Qp {
             a.rnr_retry,
             a.max_rd_atomic,
             max_outstanding_psns,
+            ack_req_every,
         );
         self.state = QpState::Rts;
         Ok(())

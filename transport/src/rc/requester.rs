@@ -14,7 +14,7 @@ use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 use super::types::{Cqe, Qpn, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::wire::Opcode;
 
-/// Packets between AckReq flags on long messages.
+/// Packets between AckReq flags on long messages (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
 
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +96,8 @@ pub(crate) struct Requester {
     rd_outstanding: u32,
     /// Payload bytes of WRITE packets in [una, tx_psn).
     pub inflight: u64,
+    /// AckReq at least every this many packets of a message.
+    ack_req_every: u32,
     /// One go-back per burst of out-of-order READ responses (or implied
     /// NAK episode); `ooo_trigger_psn` is the last out-of-order PSN seen.
     ooo_retry_done: bool,
@@ -149,6 +151,7 @@ impl Requester {
             max_rd: 1,
             rd_outstanding: 0,
             inflight: 0,
+            ack_req_every: ACK_REQ_EVERY,
             ooo_retry_done: false,
             ooo_trigger_psn: 0,
             resend_until: 0,
@@ -169,7 +172,9 @@ impl Requester {
         rnr_retry: u8,
         max_rd: u8,
         max_outstanding_psns: u32,
+        ack_req_every: u32,
     ) {
+        self.ack_req_every = ack_req_every.clamp(1, ACK_REQ_EVERY);
         self.mtu = mtu;
         self.next_psn = sq_psn;
         self.una = sq_psn;
@@ -271,8 +276,14 @@ impl Requester {
             psn: self.tx_psn,
             opcode,
             // Retransmissions ask for an ACK each, so that recovery on a
-            // lossy path does not hinge on one AckReq packet and its ACK.
-            ack_req: last || (k + 1) % ACK_REQ_EVERY == 0 || retransmit,
+            // lossy path does not hinge on one AckReq packet and its ACK; so
+            // does a packet after which the byte or PSN window is full, or
+            // the window would wait for an ACK nobody asked for.
+            ack_req: last
+                || (k + 1) % self.ack_req_every == 0
+                || retransmit
+                || self.inflight + u64::from(len) + u64::from(self.mtu) > window
+                || outstanding + 1 >= self.max_outstanding_psns,
             lkey: e.wr.lkey,
             va: e.wr.local_va + u64::from(k) * u64::from(self.mtu),
             len,

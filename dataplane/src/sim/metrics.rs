@@ -1,0 +1,268 @@
+//! What the simulator measures: the monitored port's queue (time-weighted
+//! percentiles and a time series), its utilization, per-flow rates and
+//! Jain's fairness index per sample bucket, and per-flow completion times
+//! and slowdowns by size bucket.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::topology::End;
+use super::SimConfig;
+
+/// Most points kept per time series (longer runs are thinned).
+const MAX_POINTS: usize = 4000;
+
+pub(crate) struct Monitor {
+    pub end: End,
+    rate_bps: u64,
+    measure_from: u64,
+    sample_ns: u64,
+    hist: Histogram<u64>,
+    last_t: u64,
+    last_q: u64,
+    tx_bytes: u64,
+    bucket: BTreeMap<usize, u64>,
+    pub queue_series: Vec<(u64, u64)>,
+    pub jain_series: Vec<(u64, f64)>,
+    pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
+}
+
+/// Jain's fairness index of `xs` (1 when all equal; 1/n when one has all).
+pub fn jain(xs: &[f64]) -> f64 {
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || sq == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * sq)
+}
+
+impl Monitor {
+    pub fn new(end: End, rate_bps: u64, cfg: &SimConfig) -> Self {
+        Monitor {
+            end,
+            rate_bps,
+            measure_from: cfg.measure_from_ns,
+            sample_ns: cfg.sample_ns.max(1),
+            hist: Histogram::new_with_bounds(1, 1 << 40, 3).expect("valid bounds"),
+            last_t: 0,
+            last_q: 0,
+            tx_bytes: 0,
+            bucket: BTreeMap::new(),
+            queue_series: Vec::new(),
+            jain_series: Vec::new(),
+            rate_series: Vec::new(),
+        }
+    }
+
+    /// The queue became `q` bytes at `now`.
+    pub fn queue_changed(&mut self, now: u64, q: u64) {
+        let from = self.last_t.max(self.measure_from);
+        if now > from {
+            self.hist.saturating_record_n(self.last_q, now - from);
+        }
+        self.last_t = now;
+        self.last_q = q;
+    }
+
+    /// `bytes` of `flow` left the port at `now`.
+    pub fn sent(&mut self, now: u64, bytes: u64, flow: Option<usize>) {
+        if now >= self.measure_from {
+            self.tx_bytes += bytes;
+        }
+        if let Some(f) = flow {
+            *self.bucket.entry(f).or_default() += bytes;
+        }
+    }
+
+    /// End of a sample bucket at `t`: queue `q`, flows `active`.
+    pub fn sample(&mut self, t: u64, q: u64, active: &[usize]) {
+        self.queue_changed(t, q);
+        let rates: Vec<(usize, f64)> = active
+            .iter()
+            .map(|f| {
+                (
+                    *f,
+                    *self.bucket.get(f).unwrap_or(&0) as f64 * 8e9 / self.sample_ns as f64,
+                )
+            })
+            .collect();
+        let xs: Vec<f64> = rates.iter().map(|r| r.1).collect();
+        if self.queue_series.len() < MAX_POINTS {
+            self.queue_series.push((t, q));
+            self.jain_series.push((t, jain(&xs)));
+            if rates.len() <= 64 {
+                self.rate_series.push((t, rates));
+            }
+        }
+        self.bucket.clear();
+    }
+}
+
+/// One flow's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowResult {
+    pub src: usize,
+    pub dst: usize,
+    pub size: u64,
+    pub start_ns: u64,
+    /// Completion time (None: unfinished or failed).
+    pub fct_ns: Option<u64>,
+    /// FCT / (base RTT + size / host bandwidth).
+    pub slowdown: Option<f64>,
+}
+
+/// FCT slowdown percentiles of the flows in a size range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bucket {
+    pub label: String,
+    pub flows: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// Everything one run reports (serialized as the JSON object of one run).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimResult {
+    pub cc: String,
+    pub simulated_ns: u64,
+    pub queue_p50_bytes: u64,
+    pub queue_p95_bytes: u64,
+    pub queue_p99_bytes: u64,
+    pub queue_max_bytes: u64,
+    /// Fraction of the monitored port's capacity used while measuring.
+    pub utilization: f64,
+    /// Mean Jain index over the last quarter of the samples.
+    pub jain_fairness: f64,
+    pub drops: u64,
+    pub retransmitted: u64,
+    pub flows_total: usize,
+    pub flows_done: usize,
+    pub slowdown: Vec<Bucket>,
+    pub events: u64,
+    pub queue_series: Vec<(u64, u64)>,
+    pub jain_series: Vec<(u64, f64)>,
+    pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
+    pub flows: Vec<FlowResult>,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Size ranges of the slowdown table.
+pub const BUCKETS: [(&str, u64, u64); 4] = [
+    ("<3KB", 0, 3_000),
+    ("3KB-100KB", 3_000, 100_000),
+    ("100KB-1MB", 100_000, 1_000_000),
+    (">1MB", 1_000_000, u64::MAX),
+];
+
+impl SimResult {
+    pub(crate) fn new(
+        cc: &str,
+        now: u64,
+        m: Option<&Monitor>,
+        flows: Vec<FlowResult>,
+        drops: u64,
+        retransmitted: u64,
+        events: u64,
+    ) -> Self {
+        let (q50, q95, q99, qmax, util, jain_fairness, qs, js, rs) = match m {
+            Some(m) => {
+                let mut h = m.hist.clone();
+                // Count the time since the last change too.
+                let from = m.last_t.max(m.measure_from);
+                if now > from {
+                    h.saturating_record_n(m.last_q, now - from);
+                }
+                let window = now.saturating_sub(m.measure_from).max(1);
+                let util = m.tx_bytes as f64 * 8e9 / (m.rate_bps as f64 * window as f64);
+                let tail = &m.jain_series[m.jain_series.len() * 3 / 4..];
+                let j = if tail.is_empty() {
+                    1.0
+                } else {
+                    tail.iter().map(|x| x.1).sum::<f64>() / tail.len() as f64
+                };
+                (
+                    h.value_at_quantile(0.50),
+                    h.value_at_quantile(0.95),
+                    h.value_at_quantile(0.99),
+                    h.max(),
+                    util,
+                    j,
+                    m.queue_series.clone(),
+                    m.jain_series.clone(),
+                    m.rate_series.clone(),
+                )
+            }
+            None => (0, 0, 0, 0, 0.0, 1.0, vec![], vec![], vec![]),
+        };
+        let slowdown = BUCKETS
+            .iter()
+            .map(|&(label, lo, hi)| {
+                let mut s: Vec<f64> = flows
+                    .iter()
+                    .filter(|f| f.size >= lo && f.size < hi)
+                    .filter_map(|f| f.slowdown)
+                    .collect();
+                s.sort_by(f64::total_cmp);
+                Bucket {
+                    label: label.to_string(),
+                    flows: s.len(),
+                    p50: pct(&s, 50.0),
+                    p95: pct(&s, 95.0),
+                    p99: pct(&s, 99.0),
+                }
+            })
+            .collect();
+        SimResult {
+            cc: cc.to_string(),
+            simulated_ns: now,
+            queue_p50_bytes: q50,
+            queue_p95_bytes: q95,
+            queue_p99_bytes: q99,
+            queue_max_bytes: qmax,
+            utilization: util,
+            jain_fairness,
+            drops,
+            retransmitted,
+            flows_total: flows.len(),
+            flows_done: flows.iter().filter(|f| f.fct_ns.is_some()).count(),
+            slowdown,
+            events,
+            queue_series: qs,
+            jain_series: js,
+            rate_series: rs,
+            flows,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_index_bounds() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0]), 1.0);
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+        assert_eq!(jain(&[]), 1.0);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(pct(&v, 50.0), 50.0);
+        assert_eq!(pct(&v, 99.0), 99.0);
+        assert_eq!(pct(&[3.0], 95.0), 3.0);
+    }
+}

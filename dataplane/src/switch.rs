@@ -1,0 +1,445 @@
+//! The software INT switch: per-egress-port FIFO queues drained at the
+//! port's capacity B, a drop-tail buffer, RED-style ECN marking for the
+//! DCQCN baseline, telemetry stamping at dequeue per wire.md, and ECMP by
+//! UDP source port.
+//!
+//! Pure logic with time passed in: the simulator drives it in virtual time
+//! and the DPDK dataplane on real ports with wall time. It owns frames as
+//! `Vec<u8>` and never parses more than the headers it needs.
+
+use std::collections::VecDeque;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use transport::wire::{ethernet, Bth, HopRecord, Ipv4Packet, Tlm, UdpPacket};
+
+/// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
+/// of queue to `pmax` at `kmax`, and is 1 above `kmax`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EcnConfig {
+    pub kmin: u64,
+    pub kmax: u64,
+    pub pmax: f64,
+}
+
+/// One egress port.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PortConfig {
+    /// Capacity B, bits per second (stamped in units of 100 Mb/s).
+    pub rate_bps: u64,
+    /// Queue limit in bytes (drop-tail).
+    pub buffer_bytes: u64,
+    pub ecn: Option<EcnConfig>,
+}
+
+/// Counters of one port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortCounters {
+    pub enqueued: u64,
+    pub dropped: u64,
+    pub ecn_marked: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Packets whose telemetry stack was full (nothing stamped).
+    pub tlm_full: u64,
+    pub tlm_stamped: u64,
+    pub max_qlen: u64,
+}
+
+/// What happened to an offered frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueue {
+    Queued,
+    /// The buffer was full; the frame is gone.
+    Dropped,
+}
+
+#[derive(Debug)]
+struct Port {
+    cfg: PortConfig,
+    queue: VecDeque<Vec<u8>>,
+    qlen: u64,
+    /// Bytes sent before the packet being sent now (wire.md: tx_bytes).
+    tx_bytes: u64,
+    busy_until: u64,
+    counters: PortCounters,
+}
+
+/// A switch: its ports, forwarding by destination IPv4 address, ECMP.
+#[derive(Debug)]
+pub struct Switch {
+    pub id: u8,
+    ports: Vec<Port>,
+    rng: ChaCha8Rng,
+}
+
+/// Time to put `bytes` on a link of `rate_bps`, in nanoseconds (rounded up).
+pub fn serialization_ns(bytes: usize, rate_bps: u64) -> u64 {
+    (bytes as u64 * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
+}
+
+/// The UDP source port of an IPv4/UDP frame (0 for anything else): the
+/// ECMP entropy of RoCEv2.
+pub fn flow_entropy(frame: &[u8]) -> u16 {
+    let Some(l3) = frame.get(ethernet::HEADER_LEN..) else {
+        return 0;
+    };
+    let Ok(ip) = Ipv4Packet::new_checked(l3) else {
+        return 0;
+    };
+    UdpPacket::new_checked(ip.payload()).map_or(0, |u| u.src_port())
+}
+
+impl Switch {
+    /// A switch with `ports`; `seed` drives ECN marking.
+    pub fn new(id: u8, ports: &[PortConfig], seed: u64) -> Self {
+        Switch {
+            id,
+            ports: ports
+                .iter()
+                .map(|&cfg| Port {
+                    cfg,
+                    queue: VecDeque::new(),
+                    qlen: 0,
+                    tx_bytes: 0,
+                    busy_until: 0,
+                    counters: PortCounters::default(),
+                })
+                .collect(),
+            rng: ChaCha8Rng::seed_from_u64(
+                seed ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
+        }
+    }
+
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    pub fn counters(&self, port: usize) -> PortCounters {
+        self.ports[port].counters
+    }
+
+    /// Bytes queued at `port` (not counting the packet on the wire).
+    pub fn qlen(&self, port: usize) -> u64 {
+        self.ports[port].qlen
+    }
+
+    pub fn port_config(&self, port: usize) -> &PortConfig {
+        &self.ports[port].cfg
+    }
+
+    /// Chooses among equal-cost egress ports by the frame's UDP source port.
+    pub fn ecmp(frame: &[u8], choices: &[usize]) -> Option<usize> {
+        if choices.is_empty() {
+            return None;
+        }
+        let h = u32::from(flow_entropy(frame)).wrapping_mul(0x9E37_79B1) >> 16;
+        Some(choices[h as usize % choices.len()])
+    }
+
+    /// Offers a frame to `port`'s queue: drop-tail against the
+    /// buffer, ECN CE marking for ECN-capable frames when configured.
+    pub fn enqueue(&mut self, port: usize, mut frame: Vec<u8>) -> Enqueue {
+        let p = &mut self.ports[port];
+        let len = frame.len() as u64;
+        if p.qlen + len > p.cfg.buffer_bytes {
+            p.counters.dropped += 1;
+            return Enqueue::Dropped;
+        }
+        if let Some(ecn) = p.cfg.ecn {
+            let q = p.qlen;
+            let prob = if q <= ecn.kmin {
+                0.0
+            } else if q >= ecn.kmax {
+                1.0
+            } else {
+                ecn.pmax * (q - ecn.kmin) as f64 / (ecn.kmax - ecn.kmin) as f64
+            };
+            if prob > 0.0 && self.rng.gen_bool(prob.min(1.0)) && mark_ce(&mut frame) {
+                p.counters.ecn_marked += 1;
+            }
+        }
+        p.qlen += len;
+        p.counters.max_qlen = p.counters.max_qlen.max(p.qlen);
+        p.counters.enqueued += 1;
+        p.queue.push_back(frame);
+        Enqueue::Queued
+    }
+
+    /// Whether `port` can start sending at `now` (idle and non-empty).
+    pub fn can_send(&self, now: u64, port: usize) -> bool {
+        let p = &self.ports[port];
+        !p.queue.is_empty() && p.busy_until <= now
+    }
+
+    /// When `port` finishes the frame it is sending.
+    pub fn busy_until(&self, port: usize) -> u64 {
+        self.ports[port].busy_until
+    }
+
+    /// Starts sending the head of `port`'s queue at `now`: stamps its
+    /// telemetry (ts, tx_bytes before it, qlen after this dequeue, B,
+    /// switch and port ids) and returns it with the time its last bit
+    /// leaves. `None` when the queue is empty or the port is busy.
+    pub fn dequeue(&mut self, now: u64, port: usize) -> Option<(Vec<u8>, u64)> {
+        if !self.can_send(now, port) {
+            return None;
+        }
+        let id = self.id;
+        let p = &mut self.ports[port];
+        let mut frame = p.queue.pop_front()?;
+        let len = frame.len() as u64;
+        p.qlen -= len;
+        let hop = HopRecord {
+            ts_ns: now as u32,
+            tx_bytes: p.tx_bytes as u32,
+            qlen: p.qlen.min(u64::from(u32::MAX)) as u32,
+            rate: (p.cfg.rate_bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
+            switch_id: id,
+            port_id: port as u8,
+        };
+        match stamp(&mut frame, &hop) {
+            Stamp::Stamped => p.counters.tlm_stamped += 1,
+            Stamp::Full => p.counters.tlm_full += 1,
+            Stamp::NoTelemetry => {}
+        }
+        p.tx_bytes += len;
+        p.counters.tx_packets += 1;
+        p.counters.tx_bytes += len;
+        p.busy_until = now + serialization_ns(frame.len(), p.cfg.rate_bps);
+        Some((frame, p.busy_until))
+    }
+}
+
+/// What stamping did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    Stamped,
+    /// nhop == maxhop: the stack was left alone.
+    Full,
+    NoTelemetry,
+}
+
+/// Pushes `hop` into the frame's TLM block, if it has one with room.
+pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
+    let Some(l3) = frame.get(ethernet::HEADER_LEN..) else {
+        return Stamp::NoTelemetry;
+    };
+    let Ok(ip) = Ipv4Packet::new_checked(l3) else {
+        return Stamp::NoTelemetry;
+    };
+    let bth_at = ethernet::HEADER_LEN + ip.header_len() + transport::wire::udp::HEADER_LEN;
+    let has_tlm = frame
+        .get(bth_at..)
+        .and_then(|b| Bth::new_checked(b).ok())
+        .is_some_and(|b| b.has_tlm());
+    if !has_tlm {
+        return Stamp::NoTelemetry;
+    }
+    let tlm_at = bth_at + transport::wire::bth::HEADER_LEN;
+    let Some(Ok(mut t)) = frame.get_mut(tlm_at..).map(Tlm::new_checked) else {
+        return Stamp::NoTelemetry;
+    };
+    if t.push_hop(hop) {
+        Stamp::Stamped
+    } else {
+        Stamp::Full
+    }
+}
+
+/// Sets ECN to CE on an ECN-capable IPv4 frame (and fixes the checksum).
+pub fn mark_ce(frame: &mut [u8]) -> bool {
+    let Some(l3) = frame.get_mut(ethernet::HEADER_LEN..) else {
+        return false;
+    };
+    let Ok(mut ip) = Ipv4Packet::new_checked(l3) else {
+        return false;
+    };
+    if ip.ecn() == 0 {
+        return false;
+    }
+    ip.set_ecn(3);
+    ip.fill_checksum();
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use transport::wire::{Opcode, Packet, PacketRepr, RethRepr, TlmRepr};
+
+    fn frame(maxhop: Option<u8>, payload: usize, sport: u16) -> Vec<u8> {
+        let mut r = PacketRepr::new(Opcode::RdmaWriteOnly, 0x12, 7);
+        r.ip.src = Ipv4Addr::new(10, 0, 0, 1);
+        r.ip.dst = Ipv4Addr::new(10, 0, 0, 2);
+        r.ip.ecn = 2;
+        r.udp.src_port = sport;
+        r.reth = Some(RethRepr {
+            va: 0,
+            r_key: 1,
+            dma_len: payload as u32,
+        });
+        r.tlm = maxhop.map(TlmRepr::empty);
+        let mut b = vec![0u8; r.frame_len(payload)];
+        r.emit(&vec![0u8; payload], &mut b).unwrap();
+        b
+    }
+
+    fn port(rate_gbps: u64, buffer: u64) -> PortConfig {
+        PortConfig {
+            rate_bps: rate_gbps * 1_000_000_000,
+            buffer_bytes: buffer,
+            ecn: None,
+        }
+    }
+
+    #[test]
+    fn stamping_fields_match_hand_computed_values() {
+        // 25 Gb/s port, three frames of 1,070 bytes queued at t = 0.
+        let mut s = Switch::new(9, &[port(25, 1 << 20), port(25, 1 << 20)], 1);
+        let f = frame(Some(2), 1000, 1);
+        let len = f.len() as u64;
+        assert_eq!(len, 14 + 20 + 8 + 12 + 4 + 2 * 16 + 16 + 1000 + 4);
+        for _ in 0..3 {
+            assert_eq!(s.enqueue(1, f.clone()), Enqueue::Queued);
+        }
+        // First dequeue at t = 1,000 ns: nothing sent before, two frames
+        // left behind it.
+        let (a, done) = s.dequeue(1_000, 1).unwrap();
+        let ser = (len * 8 * 1_000_000_000).div_ceil(25_000_000_000);
+        assert_eq!(done, 1_000 + ser);
+        assert!(
+            s.dequeue(done - 1, 1).is_none(),
+            "busy until the last bit leaves"
+        );
+        let (b, _) = s.dequeue(done, 1).unwrap();
+        let ha = Packet::parse(&a).unwrap().repr.tlm.unwrap();
+        let hb = Packet::parse(&b).unwrap().repr.tlm.unwrap();
+        assert_eq!(ha.nhop, 1);
+        assert_eq!(ha.path_id, 9);
+        assert_eq!(
+            ha.hops[0],
+            HopRecord {
+                ts_ns: 1_000,
+                tx_bytes: 0,
+                qlen: 2 * len as u32,
+                rate: 250,
+                switch_id: 9,
+                port_id: 1
+            }
+        );
+        assert_eq!(
+            hb.hops[0],
+            HopRecord {
+                ts_ns: done as u32,
+                tx_bytes: len as u32,
+                qlen: len as u32,
+                rate: 250,
+                switch_id: 9,
+                port_id: 1
+            }
+        );
+        // The ICRC still holds: TLM bytes are masked.
+        assert!(Packet::parse(&a).is_ok());
+    }
+
+    #[test]
+    fn a_full_stack_is_left_alone_and_counted() {
+        let mut s = Switch::new(3, &[port(100, 1 << 20)], 1);
+        let mut f = frame(Some(1), 10, 1);
+        stamp(
+            &mut f,
+            &HopRecord {
+                switch_id: 1,
+                ..HopRecord::default()
+            },
+        );
+        s.enqueue(0, f.clone());
+        let (out, _) = s.dequeue(0, 0).unwrap();
+        assert_eq!(out, f, "unchanged");
+        assert_eq!(s.counters(0).tlm_full, 1);
+        // Frames without telemetry pass untouched.
+        let g = frame(None, 10, 1);
+        s.enqueue(0, g.clone());
+        assert_eq!(s.dequeue(10_000, 0).unwrap().0, g);
+    }
+
+    #[test]
+    fn timestamps_and_tx_bytes_wrap_mod_2_pow_32() {
+        let mut s = Switch::new(1, &[port(100, 1 << 20)], 1);
+        let f = frame(Some(1), 10, 1);
+        s.enqueue(0, f.clone());
+        let t = (1u64 << 32) + 5;
+        let (out, _) = s.dequeue(t, 0).unwrap();
+        assert_eq!(
+            Packet::parse(&out).unwrap().repr.tlm.unwrap().hops[0].ts_ns,
+            5
+        );
+    }
+
+    #[test]
+    fn drop_tail_at_the_buffer_limit() {
+        let f = frame(None, 1000, 1);
+        let mut s = Switch::new(1, &[port(100, 2 * f.len() as u64 + 10)], 1);
+        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Queued);
+        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Queued);
+        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Dropped);
+        assert_eq!(s.counters(0).dropped, 1);
+        assert_eq!(s.qlen(0), 2 * f.len() as u64);
+    }
+
+    #[test]
+    fn ecn_marks_above_kmax_and_never_below_kmin() {
+        let f = frame(None, 1000, 1);
+        let ecn = EcnConfig {
+            kmin: 5 * f.len() as u64,
+            kmax: 10 * f.len() as u64,
+            pmax: 0.2,
+        };
+        let mut s = Switch::new(
+            1,
+            &[PortConfig {
+                ecn: Some(ecn),
+                ..port(100, 1 << 30)
+            }],
+            1,
+        );
+        for _ in 0..6 {
+            s.enqueue(0, f.clone());
+        }
+        assert_eq!(
+            s.counters(0).ecn_marked,
+            0,
+            "queue at most kmin when they arrived"
+        );
+        for _ in 0..100 {
+            s.enqueue(0, f.clone());
+        }
+        assert!(
+            s.counters(0).ecn_marked >= 90,
+            "{}",
+            s.counters(0).ecn_marked
+        );
+        // Marked frames leave with CE and a valid IP checksum.
+        let (mut t, mut marked) = (0, 0);
+        while let Some((out, done)) = s.dequeue(t, 0) {
+            marked += u64::from(Packet::parse(&out).unwrap().repr.ip.ecn == 3);
+            t = done;
+        }
+        assert_eq!(marked, s.counters(0).ecn_marked);
+    }
+
+    #[test]
+    fn ecmp_keeps_a_flow_on_one_port_and_spreads_flows() {
+        let ports = [2, 3, 4, 5];
+        let a = frame(None, 10, 0xC001);
+        assert_eq!(Switch::ecmp(&a, &ports), Switch::ecmp(&a, &ports));
+        let used: std::collections::HashSet<usize> = (0..64u16)
+            .map(|i| Switch::ecmp(&frame(None, 10, 0xC000 | i), &ports).unwrap())
+            .collect();
+        assert_eq!(used.len(), 4);
+        assert_eq!(Switch::ecmp(&a, &[]), None);
+    }
+}
