@@ -11,4 +11,5 @@ pub mod decode;
 pub mod pcap;
 pub mod replay;
 pub mod samples;
+pub mod sim;
 pub mod torture;

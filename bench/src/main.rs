@@ -10,6 +10,7 @@ use bench::decode::Summary;
 use bench::pcap::{Reader, Writer};
 use bench::replay::{replay, ReplayArgs};
 use bench::samples;
+use bench::sim::{self as sim_mod, SimArgs};
 use bench::torture::{self as torture_mod, TortureArgs};
 
 #[derive(Parser)]
@@ -49,6 +50,11 @@ enum Command {
     /// `ops=N ok=N failed=F dup_applied=D corrupted_accepted=C hung=H`; the
     /// exit code is 0 only when the run passed.
     Torture(TortureArgs),
+    /// Run a network scenario in the virtual-time simulator (real RC engine
+    /// and controllers, software INT switches) under one or every
+    /// congestion controller, and print queue, utilization, fairness,
+    /// drops and FCT slowdowns in one table.
+    Sim(SimArgs),
 }
 
 fn decode(path: &Path) -> ExitCode {
@@ -194,11 +200,62 @@ fn torture(args: &TortureArgs) -> ExitCode {
     }
 }
 
+fn sim(args: &SimArgs) -> ExitCode {
+    let runs = match sim_mod::run(args, |line| eprintln!("sim: {line}")) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("scenario={} seed={}", args.scenario, args.seed);
+    print!("{}", sim_mod::table(&runs));
+    if let Some(path) = &args.json {
+        let results: Vec<_> = runs.iter().map(|r| &r.result).collect();
+        let text = match serde_json::to_string_pretty(&results) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("bench sim: cannot encode JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("bench sim: {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", path.display());
+    }
+    if let Some(v) = &args.trace_flow {
+        for r in &runs {
+            let file = if runs.len() > 1 {
+                format!("{}.{}", v[1], r.result.cc)
+            } else {
+                v[1].clone()
+            };
+            let mut text = format!(
+                "# flow {} of scenario {} under {}, seed {}: ack_seq snd_nxt nhop [hops]\n",
+                v[0], args.scenario, r.result.cc, args.seed
+            );
+            for line in &r.trace {
+                text.push_str(line);
+                text.push('\n');
+            }
+            if let Err(e) = std::fs::write(&file, text) {
+                eprintln!("bench sim: {file}: {e}");
+                return ExitCode::FAILURE;
+            }
+            println!("wrote {} telemetry events to {file}", r.trace.len());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Decode { file } => decode(&file),
         Command::Demo { pcap } => demo(&pcap),
         Command::HpccReplay(args) => hpcc_replay(&args),
         Command::Torture(args) => torture(&args),
+        Command::Sim(args) => sim(&args),
     }
 }

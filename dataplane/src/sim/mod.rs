@@ -9,6 +9,7 @@
 //! timer otherwise. Flows are RDMA WRITEs over a QP pair made for the flow.
 
 mod metrics;
+pub mod scenario;
 pub mod topology;
 
 use std::cmp::Reverse;
@@ -163,6 +164,8 @@ pub struct Simulator {
     monitor: Option<Monitor>,
     buf: Vec<u8>,
     events_run: u64,
+    /// A flow whose telemetry events are recorded (hpcc-replay lines).
+    trace: Option<(usize, Vec<String>)>,
 }
 
 fn mac_of(host: usize) -> MacAddr {
@@ -262,6 +265,7 @@ impl Simulator {
             monitor,
             buf: vec![0u8; 16 * 1024],
             events_run: 0,
+            trace: None,
         };
         if s.monitor.is_some() {
             s.push(s.cfg.sample_ns, Event::Sample);
@@ -528,6 +532,9 @@ impl Simulator {
         if self.topo.nodes[node] == NodeKind::Host {
             let h = self.node_host[node];
             let now = self.now;
+            if self.trace.is_some() {
+                self.record_trace(h, &frame);
+            }
             self.hosts[h].engine.handle_packet(now, &frame);
             self.host_send(h);
             self.completions(h);
@@ -636,6 +643,61 @@ impl Simulator {
             retransmitted,
             self.events_run,
         )
+    }
+
+    /// Records the telemetry events that reach flow `id`'s sender, as
+    /// `bench hpcc-replay` input lines.
+    pub fn trace_flow(&mut self, id: usize) {
+        self.trace = Some((id, Vec::new()));
+    }
+
+    /// The recorded trace (see [`Simulator::trace_flow`]).
+    pub fn trace_lines(&self) -> &[String] {
+        self.trace.as_ref().map_or(&[], |t| &t.1)
+    }
+
+    fn record_trace(&mut self, h: usize, frame: &[u8]) {
+        let Some((id, lines)) = self.trace.as_mut() else {
+            return;
+        };
+        let Some(f) = self.flows.get(*id) else { return };
+        let (Some((qa, _)), true) = (f.qps, f.spec.src == h) else {
+            return;
+        };
+        let Ok(p) = transport::wire::Packet::parse(frame) else {
+            return;
+        };
+        let (Some(t), true) = (p.repr.tlm, p.repr.bth.dest_qp == qa) else {
+            return;
+        };
+        if !t.echo {
+            return;
+        }
+        let ack_seq = p
+            .repr
+            .probe
+            .map_or(p.repr.bth.psn, |pr| pr.snd_psn & 0x00FF_FFFF);
+        let Ok(snd_nxt) = self.hosts[h].engine.qp_snd_nxt(qa) else {
+            return;
+        };
+        let hops: Vec<pacer::Hop> = t
+            .filled()
+            .iter()
+            .map(|x| pacer::Hop {
+                ts_ns: x.ts_ns,
+                tx_bytes: x.tx_bytes,
+                qlen: x.qlen,
+                rate_100mbps: x.rate,
+                switch_id: x.switch_id,
+                port_id: x.port_id,
+            })
+            .collect();
+        let ev = pacer::trace::TraceEvent {
+            ack_seq,
+            snd_nxt,
+            hops: pacer::HopStack::from_slice(&hops),
+        };
+        lines.push(ev.to_string());
     }
 
     /// Events handled so far.

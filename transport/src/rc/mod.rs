@@ -43,6 +43,8 @@ use qp::Qp;
 pub const QPN_BASE: u32 = 0x11;
 /// QPs per engine.
 pub const MAX_QPS: usize = 1 << 16;
+/// Outstanding send WRs per QP.
+pub const MAX_SEND_WR: usize = 1 << 16;
 
 /// Settings of one engine (one NIC port).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -157,6 +159,13 @@ impl<M: Memory> Engine<M> {
 
     /// Creates a QP in RESET with room for `max_send_wr` outstanding WRs.
     pub fn create_qp(&mut self, max_send_wr: usize, now: u64) -> Result<Qpn, RcError> {
+        if max_send_wr > MAX_SEND_WR {
+            return Err(RcError::OutOfRange {
+                what: "max_send_wr",
+                value: max_send_wr as u64,
+                max: MAX_SEND_WR as u64,
+            });
+        }
         let i = match self.qps.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.qps.len() < MAX_QPS => {
@@ -192,6 +201,13 @@ impl<M: Memory> Engine<M> {
     pub fn qp_counters(&self, qpn: Qpn) -> Result<QpCounters, RcError> {
         let i = self.index(qpn)?;
         Ok(self.qps[i].as_ref().expect("index checked").counters)
+    }
+
+    /// The QP's snd_nxt (the PSN its requester sends next), as congestion
+    /// control sees it.
+    pub fn qp_snd_nxt(&self, qpn: Qpn) -> Result<u32, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").req.snd_nxt())
     }
 
     /// Current window (bytes) and pacing rate (b/s) of a QP's controller.

@@ -1,0 +1,188 @@
+//! `bench sim`: runs a simulator scenario under one or every congestion
+//! controller (same seed, same workload) and prints one table; writes the
+//! results as JSON and a flow's telemetry trace when asked.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use dataplane::sim::scenario::{cc_mode, Overrides, ScenarioSpec, BUILTIN};
+use dataplane::sim::SimResult;
+
+/// Flags of `bench sim`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch or
+    /// paper-fig11a (configs/sim/NAME.toml, built in).
+    #[arg(long, default_value = "incast")]
+    pub scenario: String,
+    /// A scenario file to use instead of the built-in one.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Congestion control: hpcc, hpcc-probe, hpcc-rx, dcqcn, none, or all.
+    #[arg(long, default_value = "all")]
+    pub cc: String,
+    /// Seed of the workload and of the switches' ECN marking.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Simulated time in microseconds [default: the scenario's].
+    #[arg(long)]
+    pub duration_us: Option<u64>,
+    /// Incast senders [default: the scenario's].
+    #[arg(long)]
+    pub senders: Option<usize>,
+    /// Load of the Poisson workloads, 0..1 [default: the scenario's].
+    #[arg(long)]
+    pub load: Option<f64>,
+    /// Write every run's results to this JSON file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Record flow ID's telemetry events (hpcc-replay format) to FILE; with
+    /// --cc all, one file per controller (FILE.CC).
+    #[arg(long, num_args = 2, value_names = ["ID", "FILE"])]
+    pub trace_flow: Option<Vec<String>>,
+}
+
+/// One controller's run: its result and the wall-clock seconds it took.
+pub struct Run {
+    pub result: SimResult,
+    pub wall_s: f64,
+    pub trace: Vec<String>,
+}
+
+/// Runs the scenario for each controller asked for.
+pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, String> {
+    let text = match &args.config {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => BUILTIN
+            .iter()
+            .find(|s| s.0 == args.scenario)
+            .map(|s| s.1.to_string())
+            .ok_or_else(|| {
+                let names: Vec<&str> = BUILTIN.iter().map(|s| s.0).collect();
+                format!(
+                    "unknown --scenario {:?} ({})",
+                    args.scenario,
+                    names.join(", ")
+                )
+            })?,
+    };
+    let spec = ScenarioSpec::parse(&text)?;
+    let ccs: Vec<&str> = if args.cc == "all" {
+        vec!["hpcc", "hpcc-probe", "hpcc-rx", "dcqcn", "none"]
+    } else {
+        vec![args.cc.as_str()]
+    };
+    let trace_id = match &args.trace_flow {
+        Some(v) => Some(
+            v[0].parse::<usize>()
+                .map_err(|_| format!("--trace-flow ID must be a number, got {:?}", v[0]))?,
+        ),
+        None => None,
+    };
+    let o = Overrides {
+        seed: Some(args.seed),
+        duration_us: args.duration_us,
+        senders: args.senders,
+        load: args.load,
+    };
+    let mut runs = Vec::new();
+    for name in ccs {
+        let cc = cc_mode(name, spec.sim.maxhop, spec.sim.base_rtt_ns)?;
+        let mut built = spec.build(cc, &o)?;
+        if let Some(id) = trace_id {
+            if id >= built.flows {
+                return Err(format!(
+                    "--trace-flow {id}: the workload has {} flows",
+                    built.flows
+                ));
+            }
+            built.sim.trace_flow(id);
+        }
+        progress(&format!(
+            "{name}: {} hosts, {} flows",
+            built.sim.host_count(),
+            built.flows
+        ));
+        let t0 = std::time::Instant::now();
+        built.sim.run();
+        let wall_s = t0.elapsed().as_secs_f64();
+        let result = built.sim.result(name);
+        progress(&format!(
+            "{name}: {} events in {wall_s:.2} s ({:.2} M events/s)",
+            result.events,
+            result.events as f64 / wall_s.max(1e-9) / 1e6
+        ));
+        runs.push(Run {
+            result,
+            wall_s,
+            trace: built.sim.trace_lines().to_vec(),
+        });
+    }
+    Ok(runs)
+}
+
+/// The table printed by `bench sim`.
+pub fn table(runs: &[Run]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>7} {:>10}",
+        "cc",
+        "q_p50_KB",
+        "q_p95_KB",
+        "q_p99_KB",
+        "q_max_KB",
+        "util",
+        "jain",
+        "drops",
+        "retx",
+        "flows_done"
+    );
+    for r in runs.iter().map(|r| &r.result) {
+        let _ = writeln!(
+            s,
+            "{:<11} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.3} {:>6.3} {:>8} {:>7} {:>5}/{:<5}",
+            r.cc,
+            r.queue_p50_bytes as f64 / 1e3,
+            r.queue_p95_bytes as f64 / 1e3,
+            r.queue_p99_bytes as f64 / 1e3,
+            r.queue_max_bytes as f64 / 1e3,
+            r.utilization,
+            r.jain_fairness,
+            r.drops,
+            r.retransmitted,
+            r.flows_done,
+            r.flows_total
+        );
+    }
+    if runs
+        .iter()
+        .any(|r| r.result.slowdown.iter().any(|b| b.flows > 0))
+    {
+        let _ = writeln!(s, "FCT slowdown p50/p95/p99 by flow size:");
+        let labels: Vec<String> = runs[0]
+            .result
+            .slowdown
+            .iter()
+            .map(|b| b.label.clone())
+            .collect();
+        let _ = write!(s, "{:<11}", "cc");
+        for l in &labels {
+            let _ = write!(s, " {:>24}", l);
+        }
+        let _ = writeln!(s);
+        for r in runs.iter().map(|r| &r.result) {
+            let _ = write!(s, "{:<11}", r.cc);
+            for b in &r.slowdown {
+                let cell = if b.flows == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.2}/{:.2}/{:.2} n={}", b.p50, b.p95, b.p99, b.flows)
+                };
+                let _ = write!(s, " {cell:>24}");
+            }
+            let _ = writeln!(s);
+        }
+    }
+    s
+}

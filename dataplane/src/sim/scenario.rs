@@ -1,0 +1,464 @@
+//! Scenarios: a topology, a workload and run settings from TOML
+//! (`configs/sim/*.toml`, embedded here so that `bench sim` runs anywhere),
+//! turned into a [`Simulator`] with flows.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+use transport::rc::{CcMode, PathMtu};
+
+use super::topology::{End, Topology, TopologySpec};
+use super::{FlowSpec, SimConfig, Simulator};
+use crate::switch::EcnConfig;
+
+/// The scenario files shipped in `configs/sim/`.
+pub const BUILTIN: [(&str, &str); 6] = [
+    ("incast", include_str!("../../../configs/sim/incast.toml")),
+    (
+        "dumbbell",
+        include_str!("../../../configs/sim/dumbbell.toml"),
+    ),
+    (
+        "converge",
+        include_str!("../../../configs/sim/converge.toml"),
+    ),
+    (
+        "fb_hadoop",
+        include_str!("../../../configs/sim/fb_hadoop.toml"),
+    ),
+    (
+        "websearch",
+        include_str!("../../../configs/sim/websearch.toml"),
+    ),
+    (
+        "paper-fig11a",
+        include_str!("../../../configs/sim/paper-fig11a.toml"),
+    ),
+];
+
+/// The flow-size CDFs of `configs/workloads/`.
+pub const CDFS: [(&str, &str); 2] = [
+    (
+        "fb_hadoop",
+        include_str!("../../../configs/workloads/fb_hadoop.cdf"),
+    ),
+    (
+        "websearch",
+        include_str!("../../../configs/workloads/websearch.cdf"),
+    ),
+];
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSpec {
+    pub topology: TopologySpec,
+    pub workload: WorkloadSpec,
+    #[serde(default)]
+    pub sim: RunSpec,
+}
+
+/// What the hosts send.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// `incast` (senders -> the last host), `dumbbell` (left hosts -> right
+    /// hosts), `converge` (flows -> the last host, one more joins later),
+    /// `poisson` (flow sizes from a CDF at a load, optional incasts).
+    pub kind: String,
+    #[serde(default)]
+    pub senders: Option<usize>,
+    /// Size of each flow; 0 = long (lasts the whole run).
+    #[serde(default)]
+    pub size_bytes: u64,
+    #[serde(default)]
+    pub flows: Option<usize>,
+    #[serde(default)]
+    pub join_us: u64,
+    #[serde(default)]
+    pub cdf: Option<String>,
+    #[serde(default)]
+    pub load: Option<f64>,
+    #[serde(default)]
+    pub incast_senders: usize,
+    #[serde(default)]
+    pub incast_size_bytes: u64,
+    #[serde(default)]
+    pub incast_load: f64,
+}
+
+/// Run settings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSpec {
+    pub duration_us: u64,
+    pub measure_from_us: u64,
+    pub sample_us: u64,
+    pub base_rtt_ns: u64,
+    pub hpcc_n: u32,
+    pub eta: f64,
+    pub max_stage: u32,
+    pub mtu: u32,
+    pub maxhop: u8,
+    /// DCQCN ECN thresholds at the switches (bytes) and top probability.
+    pub ecn_kmin_bytes: u64,
+    pub ecn_kmax_bytes: u64,
+    pub ecn_pmax: f64,
+    pub timeout: u8,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            duration_us: 2_000,
+            measure_from_us: 0,
+            sample_us: 10,
+            base_rtt_ns: 8_000,
+            hpcc_n: 16,
+            eta: 0.95,
+            max_stage: 5,
+            mtu: 1024,
+            maxhop: 5,
+            // The HPCC paper's DCQCN: Kmin 100 KB, Kmax 400 KB at 25G, scaled
+            // to 100G.
+            ecn_kmin_bytes: 400_000,
+            ecn_kmax_bytes: 1_600_000,
+            ecn_pmax: 0.2,
+            timeout: 10,
+        }
+    }
+}
+
+/// Parses a congestion-control name of `bench sim --cc`.
+pub fn cc_mode(name: &str, maxhop: u8, base_rtt_ns: u64) -> Result<CcMode, String> {
+    Ok(match name {
+        "hpcc" => CcMode::HpccInband { maxhop },
+        "hpcc-probe" => CcMode::HpccProbe {
+            maxhop,
+            timeout_ns: 3 * base_rtt_ns,
+        },
+        "hpcc-rx" => CcMode::RxHpcc { maxhop },
+        "dcqcn" => CcMode::Dcqcn,
+        "none" => CcMode::None,
+        other => {
+            return Err(format!(
+                "unknown --cc {other:?} (hpcc, hpcc-probe, hpcc-rx, dcqcn, none, all)"
+            ))
+        }
+    })
+}
+
+/// An empirical CDF: (size, cumulative fraction) points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cdf(Vec<(f64, f64)>);
+
+impl Cdf {
+    /// Parses `size percent` lines; the error names the line.
+    pub fn parse(text: &str) -> Result<Cdf, String> {
+        let mut pts = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut it = line.split_whitespace();
+            let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
+                return Err(format!(
+                    "CDF line {}: expected `size percent`, got {line:?}",
+                    i + 1
+                ));
+            };
+            let (Ok(s), Ok(p)) = (a.parse::<f64>(), b.parse::<f64>()) else {
+                return Err(format!("CDF line {}: not numbers: {line:?}", i + 1));
+            };
+            if pts
+                .last()
+                .is_some_and(|&(ls, lp): &(f64, f64)| s < ls || p / 100.0 < lp)
+            {
+                return Err(format!("CDF line {}: not increasing", i + 1));
+            }
+            pts.push((s, p / 100.0));
+        }
+        if pts.len() < 2 || pts.last().map(|p| p.1) != Some(1.0) {
+            return Err("a CDF needs at least two points and must end at 100%".into());
+        }
+        Ok(Cdf(pts))
+    }
+
+    /// Inverse CDF at `u` in [0, 1], linear between points.
+    pub fn sample(&self, u: f64) -> f64 {
+        let pts = &self.0;
+        for w in pts.windows(2) {
+            let ((s0, p0), (s1, p1)) = (w[0], w[1]);
+            if u <= p1 {
+                if p1 <= p0 {
+                    return s1;
+                }
+                return s0 + (s1 - s0) * (u - p0) / (p1 - p0);
+            }
+        }
+        pts.last().map_or(0.0, |p| p.0)
+    }
+
+    /// Mean size (integral of the piecewise-linear inverse).
+    pub fn mean(&self) -> f64 {
+        self.0
+            .windows(2)
+            .map(|w| (w[1].1 - w[0].1) * (w[0].0 + w[1].0) / 2.0)
+            .sum()
+    }
+}
+
+/// A built scenario: the simulator with its flows, and what it measures.
+pub struct Built {
+    pub sim: Simulator,
+    pub flows: usize,
+}
+
+/// Overrides from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub seed: Option<u64>,
+    pub duration_us: Option<u64>,
+    pub senders: Option<usize>,
+    pub load: Option<f64>,
+}
+
+fn find(topo: &Topology, host: usize) -> usize {
+    topo.hosts()[host]
+}
+
+impl ScenarioSpec {
+    pub fn parse(text: &str) -> Result<ScenarioSpec, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Builds the simulator for congestion control `cc`.
+    pub fn build(&self, cc: CcMode, o: &Overrides) -> Result<Built, String> {
+        let mut topo_spec = self.topology.clone();
+        let w = &self.workload;
+        let senders = o.senders.or(w.senders);
+        if w.kind == "incast" {
+            topo_spec.hosts = senders.unwrap_or(topo_spec.hosts.saturating_sub(1)) + 1;
+        }
+        let topo = topo_spec.build()?;
+        let hosts = topo.hosts().len();
+        let r = &self.sim;
+        let seed = o.seed.unwrap_or(1);
+        let duration_ns = o.duration_us.unwrap_or(r.duration_us) * 1_000;
+        let mut cfg = SimConfig::new(cc, duration_ns);
+        cfg.seed = seed;
+        cfg.mtu = PathMtu::from_bytes(r.mtu).ok_or(format!("mtu {} is not a path MTU", r.mtu))?;
+        cfg.base_rtt_ns = r.base_rtt_ns;
+        cfg.hpcc_n = r.hpcc_n;
+        cfg.eta = r.eta;
+        cfg.max_stage = r.max_stage;
+        cfg.timeout = r.timeout;
+        cfg.sample_ns = r.sample_us.max(1) * 1_000;
+        cfg.measure_from_ns = r.measure_from_us * 1_000;
+        if cc == CcMode::Dcqcn {
+            cfg.ecn = Some(EcnConfig {
+                kmin: r.ecn_kmin_bytes,
+                kmax: r.ecn_kmax_bytes,
+                pmax: r.ecn_pmax,
+            });
+        }
+        // A long flow: twice what a host link carries in the whole run.
+        let long = if w.size_bytes == 0 {
+            (topo_spec.host_gbps * 1e9 / 8.0 * duration_ns as f64 / 1e9 * 2.0) as u64 + 1
+        } else {
+            w.size_bytes
+        };
+        let mut flows = Vec::new();
+        // The monitored port: the switch port towards `host`.
+        let towards = |host: usize| {
+            let node = find(&topo, host);
+            let (e, _) = topo.peer(node, 0);
+            End {
+                node: e.node,
+                port: e.port,
+            }
+        };
+        let monitor;
+        match w.kind.as_str() {
+            "incast" => {
+                let recv = hosts - 1;
+                for s in 0..recv {
+                    flows.push(FlowSpec {
+                        src: s,
+                        dst: recv,
+                        size: long,
+                        start_ns: 0,
+                    });
+                }
+                monitor = towards(recv);
+            }
+            "converge" => {
+                let n = w.flows.unwrap_or(2);
+                if n + 2 > hosts {
+                    return Err(format!(
+                        "converge with {n} flows needs {} hosts, the topology has {hosts}",
+                        n + 2
+                    ));
+                }
+                let recv = hosts - 1;
+                for s in 0..=n {
+                    let start_ns = if s < n { 0 } else { w.join_us * 1_000 };
+                    flows.push(FlowSpec {
+                        src: s,
+                        dst: recv,
+                        size: long,
+                        start_ns,
+                    });
+                }
+                monitor = towards(recv);
+            }
+            "dumbbell" => {
+                let half = hosts.div_ceil(2);
+                for s in 0..half {
+                    flows.push(FlowSpec {
+                        src: s,
+                        dst: half + s % (hosts - half),
+                        size: long,
+                        start_ns: 0,
+                    });
+                }
+                // The left switch's port towards the right switch.
+                let left = towards(0).node;
+                let port = (0..topo.ports[left].len())
+                    .find(|&p| {
+                        topo.nodes[topo.peer(left, p).0.node] == super::topology::NodeKind::Switch
+                    })
+                    .ok_or("dumbbell without a switch-to-switch link")?;
+                monitor = End { node: left, port };
+            }
+            "poisson" => {
+                let name = w.cdf.as_deref().unwrap_or("fb_hadoop");
+                let text = CDFS
+                    .iter()
+                    .find(|c| c.0 == name)
+                    .map(|c| c.1.to_string())
+                    .map_or_else(
+                        || std::fs::read_to_string(name).map_err(|e| format!("CDF {name}: {e}")),
+                        Ok,
+                    )?;
+                let cdf = Cdf::parse(&text)?;
+                let load = o.load.or(w.load).unwrap_or(0.3);
+                if !(load > 0.0 && load < 1.0) {
+                    return Err(format!("load {load} must be in (0, 1)"));
+                }
+                let bw = topo_spec.host_gbps * 1e9;
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                // Per host: exponential gaps with mean = mean size / (load x B).
+                let gap_ns = cdf.mean() * 8.0 / (load * bw) * 1e9;
+                for src in 0..hosts {
+                    let mut t = 0.0f64;
+                    loop {
+                        t += -gap_ns * (1.0 - rng.gen::<f64>()).ln();
+                        if t >= duration_ns as f64 {
+                            break;
+                        }
+                        let mut dst = rng.gen_range(0..hosts - 1);
+                        if dst >= src {
+                            dst += 1;
+                        }
+                        let size = cdf.sample(rng.gen::<f64>()).max(1.0) as u64;
+                        flows.push(FlowSpec {
+                            src,
+                            dst,
+                            size,
+                            start_ns: t as u64,
+                        });
+                    }
+                }
+                if w.incast_senders > 0 && w.incast_load > 0.0 {
+                    let n = w.incast_senders.min(hosts - 1);
+                    let bytes = (n as u64 * w.incast_size_bytes) as f64;
+                    let gap = bytes * 8.0 / (w.incast_load * bw * hosts as f64) * 1e9;
+                    let mut t = 0.0f64;
+                    loop {
+                        t += -gap * (1.0 - rng.gen::<f64>()).ln();
+                        if t >= duration_ns as f64 {
+                            break;
+                        }
+                        let dst = rng.gen_range(0..hosts);
+                        let mut pool: Vec<usize> = (0..hosts).filter(|&h| h != dst).collect();
+                        for k in 0..n {
+                            let j = rng.gen_range(k..pool.len());
+                            pool.swap(k, j);
+                            flows.push(FlowSpec {
+                                src: pool[k],
+                                dst,
+                                size: w.incast_size_bytes,
+                                start_ns: t as u64,
+                            });
+                        }
+                    }
+                }
+                monitor = towards(0);
+            }
+            other => {
+                return Err(format!(
+                    "unknown workload kind {other:?} (incast, dumbbell, converge, poisson)"
+                ))
+            }
+        }
+        cfg.monitor = Some(monitor);
+        let buffer = topo_spec.buffer_bytes;
+        let mut sim = Simulator::new(cfg, topo, buffer)?;
+        for f in &flows {
+            sim.add_flow(*f)?;
+        }
+        Ok(Built {
+            sim,
+            flows: flows.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_scenarios_parse_and_build() {
+        for (name, text) in BUILTIN {
+            let s = ScenarioSpec::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if name == "paper-fig11a" {
+                continue; // large; built by the benchmark
+            }
+            let o = Overrides {
+                duration_us: Some(50),
+                ..Overrides::default()
+            };
+            assert!(s.build(CcMode::None, &o).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn cdfs_parse_and_sample_within_their_range() {
+        for (name, text) in CDFS {
+            let c = Cdf::parse(text).unwrap();
+            assert_eq!(c.sample(0.0), 0.0, "{name}");
+            assert!(c.sample(1.0) >= 1e6, "{name}");
+            assert!(c.mean() > 0.0);
+        }
+        let c = Cdf::parse("0 0\n100 50\n300 100").unwrap();
+        assert_eq!(c.sample(0.25), 50.0);
+        assert_eq!(c.sample(0.75), 200.0);
+        assert_eq!(c.mean(), 0.5 * 50.0 + 0.5 * 200.0);
+        assert!(Cdf::parse("0 0\n10 50").unwrap_err().contains("100%"));
+        assert!(Cdf::parse("0 0\nx 100").unwrap_err().contains("line 2"));
+    }
+
+    #[test]
+    fn unknown_names_are_refused_by_name() {
+        assert!(cc_mode("bbr", 5, 1).unwrap_err().contains("\"bbr\""));
+        let mut s = ScenarioSpec::parse(BUILTIN[0].1).unwrap();
+        s.workload.kind = "alltoall".into();
+        assert!(s
+            .build(CcMode::None, &Overrides::default())
+            .err()
+            .unwrap()
+            .contains("alltoall"));
+    }
+}
