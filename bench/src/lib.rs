@@ -9,6 +9,7 @@
 
 pub mod decode;
 pub mod pcap;
+pub mod plot;
 pub mod replay;
 pub mod samples;
 pub mod sim;

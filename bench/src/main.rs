@@ -225,6 +225,14 @@ fn sim(args: &SimArgs) -> ExitCode {
         }
         println!("wrote {}", path.display());
     }
+    if let Some(path) = &args.plot {
+        let results: Vec<_> = runs.iter().map(|r| &r.result).collect();
+        if let Err(e) = std::fs::write(path, bench::plot::svg(&results)) {
+            eprintln!("bench sim: {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", path.display());
+    }
     if let Some(v) = &args.trace_flow {
         for r in &runs {
             let file = if runs.len() > 1 {

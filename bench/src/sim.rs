@@ -18,7 +18,8 @@ pub struct SimArgs {
     /// A scenario file to use instead of the built-in one.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Congestion control: hpcc, hpcc-probe, hpcc-rx, dcqcn, none, or all.
+    /// Congestion control: hpcc, hpcc-probe, hpcc-rx, dcqcn, none, a
+    /// comma-separated list of them, or all.
     #[arg(long, default_value = "all")]
     pub cc: String,
     /// Seed of the workload and of the switches' ECN marking.
@@ -36,6 +37,9 @@ pub struct SimArgs {
     /// Write every run's results to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write an SVG plot of the queue and per-flow rates over time.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Record flow ID's telemetry events (hpcc-replay format) to FILE; with
     /// --cc all, one file per controller (FILE.CC).
     #[arg(long, num_args = 2, value_names = ["ID", "FILE"])]
@@ -70,7 +74,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
     let ccs: Vec<&str> = if args.cc == "all" {
         vec!["hpcc", "hpcc-probe", "hpcc-rx", "dcqcn", "none"]
     } else {
-        vec![args.cc.as_str()]
+        args.cc.split(',').map(str::trim).collect()
     };
     let trace_id = match &args.trace_flow {
         Some(v) => Some(

@@ -221,7 +221,9 @@ pub enum Stamp {
     NoTelemetry,
 }
 
-/// Pushes `hop` into the frame's TLM block, if it has one with room.
+/// Pushes `hop` into the frame's TLM block, if it has one with room and it
+/// is not an echoed stack (ACKs, probe responses, CC_NOTIFY carry the
+/// forward path's telemetry back and are left alone).
 pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
     let Some(l3) = frame.get(ethernet::HEADER_LEN..) else {
         return Stamp::NoTelemetry;
@@ -241,6 +243,11 @@ pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
     let Some(Ok(mut t)) = frame.get_mut(tlm_at..).map(Tlm::new_checked) else {
         return Stamp::NoTelemetry;
     };
+    if t.echo() {
+        // A reflected stack describes the forward path; the way back must
+        // not add its own hops to it.
+        return Stamp::NoTelemetry;
+    }
     if t.push_hop(hop) {
         Stamp::Stamped
     } else {
@@ -360,10 +367,13 @@ mod tests {
         let (out, _) = s.dequeue(0, 0).unwrap();
         assert_eq!(out, f, "unchanged");
         assert_eq!(s.counters(0).tlm_full, 1);
-        // Frames without telemetry pass untouched.
+        // Frames without telemetry pass untouched, and so do echoed stacks.
         let g = frame(None, 10, 1);
         s.enqueue(0, g.clone());
         assert_eq!(s.dequeue(10_000, 0).unwrap().0, g);
+        let mut e = frame(Some(3), 10, 1);
+        Tlm::new_checked(&mut e[54..]).unwrap().set_echo(true);
+        assert_eq!(stamp(&mut e, &HopRecord::default()), Stamp::NoTelemetry);
     }
 
     #[test]
