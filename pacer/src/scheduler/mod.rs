@@ -103,6 +103,8 @@ pub struct FlowScheduler {
     heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
     /// Last tick processed: slots up to here are empty.
     cursor: u64,
+    /// Occupied wheel slots (so an empty wheel is never scanned).
+    occupied_slots: usize,
     live: usize,
 }
 
@@ -125,6 +127,7 @@ impl FlowScheduler {
             occupied: vec![0; cfg.wheel_slots as usize / 64],
             heap: BinaryHeap::new(),
             cursor: now / cfg.tick_ns,
+            occupied_slots: 0,
             live: 0,
         }
     }
@@ -270,10 +273,14 @@ impl FlowScheduler {
         }
         let n = self.slots.len() as u64;
         let start = (self.cursor + 1) % n;
-        let wheel = self.first_occupied_from(start as usize).map(|s| {
-            let ahead = (s as u64 + n - start) % n;
-            (self.cursor + 1 + ahead) * self.cfg.tick_ns
-        });
+        let wheel = if self.occupied_slots == 0 {
+            None
+        } else {
+            self.first_occupied_from(start as usize).map(|s| {
+                let ahead = (s as u64 + n - start) % n;
+                (self.cursor + 1 + ahead) * self.cfg.tick_ns
+            })
+        };
         let heap = self
             .heap
             .iter()
@@ -319,6 +326,7 @@ impl FlowScheduler {
                 self.links.unlink(&mut self.slots[s], i);
                 if self.slots[s].is_empty() {
                     self.occupied[s / 64] &= !(1u64 << (s % 64));
+                    self.occupied_slots -= 1;
                 }
             }
             Where::Heap => {
@@ -367,6 +375,9 @@ impl FlowScheduler {
             self.file_ready(i);
         } else if tick - self.cursor < n {
             let s = (tick % n) as usize;
+            if self.slots[s].is_empty() {
+                self.occupied_slots += 1;
+            }
             self.links.push_back(&mut self.slots[s], i);
             self.occupied[s / 64] |= 1u64 << (s % 64);
             self.flows[i as usize].at = Where::Wheel(s as u32);
@@ -427,6 +438,7 @@ impl FlowScheduler {
             flows[i as usize].at = Where::Ready;
         });
         self.occupied[s / 64] &= !(1u64 << (s % 64));
+        self.occupied_slots -= 1;
     }
 
     /// The first occupied slot at or after `start`, wrapping around.
