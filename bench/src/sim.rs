@@ -130,7 +130,7 @@ pub fn table(runs: &[Run]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>7} {:>10}",
+        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>7} {:>7} {:>11}",
         "cc",
         "q_p50_KB",
         "q_p95_KB",
@@ -140,12 +140,13 @@ pub fn table(runs: &[Run]) -> String {
         "jain",
         "drops",
         "retx",
+        "probe%",
         "flows_done"
     );
     for r in runs.iter().map(|r| &r.result) {
         let _ = writeln!(
             s,
-            "{:<11} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.3} {:>6.3} {:>8} {:>7} {:>5}/{:<5}",
+            "{:<11} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.3} {:>6.3} {:>8} {:>7} {:>7.3} {:>5}/{:<5}",
             r.cc,
             r.queue_p50_bytes as f64 / 1e3,
             r.queue_p95_bytes as f64 / 1e3,
@@ -155,6 +156,7 @@ pub fn table(runs: &[Run]) -> String {
             r.jain_fairness,
             r.drops,
             r.retransmitted,
+            r.probe_overhead * 100.0,
             r.flows_done,
             r.flows_total
         );

@@ -139,6 +139,8 @@ pub struct SimResult {
     pub jain_fairness: f64,
     pub drops: u64,
     pub retransmitted: u64,
+    /// Share of the bytes hosts sent that were telemetry probes.
+    pub probe_overhead: f64,
     pub flows_total: usize,
     pub flows_done: usize,
     pub slowdown: Vec<Bucket>,
@@ -235,6 +237,7 @@ impl SimResult {
             jain_fairness,
             drops,
             retransmitted,
+            probe_overhead: 0.0,
             flows_total: flows.len(),
             flows_done: flows.iter().filter(|f| f.fct_ns.is_some()).count(),
             slowdown,

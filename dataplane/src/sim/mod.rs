@@ -166,6 +166,10 @@ pub struct Simulator {
     events_run: u64,
     /// A flow whose telemetry events are recorded (hpcc-replay lines).
     trace: Option<(usize, Vec<String>)>,
+    /// Bytes hosts put on their links, and those of TLM_REQUEST /
+    /// TLM_RESPONSE probes among them.
+    host_tx_bytes: u64,
+    probe_bytes: u64,
 }
 
 fn mac_of(host: usize) -> MacAddr {
@@ -266,6 +270,8 @@ impl Simulator {
             buf: vec![0u8; 16 * 1024],
             events_run: 0,
             trace: None,
+            host_tx_bytes: 0,
+            probe_bytes: 0,
         };
         if s.monitor.is_some() {
             s.push(s.cfg.sample_ns, Event::Sample);
@@ -478,6 +484,11 @@ impl Simulator {
         let sent = self.hosts[h].engine.poll_transmit(now, &mut buf);
         match sent {
             Some(n) => {
+                self.host_tx_bytes += n as u64;
+                let opcode_at = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
+                if matches!(buf.get(opcode_at), Some(0xC0 | 0xC1)) {
+                    self.probe_bytes += n as u64;
+                }
                 let host = &mut self.hosts[h];
                 let done = now + serialization_ns(n, host.rate_bps);
                 host.busy_until = done;
@@ -634,7 +645,7 @@ impl Simulator {
                 })
                 .map(|c| c.retransmitted)
                 .sum::<u64>();
-        SimResult::new(
+        let mut r = SimResult::new(
             label,
             self.now,
             self.monitor.as_ref(),
@@ -642,7 +653,9 @@ impl Simulator {
             drops,
             retransmitted,
             self.events_run,
-        )
+        );
+        r.probe_overhead = self.probe_bytes as f64 / self.host_tx_bytes.max(1) as f64;
+        r
     }
 
     /// Records the telemetry events that reach flow `id`'s sender, as
