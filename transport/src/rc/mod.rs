@@ -21,7 +21,8 @@ mod requester;
 mod responder;
 mod types;
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
 use pacer::hpcc::HpccParams;
@@ -100,6 +101,9 @@ pub struct Engine<M: Memory> {
     cq: VecDeque<Cqe>,
     counters: EngineCounters,
     ip_ident: u16,
+    /// (deadline, QP index) of every armed QP timer; entries whose QP has
+    /// since re-armed or gone are stale and skipped. The top is always live.
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
 }
 
 impl<M: Memory> Engine<M> {
@@ -116,6 +120,7 @@ impl<M: Memory> Engine<M> {
             cq: VecDeque::new(),
             counters: EngineCounters::default(),
             ip_ident: 0,
+            timers: BinaryHeap::new(),
         }
     }
 
@@ -190,6 +195,7 @@ impl<M: Memory> Engine<M> {
         let qp = self.qps[i].take().expect("index checked");
         self.sched.remove_flow(qp.flow);
         self.ctrl.retain(|&q| q as usize != i);
+        self.drop_stale_timers();
         Ok(())
     }
 
@@ -297,6 +303,7 @@ impl<M: Memory> Engine<M> {
         if qp.resp.has_ack() {
             self.queue_ctrl(i);
         }
+        self.arm(i);
     }
 
     fn queue_ctrl(&mut self, i: usize) {
@@ -325,6 +332,37 @@ impl<M: Memory> Engine<M> {
         self.sched.set_next_packet(qp.flow, size, now);
         if qp.has_ctrl() {
             self.queue_ctrl(i);
+        }
+        self.arm(i);
+    }
+
+    /// Files the QP's earliest timer in the timer heap if it changed.
+    fn arm(&mut self, i: usize) {
+        if let Some(qp) = self.qps[i].as_mut() {
+            let t = qp.timeout();
+            if t != qp.armed {
+                qp.armed = t;
+                if let Some(t) = t {
+                    self.timers.push(Reverse((t, i as u32)));
+                }
+            }
+        }
+        self.drop_stale_timers();
+    }
+
+    fn timer_is_live(&self, t: u64, i: u32) -> bool {
+        self.qps
+            .get(i as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|qp| qp.armed == Some(t))
+    }
+
+    fn drop_stale_timers(&mut self) {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if self.timer_is_live(t, i) {
+                break;
+            }
+            self.timers.pop();
         }
     }
 
@@ -418,24 +456,31 @@ impl<M: Memory> Engine<M> {
     /// The earliest time `handle_timeout` (or `poll_transmit`, for paced
     /// packets) has work.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let qps = self.qps.iter().flatten().filter_map(Qp::timeout);
-        qps.chain(self.sched.next_wakeup()).min()
+        let qp = self.timers.peek().map(|r| r.0 .0);
+        qp.into_iter().chain(self.sched.next_wakeup()).min()
     }
 
     /// Runs every timer due at `now`: retransmission timeouts, retry
     /// exhaustion, congestion-control timers, probe timeouts.
     pub fn handle_timeout(&mut self, now: u64) {
-        for i in 0..self.qps.len() {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if !self.timer_is_live(t, i) {
+                continue;
+            }
+            let i = i as usize;
             let Some(qp) = self.qps[i].as_mut() else {
                 continue;
             };
-            if qp.state != QpState::Rts {
-                continue;
-            }
+            qp.armed = None;
             if let Some(status) = qp.on_timeout(now) {
                 self.fail_qp(i, status);
             }
             self.refresh(i, now);
         }
+        self.drop_stale_timers();
     }
 }

@@ -63,6 +63,8 @@ pub(crate) struct Qp {
     pending_notify: Option<(Notification, TlmRepr)>,
     pending_cnp: bool,
     pub in_ctrl: bool,
+    /// The deadline filed in the engine's timer heap.
+    pub armed: Option<u64>,
     pub counters: QpCounters,
 }
 
@@ -122,6 +124,7 @@ impl Qp {
             pending_notify: None,
             pending_cnp: false,
             in_ctrl: false,
+            armed: None,
             counters: QpCounters::default(),
         }
     }
