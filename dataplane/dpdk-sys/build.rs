@@ -40,6 +40,9 @@ fn main() {
     }
     shim.compile("rnic_dpdk_shim");
 
+    // The net_ring PMD's rte_eth_from_rings is called directly (the EAL
+    // also loads the PMD as a plugin; the loader sees it is the same file).
+    println!("cargo:rustc-link-lib=dylib=rte_net_ring");
     for f in pkg_config("--libs") {
         if let Some(lib) = f.strip_prefix("-l") {
             println!("cargo:rustc-link-lib=dylib={lib}");
@@ -97,6 +100,12 @@ fn main() {
         .allowlist_function("rte_eth_stats_get")
         .allowlist_function("rte_eth_stats_reset")
         .allowlist_function("rte_eth_link_get_nowait")
+        // Rings, and net_ring ports made from them (the loopback testbed).
+        .allowlist_function("rte_ring_create")
+        .allowlist_function("rte_ring_free")
+        .allowlist_function("rte_eth_from_rings")
+        .allowlist_var("RING_F_SP_ENQ")
+        .allowlist_var("RING_F_SC_DEQ")
         .allowlist_type("rte_mbuf")
         .allowlist_type("rte_mempool")
         .allowlist_type("rte_eth_conf")

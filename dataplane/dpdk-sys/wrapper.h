@@ -7,5 +7,7 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_cycles.h>
+#include <rte_ring.h>
+#include <rte_eth_ring.h>
 
 #include "shim.h"

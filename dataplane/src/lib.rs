@@ -6,8 +6,11 @@
 //! Only the DPDK binding (`dpdk-sys`), the DPDK wrappers and the shared-memory
 //! mapping may use `unsafe`.
 //!
+//! - [`dpdk`]: safe wrappers over DPDK (EAL, mempools, mbufs, ports, rings).
 //! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`sim`]: the deterministic virtual-time network simulator.
 
+pub mod dpdk;
 pub mod sim;
 pub mod switch;
+pub mod testbed;

@@ -1,0 +1,98 @@
+//! EAL initialisation (once per process) and the TSC clock.
+
+use std::ffi::CString;
+use std::os::raw::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::DpdkError;
+
+static INITIALISED: AtomicBool = AtomicBool::new(false);
+
+/// The initialised EAL. Dropping it runs `rte_eal_cleanup`; every mempool,
+/// mbuf and port must be dropped first (they borrow nothing from it, so the
+/// owner keeps the order: ports, then mbufs, then pools, then the EAL).
+#[derive(Debug)]
+pub struct Eal {
+    _private: (),
+}
+
+impl Eal {
+    /// Initialises the EAL with `args` (without the program name). Fails if
+    /// the EAL was already initialised in this process.
+    pub fn init(args: &[String]) -> Result<Eal, DpdkError> {
+        if INITIALISED.swap(true, Ordering::SeqCst) {
+            return Err(DpdkError {
+                what: "rte_eal_init".into(),
+                reason: "the EAL can be initialised once per process".into(),
+            });
+        }
+        let mut owned = vec![CString::new("rnic").expect("no NUL")];
+        for a in args {
+            owned.push(CString::new(a.as_str()).map_err(|_| DpdkError {
+                what: "rte_eal_init".into(),
+                reason: format!("argument {a:?} contains a NUL byte"),
+            })?);
+        }
+        let mut argv: Vec<*mut c_char> = owned.iter().map(|s| s.as_ptr() as *mut c_char).collect();
+        // SAFETY: argv holds pointers to NUL-terminated strings owned by
+        // `owned`, which outlives the call; the EAL may permute the pointer
+        // array (ours, never reused) and keeps no pointer into it after
+        // returning except to strings it copies.
+        let n = unsafe { dpdk_sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if n < 0 {
+            INITIALISED.store(false, Ordering::SeqCst);
+            return Err(DpdkError::last("rte_eal_init", 0));
+        }
+        std::mem::forget(owned); // the EAL may keep pointers to its arguments
+        Ok(Eal { _private: () })
+    }
+
+    /// Number of ethdev ports.
+    pub fn port_count(&self) -> u16 {
+        // SAFETY: the EAL is initialised (we hold `Eal`).
+        unsafe { dpdk_sys::rte_eth_dev_count_avail() }
+    }
+
+    /// The calling thread's lcore id.
+    pub fn lcore_id(&self) -> u32 {
+        // SAFETY: reads a per-thread variable set by the EAL.
+        unsafe { dpdk_sys::rnic_lcore_id() }
+    }
+}
+
+impl Drop for Eal {
+    fn drop(&mut self) {
+        // SAFETY: the EAL was initialised by `init`; the owner dropped every
+        // DPDK object before the EAL (documented contract).
+        unsafe {
+            dpdk_sys::rte_eal_cleanup();
+        }
+    }
+}
+
+/// Nanoseconds from the TSC, calibrated by the EAL at start.
+#[derive(Debug, Clone, Copy)]
+pub struct TscClock {
+    start: u64,
+    hz: u64,
+}
+
+impl TscClock {
+    /// A clock whose zero is now.
+    pub fn new(_eal: &Eal) -> Self {
+        // SAFETY: the EAL is initialised; both read the TSC / its rate.
+        let (start, hz) = unsafe { (dpdk_sys::rnic_rdtsc(), dpdk_sys::rte_get_tsc_hz()) };
+        TscClock {
+            start,
+            hz: hz.max(1),
+        }
+    }
+
+    /// Nanoseconds since the clock was made.
+    pub fn now_ns(&self) -> u64 {
+        // SAFETY: reads the TSC.
+        let t = unsafe { dpdk_sys::rnic_rdtsc() };
+        let d = u128::from(t.wrapping_sub(self.start));
+        (d * 1_000_000_000 / u128::from(self.hz)) as u64
+    }
+}

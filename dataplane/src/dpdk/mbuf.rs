@@ -1,0 +1,132 @@
+//! Mempools and owned mbufs.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use dpdk_sys::{rte_mbuf, rte_mempool};
+
+use super::{DpdkError, Eal};
+
+/// A packet-mbuf pool; freed on Drop (every mbuf from it must be gone).
+#[derive(Debug)]
+pub struct Mempool {
+    ptr: NonNull<rte_mempool>,
+}
+
+impl Mempool {
+    /// `n` mbufs of the default data room (2 KiB + headroom).
+    pub fn new(_eal: &Eal, name: &str, n: u32, socket: i32) -> Result<Mempool, DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError {
+            what: "rte_pktmbuf_pool_create".into(),
+            reason: format!("pool name {name:?} contains a NUL byte"),
+        })?;
+        // SAFETY: the EAL is initialised; the name is a valid C string that
+        // DPDK copies.
+        let p = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                n,
+                64.min(n / 2),
+                0,
+                dpdk_sys::consts::MBUF_DEFAULT_BUF_SIZE as u16,
+                socket,
+            )
+        };
+        NonNull::new(p)
+            .map(|ptr| Mempool { ptr })
+            .ok_or_else(|| DpdkError::last(format!("rte_pktmbuf_pool_create {name}"), 0))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut rte_mempool {
+        self.ptr.as_ptr()
+    }
+
+    /// A fresh, empty mbuf, or `None` when the pool is exhausted.
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is valid for our lifetime.
+        let m = unsafe { dpdk_sys::rnic_pktmbuf_alloc(self.ptr.as_ptr()) };
+        NonNull::new(m).map(|ptr| Mbuf { ptr })
+    }
+
+    /// Mbufs taken from the pool and not yet returned.
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: the pool is valid.
+        unsafe { dpdk_sys::rte_mempool_in_use_count(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        // SAFETY: the pool is valid and, by contract, no mbuf of it lives on.
+        unsafe { dpdk_sys::rte_mempool_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// One owned single-segment mbuf, returned to its pool on Drop.
+#[derive(Debug)]
+pub struct Mbuf {
+    ptr: NonNull<rte_mbuf>,
+}
+
+// SAFETY: an Mbuf is uniquely owned; DPDK mbufs may be freed from any
+// thread (the mempool's cache is per lcore, and rte_pktmbuf_free on a
+// non-EAL thread goes to the shared ring).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Takes ownership of a raw mbuf from an RX burst.
+    ///
+    /// # Safety
+    /// `ptr` must be a valid mbuf that nobody else will free.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<rte_mbuf>) -> Mbuf {
+        Mbuf { ptr }
+    }
+
+    /// Gives up ownership (for a TX burst, which frees it).
+    pub(crate) fn into_raw(self) -> *mut rte_mbuf {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// The packet bytes.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: mtod points at data_len initialised bytes inside the
+        // mbuf's buffer, which we own for the borrow's duration.
+        unsafe {
+            let len = usize::from(dpdk_sys::rnic_pktmbuf_data_len(self.ptr.as_ptr()));
+            std::slice::from_raw_parts(
+                dpdk_sys::rnic_pktmbuf_mtod(self.ptr.as_ptr()) as *const u8,
+                len,
+            )
+        }
+    }
+
+    /// Appends `len` bytes and returns them for writing; `None` when the
+    /// tailroom is too small.
+    pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
+        let len16 = u16::try_from(len).ok()?;
+        // SAFETY: append returns a pointer to `len` bytes of tailroom now
+        // counted in the packet, or NULL; we own the mbuf mutably.
+        unsafe {
+            let p = dpdk_sys::rnic_pktmbuf_append(self.ptr.as_ptr(), len16);
+            if p.is_null() {
+                return None;
+            }
+            Some(std::slice::from_raw_parts_mut(p as *mut u8, len))
+        }
+    }
+
+    /// Bytes that can still be appended.
+    pub fn tailroom(&self) -> usize {
+        // SAFETY: reads fields of our mbuf.
+        usize::from(unsafe { dpdk_sys::rnic_pktmbuf_tailroom(self.ptr.as_ptr()) })
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf; it goes back to its pool exactly once.
+        unsafe { dpdk_sys::rnic_pktmbuf_free(self.ptr.as_ptr()) }
+    }
+}

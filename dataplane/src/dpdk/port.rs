@@ -1,0 +1,165 @@
+//! Ethdev ports: configuration, burst RX and TX, statistics; and net_ring
+//! ports joined back to back through two rings (the loopback testbed).
+
+use std::ffi::CString;
+use std::ptr::{self, NonNull};
+
+use dpdk_sys::{rte_eth_conf, rte_eth_stats, rte_mbuf, rte_ring};
+
+use super::{DpdkError, Eal, Mbuf, Mempool};
+
+/// Most mbufs per burst.
+pub const BURST: usize = 32;
+
+/// A started port with one RX and one TX queue.
+#[derive(Debug)]
+pub struct Port {
+    pub id: u16,
+}
+
+/// Port counters from the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+}
+
+impl Port {
+    /// Configures port `id` with one queue each way (`desc` descriptors),
+    /// RX buffers from `pool`, and starts it. No offloads are needed.
+    pub fn start(_eal: &Eal, id: u16, pool: &Mempool, desc: u16) -> Result<Port, DpdkError> {
+        let conf = rte_eth_conf::default();
+        // SAFETY: the EAL is initialised; `conf` and `pool` are valid for
+        // the calls; the driver copies the configuration.
+        unsafe {
+            let socket = dpdk_sys::rte_eth_dev_socket_id(id).max(0) as u32;
+            let r = dpdk_sys::rte_eth_dev_configure(id, 1, 1, &conf);
+            if r != 0 {
+                return Err(DpdkError::last(format!("configure port {id}"), r));
+            }
+            let r =
+                dpdk_sys::rte_eth_rx_queue_setup(id, 0, desc, socket, ptr::null(), pool.as_ptr());
+            if r != 0 {
+                return Err(DpdkError::last(format!("RX queue of port {id}"), r));
+            }
+            let r = dpdk_sys::rte_eth_tx_queue_setup(id, 0, desc, socket, ptr::null());
+            if r != 0 {
+                return Err(DpdkError::last(format!("TX queue of port {id}"), r));
+            }
+            let r = dpdk_sys::rte_eth_dev_start(id);
+            if r != 0 {
+                return Err(DpdkError::last(format!("start port {id}"), r));
+            }
+        }
+        Ok(Port { id })
+    }
+
+    /// Receives up to `BURST` frames into `out`.
+    pub fn rx_burst(&self, out: &mut Vec<Mbuf>) -> usize {
+        let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
+        // SAFETY: `raw` has room for BURST pointers; the driver fills the
+        // first n with mbufs it hands over to us.
+        let n = unsafe { dpdk_sys::rnic_rx_burst(self.id, 0, raw.as_mut_ptr(), BURST as u16) };
+        for &m in &raw[..usize::from(n)] {
+            if let Some(p) = NonNull::new(m) {
+                // SAFETY: the driver gave us this mbuf; we are its only owner.
+                out.push(unsafe { Mbuf::from_raw(p) });
+            }
+        }
+        usize::from(n)
+    }
+
+    /// Sends the frames of `frames` (front first); those the TX queue did
+    /// not take stay in `frames`, still owned, so nothing leaks when the
+    /// ring is full.
+    pub fn tx_burst(&self, frames: &mut Vec<Mbuf>) -> usize {
+        let n = frames.len().min(BURST);
+        let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
+        for (slot, m) in raw.iter_mut().zip(frames.drain(..n)) {
+            *slot = m.into_raw();
+        }
+        // SAFETY: raw[..n] are valid mbufs we own; the driver takes the
+        // first `sent` and frees them after transmission.
+        let sent =
+            usize::from(unsafe { dpdk_sys::rnic_tx_burst(self.id, 0, raw.as_mut_ptr(), n as u16) });
+        // Unsent mbufs return to the front of `frames`, in order.
+        let unsent: Vec<Mbuf> = raw[sent..n]
+            .iter()
+            .filter_map(|&p| NonNull::new(p))
+            // SAFETY: the driver did not take these; ownership is ours again.
+            .map(|p| unsafe { Mbuf::from_raw(p) })
+            .collect();
+        frames.splice(0..0, unsent);
+        sent
+    }
+
+    pub fn stats(&self) -> PortStats {
+        let mut s = rte_eth_stats::default();
+        // SAFETY: `s` is a valid out-parameter.
+        unsafe { dpdk_sys::rte_eth_stats_get(self.id, &mut s) };
+        PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // SAFETY: the port was started by us; stopping and closing it
+        // releases the mbufs its queues hold.
+        unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.id);
+            dpdk_sys::rte_eth_dev_close(self.id);
+        }
+    }
+}
+
+fn ring(name: &str, size: u32) -> Result<*mut rte_ring, DpdkError> {
+    let c = CString::new(name).expect("ring names have no NUL");
+    let flags = dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ;
+    // SAFETY: the EAL is initialised (callers hold `Eal`); the name is
+    // copied by DPDK.
+    let r = unsafe {
+        dpdk_sys::rte_ring_create(c.as_ptr(), size, dpdk_sys::consts::SOCKET_ID_ANY, flags)
+    };
+    if r.is_null() {
+        return Err(DpdkError::last(format!("rte_ring_create {name}"), 0));
+    }
+    Ok(r)
+}
+
+/// Two net_ring ports wired back to back (A's TX ring is B's RX ring and
+/// the other way round): a link between two hosts of one process. Returns
+/// their port ids. The rings live as long as the process's EAL.
+pub fn ring_pair(_eal: &Eal, name: &str, size: u32) -> Result<(u16, u16), DpdkError> {
+    let ab = ring(&format!("{name}_ab"), size)?;
+    let ba = ring(&format!("{name}_ba"), size)?;
+    let mk = |port: &str, rx: *mut rte_ring, tx: *mut rte_ring| {
+        let c = CString::new(port).expect("no NUL");
+        let rxs = [rx];
+        let txs = [tx];
+        // SAFETY: the ring arrays hold valid rings that outlive the port.
+        let id = unsafe {
+            dpdk_sys::rte_eth_from_rings(c.as_ptr(), rxs.as_ptr(), 1, txs.as_ptr(), 1, 0)
+        };
+        if id < 0 {
+            Err(DpdkError::last(format!("rte_eth_from_rings {port}"), 0))
+        } else {
+            Ok(id as u16)
+        }
+    };
+    let a = mk(&format!("{name}_a"), ba, ab)?;
+    let b = mk(&format!("{name}_b"), ab, ba)?;
+    Ok((a, b))
+}

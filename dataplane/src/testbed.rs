@@ -1,0 +1,206 @@
+//! The embedded loopback testbed: two hosts in one process, each an RC
+//! engine on its own DPDK port, the ports joined back to back by net_ring
+//! rings, driven run-to-completion on the calling lcore (RX burst ->
+//! engine -> timers -> TX burst), with an optional tap that keeps a copy of
+//! every frame.
+
+use std::net::Ipv4Addr;
+
+use transport::mr::{Access, MrKeys, VecMemory};
+use transport::rc::{Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use transport::wire::MacAddr;
+
+use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
+
+/// Settings of the loopback testbed.
+#[derive(Debug, Clone)]
+pub struct LoopbackConfig {
+    /// Bytes of registered memory per host, at VA `MEM_BASE`.
+    pub mem_bytes: usize,
+    pub mtu: PathMtu,
+    /// Mbufs in the pool shared by both ports.
+    pub mbufs: u32,
+    /// Line rate the engines pace at, b/s.
+    pub line_rate_bps: u64,
+    /// Keep a copy of every frame sent (the tap).
+    pub tap: bool,
+}
+
+impl Default for LoopbackConfig {
+    fn default() -> Self {
+        LoopbackConfig {
+            mem_bytes: 4 << 20,
+            mtu: PathMtu::Mtu1024,
+            mbufs: 4095,
+            line_rate_bps: 10_000_000_000,
+            tap: false,
+        }
+    }
+}
+
+/// VA of each host's registered memory.
+pub const MEM_BASE: u64 = 0x1000_0000;
+
+/// One host of the testbed.
+pub struct Host {
+    pub engine: Engine<VecMemory>,
+    pub qpn: Qpn,
+    pub mr: MrKeys,
+    port: Port,
+    tx: Vec<Mbuf>,
+}
+
+/// Two hosts joined by net_ring ports.
+pub struct Loopback {
+    // Field order is drop order: ports and mbufs before their pool.
+    pub hosts: [Host; 2],
+    pool: Mempool,
+    clock: TscClock,
+    scratch: Vec<u8>,
+    /// Frames sent by either host, when the tap is on.
+    pub tap: Option<Vec<Vec<u8>>>,
+    /// Frames that could not get an mbuf (pool empty) and were dropped.
+    pub tx_alloc_failures: u64,
+}
+
+fn mac(i: u8) -> MacAddr {
+    MacAddr([0x02, 0, 0, 0, 0, i + 1])
+}
+
+fn ip(i: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, i + 1)
+}
+
+impl Loopback {
+    /// Creates the rings, ports, pool and both engines, with one QP on each
+    /// host connected to the other (PSNs start at 0).
+    pub fn new(eal: &Eal, cfg: &LoopbackConfig) -> Result<Loopback, DpdkError> {
+        let pool = Mempool::new(eal, "loopback_pool", cfg.mbufs, 0)?;
+        let (pa, pb) = ring_pair(eal, "loopback", 1024)?;
+        let rc_err = |e: transport::rc::RcError| DpdkError {
+            what: "QP bring-up".into(),
+            reason: e.to_string(),
+        };
+        let mk = |i: u8, port_id: u16| -> Result<Host, DpdkError> {
+            let mut mem = VecMemory::new();
+            mem.add(MEM_BASE, cfg.mem_bytes);
+            let mut engine =
+                Engine::new(EngineConfig::new(mac(i), ip(i), cfg.line_rate_bps), mem, 0);
+            let mr = engine
+                .register_mr(MEM_BASE, cfg.mem_bytes as u64, Access::ALL)
+                .map_err(|e| DpdkError {
+                    what: "register memory".into(),
+                    reason: e.to_string(),
+                })?;
+            let qpn = engine.create_qp(256, 0).map_err(rc_err)?;
+            let port = Port::start(eal, port_id, &pool, 1024)?;
+            Ok(Host {
+                engine,
+                qpn,
+                mr,
+                port,
+                tx: Vec::with_capacity(64),
+            })
+        };
+        let mut hosts = [mk(0, pa)?, mk(1, pb)?];
+        let qpns = [hosts[0].qpn, hosts[1].qpn];
+        for (i, h) in hosts.iter_mut().enumerate() {
+            let peer = 1 - i;
+            let e = &mut h.engine;
+            e.modify_to_init(
+                h.qpn,
+                QpAccess {
+                    remote_write: true,
+                    remote_read: true,
+                },
+            )
+            .and_then(|_| {
+                e.modify_to_rtr(
+                    h.qpn,
+                    RtrAttr {
+                        path_mtu: cfg.mtu,
+                        dest_qpn: qpns[peer],
+                        dest_mac: mac(peer as u8),
+                        dest_ip: ip(peer as u8),
+                        rq_psn: 0,
+                        max_dest_rd_atomic: 16,
+                    },
+                )
+            })
+            .and_then(|_| {
+                e.modify_to_rts(
+                    h.qpn,
+                    RtsAttr {
+                        sq_psn: 0,
+                        timeout: 14,
+                        retry_cnt: 7,
+                        rnr_retry: 7,
+                        max_rd_atomic: 16,
+                    },
+                )
+            })
+            .map_err(rc_err)?;
+        }
+        Ok(Loopback {
+            hosts,
+            pool,
+            clock: TscClock::new(eal),
+            scratch: vec![0u8; 16 * 1024],
+            tap: cfg.tap.then(Vec::new),
+            tx_alloc_failures: 0,
+        })
+    }
+
+    /// Nanoseconds since the testbed started (the engines' clock).
+    pub fn now(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// One run-to-completion pass over both hosts; returns whether any
+    /// frame moved.
+    pub fn poll(&mut self) -> bool {
+        let now = self.clock.now_ns();
+        let mut moved = false;
+        let mut rx = Vec::with_capacity(crate::dpdk::port::BURST);
+        for h in self.hosts.iter_mut() {
+            rx.clear();
+            h.port.rx_burst(&mut rx);
+            for m in rx.drain(..) {
+                h.engine.handle_packet(now, m.data());
+                moved = true;
+            }
+            if h.engine.poll_timeout().is_some_and(|t| t <= now) {
+                h.engine.handle_timeout(now);
+            }
+            while h.tx.len() < crate::dpdk::port::BURST {
+                let Some(n) = h.engine.poll_transmit(now, &mut self.scratch) else {
+                    break;
+                };
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.push(self.scratch[..n].to_vec());
+                }
+                let Some(mut m) = self.pool.alloc() else {
+                    self.tx_alloc_failures += 1;
+                    continue;
+                };
+                match m.append(n) {
+                    Some(dst) => dst.copy_from_slice(&self.scratch[..n]),
+                    None => {
+                        self.tx_alloc_failures += 1;
+                        continue;
+                    }
+                }
+                h.tx.push(m);
+            }
+            if !h.tx.is_empty() {
+                moved |= h.port.tx_burst(&mut h.tx) > 0;
+            }
+        }
+        moved
+    }
+
+    /// Mbufs of the pool in use (frames in rings and queues).
+    pub fn mbufs_in_use(&self) -> u32 {
+        self.pool.in_use()
+    }
+}
