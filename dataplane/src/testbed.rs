@@ -77,6 +77,28 @@ impl Loopback {
     pub fn new(eal: &Eal, cfg: &LoopbackConfig) -> Result<Loopback, DpdkError> {
         let pool = Mempool::new(eal, "loopback_pool", cfg.mbufs, 0)?;
         let (pa, pb) = ring_pair(eal, "loopback", 1024)?;
+        Self::with_ports(eal, cfg, pool, pa, pb)
+    }
+
+    /// The testbed on two existing ports that reach each other (a memif
+    /// server/client pair, two ends of a veth under af_packet, ...).
+    pub fn on_ports(
+        eal: &Eal,
+        cfg: &LoopbackConfig,
+        pa: u16,
+        pb: u16,
+    ) -> Result<Loopback, DpdkError> {
+        let pool = Mempool::new(eal, "loopback_pool", cfg.mbufs, 0)?;
+        Self::with_ports(eal, cfg, pool, pa, pb)
+    }
+
+    fn with_ports(
+        eal: &Eal,
+        cfg: &LoopbackConfig,
+        pool: Mempool,
+        pa: u16,
+        pb: u16,
+    ) -> Result<Loopback, DpdkError> {
         let rc_err = |e: transport::rc::RcError| DpdkError {
             what: "QP bring-up".into(),
             reason: e.to_string(),
@@ -197,6 +219,11 @@ impl Loopback {
             }
         }
         moved
+    }
+
+    /// Whether both hosts' links are up.
+    pub fn links_up(&self) -> bool {
+        self.hosts.iter().all(|h| h.port.link_up())
     }
 
     /// Mbufs of the pool in use (frames in rings and queues).

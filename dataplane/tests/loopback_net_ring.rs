@@ -3,10 +3,10 @@
 //! tapped frame a valid RoCEv2 frame with a good ICRC, no mbuf leaked.
 //! One EAL per process, so this test has its own main (harness = false).
 
+mod loopback_util;
+
 use dataplane::dpdk::Eal;
-use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
-use transport::rc::{SendWr, WcStatus, WrOp};
-use transport::wire::Packet;
+use dataplane::testbed::{Loopback, LoopbackConfig};
 
 fn main() {
     let args: Vec<String> = [
@@ -15,7 +15,7 @@ fn main() {
         "--no-telemetry",
         "-m",
         "256",
-        &format!("--file-prefix=loopback-test-{}", std::process::id()),
+        &format!("--file-prefix=loopback-ring-{}", std::process::id()),
         "--log-level=lib.eal:warning",
     ]
     .iter()
@@ -27,82 +27,10 @@ fn main() {
         ..LoopbackConfig::default()
     };
     let mut tb = Loopback::new(&eal, &cfg).expect("testbed");
-
-    let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_536, 1 << 20];
-    let half = (cfg.mem_bytes / 2) as u64;
-    for (i, &len) in sizes.iter().enumerate() {
-        for op in [WrOp::Write, WrOp::Read] {
-            // A writes its first half into B's second half; a READ fetches
-            // B's first half into A's second half.
-            let (local, remote) = match op {
-                WrOp::Read => (half, 0u64),
-                _ => (0, half),
-            };
-            let (src_host, src_off) = if op == WrOp::Read {
-                (1, remote)
-            } else {
-                (0, local)
-            };
-            let seed = (i as u8).wrapping_mul(31) ^ u8::from(op == WrOp::Read);
-            {
-                let mem = tb.hosts[src_host]
-                    .engine
-                    .mem_mut()
-                    .slice_mut(MEM_BASE + src_off, len as usize);
-                for (k, b) in mem.iter_mut().enumerate() {
-                    *b = (k as u8).wrapping_mul(7) ^ seed;
-                }
-            }
-            let wr = SendWr {
-                wr_id: i as u64,
-                op,
-                lkey: tb.hosts[0].mr.lkey,
-                local_va: MEM_BASE + local,
-                len,
-                rkey: tb.hosts[1].mr.rkey,
-                remote_va: MEM_BASE + remote,
-                signaled: true,
-            };
-            let now = tb.now();
-            let qpn = tb.hosts[0].qpn;
-            tb.hosts[0].engine.post_send(qpn, wr, now).expect("post");
-            let cqe = loop {
-                tb.poll();
-                if let Some(c) = tb.hosts[0].engine.poll_completion() {
-                    break c;
-                }
-            };
-            assert_eq!(cqe.status, WcStatus::Success, "{op:?} {len}");
-            let a = tb.hosts[0]
-                .engine
-                .mem()
-                .slice(MEM_BASE + local, len as usize)
-                .to_vec();
-            let b = tb.hosts[1]
-                .engine
-                .mem()
-                .slice(MEM_BASE + remote, len as usize)
-                .to_vec();
-            assert_eq!(a, b, "{op:?} of {len} bytes arrived intact");
-        }
-    }
-    // Let the last ACKs drain, then check the tap and the mbufs.
-    for _ in 0..1000 {
-        tb.poll();
-    }
-    let tap = tb.tap.take().unwrap_or_default();
-    assert!(!tap.is_empty());
-    for f in &tap {
-        let p = Packet::parse_unverified(f).expect("a RoCEv2 frame");
-        assert!(p.icrc_ok(), "icrc=ok for every tapped frame");
-    }
-    assert_eq!(tb.tx_alloc_failures, 0);
-    assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
-    let frames = tap.len();
+    let (sizes, frames) = loopback_util::exchange(&mut tb, cfg.mem_bytes);
     drop(tb);
     drop(eal);
     println!(
-        "loopback_net_ring: WRITE and READ of {} sizes (0 B .. 1 MiB) verified, {frames} tapped frames all icrc=ok, no mbuf leaked",
-        sizes.len()
+        "loopback_net_ring: WRITE and READ of {sizes} sizes (0 B .. 1 MiB) verified, {frames} tapped frames all icrc=ok, no mbuf leaked"
     );
 }

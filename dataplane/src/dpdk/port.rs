@@ -98,6 +98,15 @@ impl Port {
         sent
     }
 
+    /// Whether the link is up (virtual devices such as memif come up once
+    /// their peer connects).
+    pub fn link_up(&self) -> bool {
+        let mut l = dpdk_sys::rte_eth_link::default();
+        // SAFETY: `l` is a valid out-parameter.
+        let r = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut l) };
+        r == 0 && l.link_status() != 0
+    }
+
     pub fn stats(&self) -> PortStats {
         let mut s = rte_eth_stats::default();
         // SAFETY: `s` is a valid out-parameter.

@@ -1,0 +1,51 @@
+//! The loopback testbed over a memif pair (server and client in one process), without hugepages: WRITE and READ of
+//! sizes 0 B .. 1 MiB between the two hosts, every byte verified, every
+//! tapped frame a valid RoCEv2 frame with a good ICRC, no mbuf leaked.
+//! One EAL per process, so this test has its own main (harness = false).
+
+mod loopback_util;
+
+use dataplane::dpdk::Eal;
+use dataplane::testbed::{Loopback, LoopbackConfig};
+
+fn main() {
+    let args: Vec<String> = [
+        "--no-huge",
+        "--no-pci",
+        "--no-telemetry",
+        "-m",
+        "256",
+        &format!("--file-prefix=loopback-memif-{}", std::process::id()),
+        "--log-level=lib.eal:warning",
+        &format!(
+            "--vdev=net_memif0,role=server,id=0,socket=/tmp/rnic-memif-{}.sock",
+            std::process::id()
+        ),
+        &format!(
+            "--vdev=net_memif1,role=client,id=0,socket=/tmp/rnic-memif-{}.sock",
+            std::process::id()
+        ),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let eal = Eal::init(&args).expect("EAL");
+    let cfg = LoopbackConfig {
+        tap: true,
+        ..LoopbackConfig::default()
+    };
+    assert_eq!(eal.port_count(), 2, "two memif ports");
+    let mut tb = Loopback::on_ports(&eal, &cfg, 0, 1).expect("testbed");
+    let t0 = std::time::Instant::now();
+    while !tb.links_up() {
+        // A guard against hanging, not a speed bound: memif connects in ms.
+        assert!(t0.elapsed().as_secs() < 120, "memif peers never connected");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (sizes, frames) = loopback_util::exchange(&mut tb, cfg.mem_bytes);
+    drop(tb);
+    drop(eal);
+    println!(
+        "loopback_memif: WRITE and READ of {sizes} sizes (0 B .. 1 MiB) verified, {frames} tapped frames all icrc=ok, no mbuf leaked"
+    );
+}
