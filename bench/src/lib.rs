@@ -8,7 +8,8 @@
 //! perftest-style benchmarks and the simulator scenarios.
 
 pub mod decode;
-pub mod pcap;
+/// Pcap files, shared with the dataplane's tap.
+pub use dataplane::pcap;
 pub mod plot;
 pub mod replay;
 pub mod samples;

@@ -7,10 +7,12 @@
 //! mapping may use `unsafe`.
 //!
 //! - [`dpdk`]: safe wrappers over DPDK (EAL, mempools, mbufs, ports, rings).
+//! - [`pcap`]: classic pcap files (the tap, `bench decode`).
 //! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`sim`]: the deterministic virtual-time network simulator.
 
 pub mod dpdk;
+pub mod pcap;
 pub mod sim;
 pub mod switch;
 pub mod testbed;

@@ -73,10 +73,25 @@ pub fn exchange(tb: &mut Loopback, mem_bytes: usize) -> (usize, usize) {
     }
     let tap = tb.tap.take().unwrap_or_default();
     assert!(!tap.is_empty());
-    for f in &tap {
-        let p = Packet::parse_unverified(f).expect("a RoCEv2 frame");
-        assert!(p.icrc_ok(), "icrc=ok for every tapped frame");
+    // The tap goes to a pcap file (as `bench decode` and tshark read it);
+    // every frame read back must be RoCEv2 with a good ICRC.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tap.pcap");
+    let mut w = dataplane::pcap::Writer::create(&path).unwrap();
+    for (i, f) in tap.iter().enumerate() {
+        w.write(std::time::Duration::from_nanos(i as u64), f)
+            .unwrap();
     }
+    w.finish().unwrap();
+    let mut r = dataplane::pcap::Reader::open(&path).unwrap();
+    let mut read = 0;
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        let p = Packet::parse_unverified(&rec.data).expect("a RoCEv2 frame");
+        assert!(p.icrc_ok(), "icrc=ok for every tapped frame");
+        read += 1;
+    }
+    assert_eq!(read, tap.len());
     assert_eq!(tb.tx_alloc_failures, 0);
     assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
     (sizes.len(), tap.len())

@@ -1,5 +1,6 @@
 //! Classic pcap files (Ethernet link type) in and out, through the
-//! `pcap-file` crate, with errors that name the file and what is wrong.
+//! `pcap-file` crate, with errors that name the file and what is wrong:
+//! the dataplane's tap writes them, `bench decode` reads them.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
