@@ -7,11 +7,13 @@
 //! mapping may use `unsafe`.
 //!
 //! - [`dpdk`]: safe wrappers over DPDK (EAL, mempools, mbufs, ports, rings).
+//! - [`incast`]: the incast testbed on DPDK ports with the INT switch.
 //! - [`pcap`]: classic pcap files (the tap, `bench decode`).
 //! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`sim`]: the deterministic virtual-time network simulator.
 
 pub mod dpdk;
+pub mod incast;
 pub mod pcap;
 pub mod sim;
 pub mod switch;

@@ -107,3 +107,12 @@ fn interleaved_reads_and_writes_all_complete() {
         assert_eq!(p.a_bytes(off, len), p.b_bytes(off, len), "op {i}");
     }
 }
+
+#[test]
+fn engine_defaults_are_valid_for_slow_and_fast_links() {
+    for rate in [1_000_000u64, 1_000_000_000, 400_000_000_000] {
+        let c = transport::rc::EngineConfig::new(rc_util::MAC_A, rc_util::IP_A, rate);
+        assert!(c.hpcc.validate().is_ok(), "{rate}");
+        assert!(c.hpcc.w_init >= c.hpcc.w_min);
+    }
+}

@@ -69,10 +69,18 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     /// Defaults: no congestion control, HPCC++ parameters for the line rate
-    /// with T = 5 us, N = 16 and 1 KiB MTU, a PSN window of 2^16.
+    /// with T = 5 us, N = 16 and 1 KiB MTU (W_init at least one MTU, for
+    /// links whose BDP is smaller), a PSN window of 2^16.
     pub fn new(mac: MacAddr, ip: Ipv4Addr, line_rate_bps: u64) -> Self {
-        let hpcc =
-            HpccParams::new(line_rate_bps.max(1), 5_000, 16, 1024).expect("positive rate, T, N");
+        let w_init = (line_rate_bps as f64 * 5_000.0 / 8e9).max(1024.0);
+        let hpcc = HpccParams {
+            t_ns: 5_000,
+            eta: 0.95,
+            max_stage: 5,
+            w_init,
+            w_ai: w_init * 0.05 / 16.0,
+            w_min: 1024.0,
+        };
         EngineConfig {
             mac,
             ip,

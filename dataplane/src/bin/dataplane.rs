@@ -1,0 +1,271 @@
+//! `dataplane --config FILE.toml`: brings up the testbed a configuration
+//! describes on DPDK (the loopback testbed or the incast testbed), runs it
+//! and prints what it measured.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde::Deserialize;
+
+use dataplane::dpdk::Eal;
+use dataplane::incast::{self, IncastConfig};
+use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
+use transport::rc::{CcMode, PathMtu, SendWr, WcStatus, WrOp};
+
+#[derive(Parser)]
+#[command(
+    name = "dataplane",
+    version,
+    about = "The software RDMA NIC's DPDK dataplane"
+)]
+struct Cli {
+    /// Configuration file (see configs/loopback.toml, configs/incast.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// DPDK file prefix [default: rnic-PID, unique per process].
+    #[arg(long)]
+    file_prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    eal: EalSection,
+    loopback: Option<LoopbackSection>,
+    incast: Option<IncastSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EalSection {
+    args: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoopbackSection {
+    mem_bytes: usize,
+    mtu: u32,
+    sizes: Vec<u32>,
+    tap: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IncastSection {
+    senders: usize,
+    host_gbps: f64,
+    bottleneck_gbps: f64,
+    buffer_bytes: u64,
+    base_rtt_us: u64,
+    mtu: u32,
+    message_bytes: u32,
+    depth: usize,
+    seconds: f64,
+    cc: Vec<String>,
+}
+
+fn mtu(b: u32) -> Result<PathMtu, String> {
+    PathMtu::from_bytes(b).ok_or(format!("mtu {b} is not 256, 512, 1024, 2048 or 4096"))
+}
+
+fn loopback(eal: &Eal, s: &LoopbackSection) -> Result<(), String> {
+    let cfg = LoopbackConfig {
+        mem_bytes: s.mem_bytes,
+        mtu: mtu(s.mtu)?,
+        tap: s.tap.is_some(),
+        ..LoopbackConfig::default()
+    };
+    let mut tb = Loopback::new(eal, &cfg).map_err(|e| e.to_string())?;
+    let half = (s.mem_bytes / 2) as u64;
+    let t0 = tb.now();
+    for (i, &len) in s.sizes.iter().enumerate() {
+        if u64::from(len) > half {
+            return Err(format!("size {len} exceeds half of mem_bytes ({half})"));
+        }
+        for op in [WrOp::Write, WrOp::Read] {
+            let (local, remote) = if op == WrOp::Read {
+                (half, 0)
+            } else {
+                (0, half)
+            };
+            let src = if op == WrOp::Read {
+                (1, remote)
+            } else {
+                (0, local)
+            };
+            for (k, b) in tb.hosts[src.0]
+                .engine
+                .mem_mut()
+                .slice_mut(MEM_BASE + src.1, len as usize)
+                .iter_mut()
+                .enumerate()
+            {
+                *b = (k as u8) ^ (i as u8);
+            }
+            let wr = SendWr {
+                wr_id: i as u64,
+                op,
+                lkey: tb.hosts[0].mr.lkey,
+                local_va: MEM_BASE + local,
+                len,
+                rkey: tb.hosts[1].mr.rkey,
+                remote_va: MEM_BASE + remote,
+                signaled: true,
+            };
+            let (q, now) = (tb.hosts[0].qpn, tb.now());
+            tb.hosts[0]
+                .engine
+                .post_send(q, wr, now)
+                .map_err(|e| e.to_string())?;
+            let c = loop {
+                tb.poll();
+                if let Some(c) = tb.hosts[0].engine.poll_completion() {
+                    break c;
+                }
+            };
+            let ok = c.status == WcStatus::Success
+                && tb.hosts[0]
+                    .engine
+                    .mem()
+                    .slice(MEM_BASE + local, len as usize)
+                    == tb.hosts[1]
+                        .engine
+                        .mem()
+                        .slice(MEM_BASE + remote, len as usize);
+            println!(
+                "{op:?} {len} B: {:?}{}",
+                c.status,
+                if ok {
+                    ", bytes verified"
+                } else {
+                    ", BYTES DIFFER"
+                }
+            );
+            if !ok {
+                return Err(format!("{op:?} of {len} bytes failed"));
+            }
+        }
+    }
+    let us = (tb.now() - t0) as f64 / 1e3;
+    for _ in 0..1000 {
+        tb.poll();
+    }
+    println!(
+        "loopback: {} WRITEs and READs verified in {us:.0} us",
+        2 * s.sizes.len()
+    );
+    if let (Some(path), Some(frames)) = (&s.tap, tb.tap.take()) {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let mut w = dataplane::pcap::Writer::create(path).map_err(|e| e.to_string())?;
+        for (i, f) in frames.iter().enumerate() {
+            w.write(std::time::Duration::from_micros(i as u64), f)
+                .map_err(|e| e.to_string())?;
+        }
+        w.finish().map_err(|e| e.to_string())?;
+        println!(
+            "tap: {} frames written to {} (bench decode {} reads them)",
+            frames.len(),
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn incast(eal: &Eal, s: &IncastSection) -> Result<(), String> {
+    for (k, name) in s.cc.iter().enumerate() {
+        let cc = match name.as_str() {
+            "hpcc" => CcMode::HpccInband { maxhop: 3 },
+            "hpcc-probe" => CcMode::HpccProbe {
+                maxhop: 3,
+                timeout_ns: 3 * s.base_rtt_us * 1000,
+            },
+            "hpcc-rx" => CcMode::RxHpcc { maxhop: 3 },
+            "dcqcn" => CcMode::Dcqcn,
+            "none" => CcMode::None,
+            other => {
+                return Err(format!(
+                    "unknown cc {other:?} in [incast] (hpcc, hpcc-probe, hpcc-rx, dcqcn, none)"
+                ))
+            }
+        };
+        let cfg = IncastConfig {
+            senders: s.senders,
+            host_bps: (s.host_gbps * 1e9) as u64,
+            bottleneck_bps: (s.bottleneck_gbps * 1e9) as u64,
+            buffer_bytes: s.buffer_bytes,
+            cc,
+            base_rtt_ns: s.base_rtt_us * 1000,
+            mtu: mtu(s.mtu)?,
+            message_bytes: s.message_bytes,
+            depth: s.depth.max(1),
+            ecn: (cc == CcMode::Dcqcn).then_some(dataplane::switch::EcnConfig {
+                kmin: s.buffer_bytes / 10,
+                kmax: s.buffer_bytes / 2,
+                pmax: 0.2,
+            }),
+            name: format!("incast{k}"),
+        };
+        let r = incast::run(eal, &cfg, s.seconds).map_err(|e| e.to_string())?;
+        println!(
+            "{name:<10} queue p50/p95/p99/max = {:.1}/{:.1}/{:.1}/{:.1} KB  goodput {:.3} Gb/s  bottleneck utilization {:.3}  drops {}  retransmitted {}  WRITEs done {} failed {}",
+            r.queue_p50 as f64 / 1e3,
+            r.queue_p95 as f64 / 1e3,
+            r.queue_p99 as f64 / 1e3,
+            r.queue_max as f64 / 1e3,
+            r.goodput_bps / 1e9,
+            r.utilization,
+            r.drops,
+            r.retransmitted,
+            r.completed,
+            r.failed
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let text = match std::fs::read_to_string(&cli.config) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("dataplane: {}: {e}", cli.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    let cfg: Config = match toml::from_str(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dataplane: {}: {e}", cli.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut args = cfg.eal.args.clone();
+    let prefix = cli
+        .file_prefix
+        .unwrap_or_else(|| format!("rnic-{}", std::process::id()));
+    args.push(format!("--file-prefix={prefix}"));
+    let eal = match Eal::init(&args) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("dataplane: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = match (&cfg.loopback, &cfg.incast) {
+        (Some(l), None) => loopback(&eal, l),
+        (None, Some(i)) => incast(&eal, i),
+        _ => Err("the configuration needs exactly one of [loopback] and [incast]".into()),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dataplane: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The incast testbed on DPDK ports (net_ring, no hugepages) with the INT
+//! switch: under HPCC++ the bottleneck queue stays small and nothing is
+//! dropped; without congestion control the buffer overflows and senders
+//! retransmit. Rates are low enough for an unoptimised build; the check is
+//! a comparison made in one run, not a speed bound.
+
+use dataplane::dpdk::Eal;
+use dataplane::incast::{run, IncastConfig};
+use transport::rc::{CcMode, PathMtu};
+
+fn main() {
+    let args: Vec<String> = [
+        "--no-huge",
+        "--no-pci",
+        "--no-telemetry",
+        "-m",
+        "512",
+        &format!("--file-prefix=incast-test-{}", std::process::id()),
+        "--log-level=lib.eal:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let eal = Eal::init(&args).expect("EAL");
+    let cfg = |cc, name: &str| IncastConfig {
+        senders: 3,
+        host_bps: 1_000_000_000,
+        bottleneck_bps: 200_000_000,
+        buffer_bytes: 256 * 1024,
+        cc,
+        base_rtt_ns: 100_000,
+        mtu: PathMtu::Mtu1024,
+        message_bytes: 32 * 1024,
+        depth: 4,
+        ecn: None,
+        name: name.into(),
+    };
+    let hpcc =
+        run(&eal, &cfg(CcMode::HpccInband { maxhop: 3 }, "t_hpcc"), 1.5).expect("HPCC++ run");
+    let none = run(&eal, &cfg(CcMode::None, "t_none"), 1.5).expect("no-CC run");
+    println!("incast_dpdk: HPCC++ {hpcc:?}");
+    println!("incast_dpdk: no CC  {none:?}");
+    assert!(
+        none.drops > 0 && none.retransmitted > 0,
+        "no CC overflows the buffer and retransmits"
+    );
+    assert_eq!(hpcc.drops, 0, "HPCC++ drops nothing");
+    assert!(
+        hpcc.queue_p99 * 4 < none.queue_p99,
+        "HPCC++ keeps the queue well below the buffer"
+    );
+    assert!(hpcc.completed > 0 && hpcc.failed == 0);
+    drop(eal);
+}
