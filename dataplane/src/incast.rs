@@ -265,9 +265,9 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             }
         }
         // The switch: RX on every port, forward by destination address.
-        for p in 0..=n {
+        for port in &sw_ports {
             rx.clear();
-            sw_ports[p].rx_burst(&mut rx);
+            port.rx_burst(&mut rx);
             for m in rx.drain(..) {
                 let f = m.data();
                 let dst = f
