@@ -34,6 +34,17 @@ struct Config {
     eal: EalSection,
     loopback: Option<LoopbackSection>,
     incast: Option<IncastSection>,
+    replay: Option<ReplaySection>,
+}
+
+/// Reads every frame a port receives (a net_pcap port replaying a capture)
+/// until it stays idle, decodes each, and forwards it to `out_port` (a
+/// net_pcap port writing a capture, say).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplaySection {
+    port: u16,
+    out_port: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -45,6 +56,8 @@ struct EalSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoopbackSection {
+    /// Two existing ports (from vdevs in [eal]) instead of a net_ring pair.
+    ports: Option<[u16; 2]>,
     mem_bytes: usize,
     mtu: u32,
     sizes: Vec<u32>,
@@ -77,7 +90,18 @@ fn loopback(eal: &Eal, s: &LoopbackSection) -> Result<(), String> {
         tap: s.tap.is_some(),
         ..LoopbackConfig::default()
     };
-    let mut tb = Loopback::new(eal, &cfg).map_err(|e| e.to_string())?;
+    let mut tb = match s.ports {
+        Some([a, b]) => Loopback::on_ports(eal, &cfg, a, b),
+        None => Loopback::new(eal, &cfg),
+    }
+    .map_err(|e| e.to_string())?;
+    let t0 = std::time::Instant::now();
+    while !tb.links_up() {
+        if t0.elapsed().as_secs() > 30 {
+            return Err("the testbed's links did not come up within 30 s".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let half = (s.mem_bytes / 2) as u64;
     let t0 = tb.now();
     for (i, &len) in s.sizes.iter().enumerate() {
@@ -228,6 +252,51 @@ fn incast(eal: &Eal, s: &IncastSection) -> Result<(), String> {
     Ok(())
 }
 
+fn replay(eal: &Eal, s: &ReplaySection) -> Result<(), String> {
+    use dataplane::dpdk::{Mempool, Port};
+    let pool = Mempool::new(eal, "replay_pool", 8191, 0).map_err(|e| e.to_string())?;
+    let port = Port::start(eal, s.port, &pool, 1024).map_err(|e| e.to_string())?;
+    let out = match s.out_port {
+        Some(p) => Some(Port::start(eal, p, &pool, 1024).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let (mut frames, mut roce, mut icrc_bad, mut errors, mut idle) = (0u64, 0u64, 0u64, 0u64, 0u32);
+    let mut rx = Vec::new();
+    let mut pending = Vec::new();
+    while idle < 100_000 {
+        rx.clear();
+        if port.rx_burst(&mut rx) == 0 {
+            idle += 1;
+        } else {
+            idle = 0;
+        }
+        for m in rx.drain(..) {
+            frames += 1;
+            match transport::wire::Packet::parse_unverified(m.data()) {
+                Ok(p) => {
+                    roce += 1;
+                    icrc_bad += u64::from(!p.icrc_ok());
+                }
+                Err(_) => errors += 1,
+            }
+            pending.push(m);
+        }
+        match &out {
+            Some(o) => {
+                while !pending.is_empty() {
+                    o.tx_burst(&mut pending);
+                }
+            }
+            None => pending.clear(),
+        }
+    }
+    println!("replay: frames={frames} roce={roce} icrc_bad={icrc_bad} errors={errors}");
+    drop(out);
+    drop(port);
+    drop(pool);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let text = match std::fs::read_to_string(&cli.config) {
@@ -256,10 +325,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let r = match (&cfg.loopback, &cfg.incast) {
-        (Some(l), None) => loopback(&eal, l),
-        (None, Some(i)) => incast(&eal, i),
-        _ => Err("the configuration needs exactly one of [loopback] and [incast]".into()),
+    let r = match (&cfg.loopback, &cfg.incast, &cfg.replay) {
+        (Some(l), None, None) => loopback(&eal, l),
+        (None, Some(i), None) => incast(&eal, i),
+        (None, None, Some(r)) => replay(&eal, r),
+        _ => Err("the configuration needs exactly one of [loopback], [incast] and [replay]".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
