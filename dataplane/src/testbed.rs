@@ -57,6 +57,7 @@ pub struct Loopback {
     pool: Mempool,
     clock: TscClock,
     scratch: Vec<u8>,
+    rx: Vec<Mbuf>,
     /// Frames sent by either host, when the tap is on.
     pub tap: Option<Vec<Vec<u8>>>,
     /// Frames that could not get an mbuf (pool empty) and were dropped.
@@ -168,6 +169,7 @@ impl Loopback {
             pool,
             clock: TscClock::new(eal),
             scratch: vec![0u8; 16 * 1024],
+            rx: Vec::with_capacity(crate::dpdk::port::BURST),
             tap: cfg.tap.then(Vec::new),
             tx_alloc_failures: 0,
         })
@@ -183,10 +185,10 @@ impl Loopback {
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
         let mut moved = false;
-        let mut rx = Vec::with_capacity(crate::dpdk::port::BURST);
+        let rx = &mut self.rx;
         for h in self.hosts.iter_mut() {
             rx.clear();
-            h.port.rx_burst(&mut rx);
+            h.port.rx_burst(rx);
             for m in rx.drain(..) {
                 h.engine.handle_packet(now, m.data());
                 moved = true;
