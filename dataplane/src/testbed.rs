@@ -1,8 +1,11 @@
 //! The embedded loopback testbed: two hosts in one process, each an RC
 //! engine on its own DPDK port, the ports joined back to back by net_ring
-//! rings, driven run-to-completion on the calling lcore (RX burst ->
-//! engine -> timers -> TX burst), with an optional tap that keeps a copy of
-//! every frame.
+//! rings, with an optional tap that keeps a copy of every frame. Two
+//! layouts: run-to-completion on the calling lcore ([`Loopback::poll`]: RX
+//! burst -> engine -> timers -> TX burst), or pipelined over three threads
+//! joined by bounded crossbeam queues ([`Loopback::run_pipelined`]: RX pipe
+//! -> engines with congestion control and the flow scheduler -> TX pipe),
+//! as in the HPCC++ drafts' NIC figure.
 
 use std::net::Ipv4Addr;
 
@@ -48,6 +51,13 @@ pub struct Host {
     pub mr: MrKeys,
     port: Port,
     tx: Vec<Mbuf>,
+}
+
+/// A host as the pipelined layout's application step sees it.
+pub struct HostView<'a> {
+    pub engine: &'a mut Engine<VecMemory>,
+    pub qpn: Qpn,
+    pub mr: MrKeys,
 }
 
 /// Two hosts joined by net_ring ports.
@@ -221,6 +231,116 @@ impl Loopback {
             }
         }
         moved
+    }
+
+    /// Runs the pipelined layout until `app` returns false: an RX thread
+    /// bursts frames off both ports, the calling thread runs both engines
+    /// (handle_packet, timers, poll_transmit) and then `app` (post work,
+    /// poll completions), a TX thread bursts frames out. Queues are bounded
+    /// (backpressure, never dropping); leftover frames are freed at the end.
+    pub fn run_pipelined(&mut self, mut app: impl FnMut(&mut [HostView<'_>; 2], u64) -> bool) {
+        use crossbeam_channel::bounded;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        const DEPTH: usize = 4096;
+        let (rx_send, rx_recv) = bounded::<(usize, Mbuf)>(DEPTH);
+        let (tx_send, tx_recv) = bounded::<(usize, Mbuf)>(DEPTH);
+        let stop = AtomicBool::new(false);
+        // The engine thread needs the engines mutably, the pipes only the
+        // ports: borrow the fields apart.
+        let [h0, h1] = &mut self.hosts;
+        let ports: [&Port; 2] = [&h0.port, &h1.port];
+        let mut hosts = [
+            HostView {
+                engine: &mut h0.engine,
+                qpn: h0.qpn,
+                mr: h0.mr,
+            },
+            HostView {
+                engine: &mut h1.engine,
+                qpn: h1.qpn,
+                mr: h1.mr,
+            },
+        ];
+        let hosts = &mut hosts;
+        let pool = &self.pool;
+        let clock = self.clock;
+        let tap = &mut self.tap;
+        let failures = &mut self.tx_alloc_failures;
+        let scratch = &mut self.scratch;
+        std::thread::scope(|s| {
+            let stop_rx = &stop;
+            s.spawn(move || {
+                let mut rx = Vec::with_capacity(crate::dpdk::port::BURST);
+                while !stop_rx.load(Ordering::Relaxed) {
+                    for (i, p) in ports.iter().enumerate() {
+                        p.rx_burst(&mut rx);
+                        for m in rx.drain(..) {
+                            if rx_send.send((i, m)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+            let stop_tx = &stop;
+            s.spawn(move || {
+                let mut out: [Vec<Mbuf>; 2] = [Vec::new(), Vec::new()];
+                loop {
+                    while let Ok((i, m)) = tx_recv.try_recv() {
+                        out[i].push(m);
+                        if out[i].len() >= crate::dpdk::port::BURST {
+                            break;
+                        }
+                    }
+                    for (i, o) in out.iter_mut().enumerate() {
+                        if !o.is_empty() {
+                            ports[i].tx_burst(o);
+                        }
+                    }
+                    if stop_tx.load(Ordering::Relaxed) && tx_recv.is_empty() {
+                        break;
+                    }
+                }
+                // Frames the ports never took are freed here (Drop).
+            });
+            loop {
+                let now = clock.now_ns();
+                while let Ok((i, m)) = rx_recv.try_recv() {
+                    hosts[i].engine.handle_packet(now, m.data());
+                }
+                for (i, h) in hosts.iter_mut().enumerate() {
+                    if h.engine.poll_timeout().is_some_and(|t| t <= now) {
+                        h.engine.handle_timeout(now);
+                    }
+                    while tx_send.len() < DEPTH - crate::dpdk::port::BURST {
+                        let Some(n) = h.engine.poll_transmit(now, scratch) else {
+                            break;
+                        };
+                        if let Some(t) = tap.as_mut() {
+                            t.push(scratch[..n].to_vec());
+                        }
+                        match pool.alloc() {
+                            Some(mut m) => match m.append(n) {
+                                Some(dst) => {
+                                    dst.copy_from_slice(&scratch[..n]);
+                                    let _ = tx_send.send((i, m));
+                                }
+                                None => *failures += 1,
+                            },
+                            None => *failures += 1,
+                        }
+                    }
+                }
+                if !app(hosts, now) {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            drop(tx_send);
+            // Frames still queued towards the engines are freed with rx_recv.
+            drop(rx_recv);
+        });
     }
 
     /// Whether both hosts' links are up.

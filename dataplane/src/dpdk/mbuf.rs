@@ -55,6 +55,13 @@ impl Mempool {
     }
 }
 
+// SAFETY: rte_mempool get/put are multi-producer/multi-consumer safe by
+// default (the pool is created without single-producer/consumer flags), so
+// several threads may allocate from and free to one pool.
+unsafe impl Sync for Mempool {}
+// SAFETY: the pool is not tied to the creating thread.
+unsafe impl Send for Mempool {}
+
 impl Drop for Mempool {
     fn drop(&mut self) {
         // SAFETY: the pool is valid and, by contract, no mbuf of it lives on.

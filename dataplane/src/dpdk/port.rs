@@ -123,6 +123,11 @@ impl Port {
     }
 }
 
+// SAFETY: a Port is an id; its RX queue and its TX queue may be driven from
+// two different threads as long as each direction has one thread, which is
+// how the pipelined layout uses it (one RX thread, one TX thread).
+unsafe impl Sync for Port {}
+
 impl Drop for Port {
     fn drop(&mut self) {
         // SAFETY: the port was started by us; stopping and closing it

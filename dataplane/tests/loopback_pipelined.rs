@@ -1,0 +1,100 @@
+//! The loopback testbed in the pipelined layout (RX pipe, engines with CC
+//! and the flow scheduler, TX pipe on three threads joined by bounded
+//! queues): WRITE and READ of sizes 0 B .. 1 MiB, every byte verified, no
+//! mbuf left in use.
+
+use dataplane::dpdk::Eal;
+use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
+use transport::rc::{SendWr, WcStatus, WrOp};
+
+fn main() {
+    let args: Vec<String> = [
+        "--no-huge",
+        "--no-pci",
+        "--no-telemetry",
+        "-m",
+        "256",
+        &format!("--file-prefix=loopback-pipe-{}", std::process::id()),
+        "--log-level=lib.eal:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let eal = Eal::init(&args).expect("EAL");
+    let cfg = LoopbackConfig::default();
+    let mut tb = Loopback::new(&eal, &cfg).expect("testbed");
+    let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_536, 1 << 20];
+    let ops: Vec<(u32, WrOp)> = sizes
+        .iter()
+        .flat_map(|&s| [(s, WrOp::Write), (s, WrOp::Read)])
+        .collect();
+    let half = (cfg.mem_bytes / 2) as u64;
+    let mut next = 0usize;
+    let mut posted = false;
+    let mut verified = 0usize;
+    tb.run_pipelined(|hosts, now| {
+        if !posted {
+            let Some(&(len, op)) = ops.get(next) else {
+                return false;
+            };
+            let (local, remote) = if op == WrOp::Read {
+                (half, 0)
+            } else {
+                (0, half)
+            };
+            let (src, off) = if op == WrOp::Read {
+                (1, remote)
+            } else {
+                (0, local)
+            };
+            for (k, b) in hosts[src]
+                .engine
+                .mem_mut()
+                .slice_mut(MEM_BASE + off, len as usize)
+                .iter_mut()
+                .enumerate()
+            {
+                *b = (k as u8).wrapping_mul(3) ^ next as u8;
+            }
+            let wr = SendWr {
+                wr_id: next as u64,
+                op,
+                lkey: hosts[0].mr.lkey,
+                local_va: MEM_BASE + local,
+                len,
+                rkey: hosts[1].mr.rkey,
+                remote_va: MEM_BASE + remote,
+                signaled: true,
+            };
+            let q = hosts[0].qpn;
+            hosts[0].engine.post_send(q, wr, now).expect("post");
+            posted = true;
+        }
+        if let Some(c) = hosts[0].engine.poll_completion() {
+            let (len, op) = ops[next];
+            assert_eq!(c.status, WcStatus::Success, "{op:?} {len}");
+            let (local, remote) = if op == WrOp::Read {
+                (half, 0)
+            } else {
+                (0, half)
+            };
+            let a = hosts[0].engine.mem().slice(MEM_BASE + local, len as usize);
+            let b = hosts[1].engine.mem().slice(MEM_BASE + remote, len as usize);
+            assert_eq!(a, b, "{op:?} of {len} bytes");
+            verified += 1;
+            next += 1;
+            posted = false;
+        }
+        true
+    });
+    assert_eq!(verified, ops.len());
+    // Frames still on the rings (a last ACK, say) drain run-to-completion.
+    for _ in 0..1000 {
+        tb.poll();
+    }
+    assert_eq!(tb.tx_alloc_failures, 0);
+    assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
+    drop(tb);
+    drop(eal);
+    println!("loopback_pipelined: {verified} WRITEs and READs (0 B .. 1 MiB) verified over RX/engine/TX threads, no mbuf leaked");
+}
