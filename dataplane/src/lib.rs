@@ -9,6 +9,7 @@
 //! - [`dpdk`]: safe wrappers over DPDK (EAL, mempools, mbufs, ports, rings).
 //! - [`incast`]: the incast testbed on DPDK ports with the INT switch.
 //! - [`pcap`]: classic pcap files (the tap, `bench decode`).
+//! - [`stats`]: counter snapshots of a running testbed.
 //! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`sim`]: the deterministic virtual-time network simulator.
 
@@ -16,5 +17,6 @@ pub mod dpdk;
 pub mod incast;
 pub mod pcap;
 pub mod sim;
+pub mod stats;
 pub mod switch;
 pub mod testbed;

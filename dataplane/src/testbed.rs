@@ -343,6 +343,18 @@ impl Loopback {
         });
     }
 
+    /// Counters of both ports, engines and QPs now.
+    pub fn snapshot(&self) -> crate::stats::Snapshot {
+        let mut s = crate::stats::Snapshot {
+            at_ns: self.clock.now_ns(),
+            ..Default::default()
+        };
+        for (i, h) in self.hosts.iter().enumerate() {
+            s.add_host(i, h.port.id, h.port.stats(), &h.engine, &[h.qpn]);
+        }
+        s
+    }
+
     /// Whether both hosts' links are up.
     pub fn links_up(&self) -> bool {
         self.hosts.iter().all(|h| h.port.link_up())

@@ -20,12 +20,27 @@ use transport::rc::{CcMode, PathMtu, SendWr, WcStatus, WrOp};
     about = "The software RDMA NIC's DPDK dataplane"
 )]
 struct Cli {
-    /// Configuration file (see configs/loopback.toml, configs/incast.toml).
+    /// Configuration file (see configs/*.toml) of the testbed to run.
     #[arg(long)]
-    config: PathBuf,
+    config: Option<PathBuf>,
     /// DPDK file prefix [default: rnic-PID, unique per process].
     #[arg(long)]
     file_prefix: Option<String>,
+    /// While running the loopback testbed, keep this file rewritten with
+    /// per-port and per-QP counters (read it with `dataplane stats FILE`).
+    #[arg(long)]
+    stats: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Print the counters a running dataplane writes with --stats.
+    Stats {
+        /// The file given to --stats.
+        file: PathBuf,
+    },
 }
 
 #[derive(Deserialize)]
@@ -83,7 +98,7 @@ fn mtu(b: u32) -> Result<PathMtu, String> {
     PathMtu::from_bytes(b).ok_or(format!("mtu {b} is not 256, 512, 1024, 2048 or 4096"))
 }
 
-fn loopback(eal: &Eal, s: &LoopbackSection) -> Result<(), String> {
+fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> Result<(), String> {
     let cfg = LoopbackConfig {
         mem_bytes: s.mem_bytes,
         mtu: mtu(s.mtu)?,
@@ -167,6 +182,11 @@ fn loopback(eal: &Eal, s: &LoopbackSection) -> Result<(), String> {
                     ", BYTES DIFFER"
                 }
             );
+            if let Some(path) = stats {
+                tb.snapshot()
+                    .write(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             if !ok {
                 return Err(format!("{op:?} of {len} bytes failed"));
             }
@@ -180,6 +200,12 @@ fn loopback(eal: &Eal, s: &LoopbackSection) -> Result<(), String> {
         "loopback: {} WRITEs and READs verified in {us:.0} us",
         2 * s.sizes.len()
     );
+    if let Some(path) = stats {
+        tb.snapshot()
+            .write(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("stats: {}", path.display());
+    }
     if let (Some(path), Some(frames)) = (&s.tap, tb.tap.take()) {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -299,17 +325,33 @@ fn replay(eal: &Eal, s: &ReplaySection) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let text = match std::fs::read_to_string(&cli.config) {
+    if let Some(Cmd::Stats { file }) = &cli.cmd {
+        return match dataplane::stats::Snapshot::read(file) {
+            Ok(s) => {
+                print!("{}", s.table());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dataplane stats: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(config) = &cli.config else {
+        eprintln!("dataplane: give --config FILE (a testbed to run) or `stats FILE`");
+        return ExitCode::from(2);
+    };
+    let text = match std::fs::read_to_string(config) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("dataplane: {}: {e}", cli.config.display());
+            eprintln!("dataplane: {}: {e}", config.display());
             return ExitCode::from(2);
         }
     };
     let cfg: Config = match toml::from_str(&text) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("dataplane: {}: {e}", cli.config.display());
+            eprintln!("dataplane: {}: {e}", config.display());
             return ExitCode::from(2);
         }
     };
@@ -326,7 +368,7 @@ fn main() -> ExitCode {
         }
     };
     let r = match (&cfg.loopback, &cfg.incast, &cfg.replay) {
-        (Some(l), None, None) => loopback(&eal, l),
+        (Some(l), None, None) => loopback(&eal, l, cli.stats.as_deref()),
         (None, Some(i), None) => incast(&eal, i),
         (None, None, Some(r)) => replay(&eal, r),
         _ => Err("the configuration needs exactly one of [loopback], [incast] and [replay]".into()),

@@ -1,0 +1,249 @@
+//! Counters of a running testbed, per port and per QP, as a JSON snapshot
+//! the daemon rewrites atomically (`--stats FILE`) and `dataplane stats
+//! FILE` prints while it runs.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use transport::mr::Memory;
+use transport::rc::{CcMode, Engine, Qpn};
+
+use crate::dpdk::PortStats;
+
+/// One port and the engine behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PortEntry {
+    pub host: usize,
+    pub port: u16,
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    /// Frames the engine refused (all wire-codec reasons, ICRC included).
+    pub wire_drops: u64,
+    pub icrc_drops: u64,
+    pub unknown_qp: u64,
+    pub wrong_state: u64,
+}
+
+/// One QP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QpEntry {
+    pub host: usize,
+    pub qpn: Qpn,
+    pub state: String,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub retransmitted: u64,
+    pub naks_sent: [u64; 4],
+    pub naks_received: [u64; 4],
+    pub timeouts: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub icrc_drops: u64,
+    pub window_bytes: u64,
+    pub rate_bps: u64,
+    pub cc: String,
+}
+
+/// Everything at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Snapshot {
+    /// Nanoseconds since the testbed started.
+    pub at_ns: u64,
+    pub ports: Vec<PortEntry>,
+    pub qps: Vec<QpEntry>,
+}
+
+impl Snapshot {
+    /// Adds a host: its port counters, its engine's and its QPs'.
+    pub fn add_host<M: Memory>(
+        &mut self,
+        host: usize,
+        port: u16,
+        ps: PortStats,
+        e: &Engine<M>,
+        qpns: &[Qpn],
+    ) {
+        let c = e.counters();
+        self.ports.push(PortEntry {
+            host,
+            port,
+            ipackets: ps.ipackets,
+            opackets: ps.opackets,
+            ibytes: ps.ibytes,
+            obytes: ps.obytes,
+            imissed: ps.imissed,
+            ierrors: ps.ierrors,
+            oerrors: ps.oerrors,
+            wire_drops: c.wire_drops.iter().sum(),
+            icrc_drops: c.icrc_drops(),
+            unknown_qp: c.unknown_qp,
+            wrong_state: c.wrong_state,
+        });
+        let cc = match e.config().cc {
+            CcMode::None => "none",
+            CcMode::HpccInband { .. } => "hpcc",
+            CcMode::HpccProbe { .. } => "hpcc-probe",
+            CcMode::RxHpcc { .. } => "hpcc-rx",
+            CcMode::Dcqcn => "dcqcn",
+        };
+        for &q in qpns {
+            let (Ok(k), Ok(state), Ok((w, r))) = (e.qp_counters(q), e.qp_state(q), e.qp_cc(q))
+            else {
+                continue;
+            };
+            self.qps.push(QpEntry {
+                host,
+                qpn: q,
+                state: format!("{state:?}").to_uppercase(),
+                tx_packets: k.tx_packets,
+                tx_bytes: k.tx_bytes,
+                rx_packets: k.rx_packets,
+                rx_bytes: k.rx_bytes,
+                retransmitted: k.retransmitted,
+                naks_sent: k.naks_sent,
+                naks_received: k.naks_received,
+                timeouts: k.timeouts,
+                duplicates: k.duplicates,
+                out_of_order: k.out_of_order,
+                icrc_drops: k.icrc_drops,
+                window_bytes: w,
+                rate_bps: r,
+                cc: cc.into(),
+            });
+        }
+    }
+
+    /// Writes the snapshot to `path` atomically (a temporary file renamed
+    /// over it), so a reader never sees half a file.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    pub fn read(path: &Path) -> Result<Snapshot, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a stats snapshot: {e}", path.display()))
+    }
+
+    /// The table `dataplane stats` prints.
+    pub fn table(&self) -> String {
+        let mut s = format!("at {:.3} ms\n", self.at_ns as f64 / 1e6);
+        let _ = writeln!(
+            s,
+            "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10}",
+            "host",
+            "port",
+            "rx_pkts",
+            "tx_pkts",
+            "rx_bytes",
+            "tx_bytes",
+            "missed",
+            "errors",
+            "wire_drops",
+            "icrc_drops"
+        );
+        for p in &self.ports {
+            let _ = writeln!(
+                s,
+                "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10}",
+                p.host,
+                p.port,
+                p.ipackets,
+                p.opackets,
+                p.ibytes,
+                p.obytes,
+                p.imissed,
+                p.ierrors + p.oerrors,
+                p.wire_drops,
+                p.icrc_drops
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{:<5} {:>8} {:>6} {:>10} {:>10} {:>7} {:>14} {:>14} {:>6} {:>7} {:>10} {:>12}",
+            "host",
+            "qpn",
+            "state",
+            "tx_pkts",
+            "rx_pkts",
+            "retx",
+            "naks_sent",
+            "naks_rcvd",
+            "tmo",
+            "dups",
+            "window",
+            "rate_bps"
+        );
+        for q in &self.qps {
+            let _ = writeln!(
+                s,
+                "{:<5} {:>#8x} {:>6} {:>10} {:>10} {:>7} {:>14} {:>14} {:>6} {:>7} {:>10} {:>12}",
+                q.host,
+                q.qpn,
+                q.state,
+                q.tx_packets,
+                q.rx_packets,
+                q.retransmitted,
+                format!("{:?}", q.naks_sent),
+                format!("{:?}", q.naks_received),
+                q.timeouts,
+                q.duplicates,
+                if q.window_bytes == u64::MAX {
+                    "-".to_string()
+                } else {
+                    q.window_bytes.to_string()
+                },
+                q.rate_bps
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_round_trip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let mut s = Snapshot {
+            at_ns: 5,
+            ..Snapshot::default()
+        };
+        s.ports.push(PortEntry {
+            host: 0,
+            port: 1,
+            ipackets: 2,
+            opackets: 3,
+            ibytes: 4,
+            obytes: 5,
+            imissed: 0,
+            ierrors: 0,
+            oerrors: 0,
+            wire_drops: 1,
+            icrc_drops: 1,
+            unknown_qp: 0,
+            wrong_state: 0,
+        });
+        s.write(&path).unwrap();
+        assert_eq!(Snapshot::read(&path).unwrap(), s);
+        assert!(s.table().contains("icrc_drops"));
+        std::fs::write(&path, "{").unwrap();
+        assert!(Snapshot::read(&path)
+            .unwrap_err()
+            .contains("not a stats snapshot"));
+    }
+}
