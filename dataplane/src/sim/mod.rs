@@ -99,10 +99,9 @@ pub struct FlowSpec {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// A frame (slot in `frames`) reaches `port` of `node`.
+    /// A frame (slot in `frames`) reaches `node`.
     Arrive {
         node: usize,
-        port: usize,
         frame: usize,
     },
     /// A switch port finished sending.
@@ -355,7 +354,7 @@ impl Simulator {
             self.now = t;
             self.events_run += 1;
             match e {
-                Event::Arrive { node, port, frame } => self.arrive(node, port, frame),
+                Event::Arrive { node, frame } => self.arrive(node, frame),
                 Event::PortFree { node, port } => self.port_free(node, port),
                 Event::HostWake { host } => {
                     if self.hosts[host].wake_at == Some(t) {
@@ -498,7 +497,6 @@ impl Simulator {
                     done + delay,
                     Event::Arrive {
                         node: peer.node,
-                        port: peer.port,
                         frame: slot,
                     },
                 );
@@ -537,7 +535,7 @@ impl Simulator {
         }
     }
 
-    fn arrive(&mut self, node: usize, port: usize, slot: usize) {
+    fn arrive(&mut self, node: usize, slot: usize) {
         let frame = std::mem::take(&mut self.frames[slot]);
         self.free_frames.push(slot);
         if self.topo.nodes[node] == NodeKind::Host {
@@ -551,7 +549,6 @@ impl Simulator {
             self.completions(h);
             return;
         }
-        let _ = port;
         let Some(dst) = dst_host(&frame) else { return };
         let Some(choices) = self.routes[node].get(dst) else {
             return;
@@ -595,7 +592,6 @@ impl Simulator {
             done + delay,
             Event::Arrive {
                 node: peer.node,
-                port: peer.port,
                 frame: slot,
             },
         );
