@@ -188,38 +188,28 @@ fn connect(
 ) -> Result<(), String> {
     for (qa, qb) in a.qpns.iter().zip(&b.qpns) {
         let e = &mut a.engine;
-        e.modify_to_init(
+        e.connect(
             *qa,
             QpAccess {
                 remote_write: true,
                 remote_read: true,
             },
+            RtrAttr {
+                path_mtu: mtu,
+                dest_qpn: *qb,
+                dest_mac: mac,
+                dest_ip: ip,
+                rq_psn: args.start_psn,
+                max_dest_rd_atomic: 16,
+            },
+            RtsAttr {
+                sq_psn: args.start_psn,
+                timeout: args.timeout,
+                retry_cnt: args.retry_cnt,
+                rnr_retry: 7,
+                max_rd_atomic: 16,
+            },
         )
-        .and_then(|_| {
-            e.modify_to_rtr(
-                *qa,
-                RtrAttr {
-                    path_mtu: mtu,
-                    dest_qpn: *qb,
-                    dest_mac: mac,
-                    dest_ip: ip,
-                    rq_psn: args.start_psn,
-                    max_dest_rd_atomic: 16,
-                },
-            )
-        })
-        .and_then(|_| {
-            e.modify_to_rts(
-                *qa,
-                RtsAttr {
-                    sq_psn: args.start_psn,
-                    timeout: args.timeout,
-                    retry_cnt: args.retry_cnt,
-                    rnr_retry: 7,
-                    max_rd_atomic: 16,
-                },
-            )
-        })
         .map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -136,38 +136,28 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             .map_err(|e| err("create QP", e.to_string()))?;
         for (h, q, peer, pq) in [(s, qs, recv, qr), (recv, qr, s, qs)] {
             let e = &mut hosts[h].engine;
-            e.modify_to_init(
+            e.connect(
                 q,
                 QpAccess {
                     remote_write: true,
                     remote_read: true,
                 },
+                RtrAttr {
+                    path_mtu: cfg.mtu,
+                    dest_qpn: pq,
+                    dest_mac: mac(peer),
+                    dest_ip: ip(peer),
+                    rq_psn: 0,
+                    max_dest_rd_atomic: 16,
+                },
+                RtsAttr {
+                    sq_psn: 0,
+                    timeout: 10,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    max_rd_atomic: 16,
+                },
             )
-            .and_then(|_| {
-                e.modify_to_rtr(
-                    q,
-                    RtrAttr {
-                        path_mtu: cfg.mtu,
-                        dest_qpn: pq,
-                        dest_mac: mac(peer),
-                        dest_ip: ip(peer),
-                        rq_psn: 0,
-                        max_dest_rd_atomic: 16,
-                    },
-                )
-            })
-            .and_then(|_| {
-                e.modify_to_rts(
-                    q,
-                    RtsAttr {
-                        sq_psn: 0,
-                        timeout: 10,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 16,
-                    },
-                )
-            })
             .map_err(|e| err("QP bring-up", e.to_string()))?;
             hosts[h].qpns.push(q);
         }

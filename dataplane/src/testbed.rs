@@ -140,38 +140,28 @@ impl Loopback {
         for (i, h) in hosts.iter_mut().enumerate() {
             let peer = 1 - i;
             let e = &mut h.engine;
-            e.modify_to_init(
+            e.connect(
                 h.qpn,
                 QpAccess {
                     remote_write: true,
                     remote_read: true,
                 },
+                RtrAttr {
+                    path_mtu: cfg.mtu,
+                    dest_qpn: qpns[peer],
+                    dest_mac: mac(peer as u8),
+                    dest_ip: ip(peer as u8),
+                    rq_psn: 0,
+                    max_dest_rd_atomic: 16,
+                },
+                RtsAttr {
+                    sq_psn: 0,
+                    timeout: 14,
+                    retry_cnt: 7,
+                    rnr_retry: 7,
+                    max_rd_atomic: 16,
+                },
             )
-            .and_then(|_| {
-                e.modify_to_rtr(
-                    h.qpn,
-                    RtrAttr {
-                        path_mtu: cfg.mtu,
-                        dest_qpn: qpns[peer],
-                        dest_mac: mac(peer as u8),
-                        dest_ip: ip(peer as u8),
-                        rq_psn: 0,
-                        max_dest_rd_atomic: 16,
-                    },
-                )
-            })
-            .and_then(|_| {
-                e.modify_to_rts(
-                    h.qpn,
-                    RtsAttr {
-                        sq_psn: 0,
-                        timeout: 14,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 16,
-                    },
-                )
-            })
             .map_err(rc_err)?;
         }
         Ok(Loopback {

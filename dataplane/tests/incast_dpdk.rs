@@ -4,24 +4,13 @@
 //! retransmit. Rates are low enough for an unoptimised build; the check is
 //! a comparison made in one run, not a speed bound.
 
-use dataplane::dpdk::Eal;
+mod loopback_util;
+
 use dataplane::incast::{run, IncastConfig};
 use transport::rc::{CcMode, PathMtu};
 
 fn main() {
-    let args: Vec<String> = [
-        "--no-huge",
-        "--no-pci",
-        "--no-telemetry",
-        "-m",
-        "512",
-        &format!("--file-prefix=incast-test-{}", std::process::id()),
-        "--log-level=lib.eal:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = loopback_util::eal("incast-test", &[]);
     let cfg = |cc, name: &str| IncastConfig {
         senders: 3,
         host_bps: 1_000_000_000,

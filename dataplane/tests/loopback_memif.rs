@@ -5,31 +5,17 @@
 
 mod loopback_util;
 
-use dataplane::dpdk::Eal;
 use dataplane::testbed::{Loopback, LoopbackConfig};
 
 fn main() {
-    let args: Vec<String> = [
-        "--no-huge",
-        "--no-pci",
-        "--no-telemetry",
-        "-m",
-        "256",
-        &format!("--file-prefix=loopback-memif-{}", std::process::id()),
-        "--log-level=lib.eal:warning",
-        &format!(
-            "--vdev=net_memif0,role=server,id=0,socket=/tmp/rnic-memif-{}.sock",
-            std::process::id()
-        ),
-        &format!(
-            "--vdev=net_memif1,role=client,id=0,socket=/tmp/rnic-memif-{}.sock",
-            std::process::id()
-        ),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let eal = Eal::init(&args).expect("EAL");
+    let sock = format!("/tmp/rnic-memif-{}.sock", std::process::id());
+    let eal = loopback_util::eal(
+        "loopback-memif",
+        &[
+            format!("--vdev=net_memif0,role=server,id=0,socket={sock}"),
+            format!("--vdev=net_memif1,role=client,id=0,socket={sock}"),
+        ],
+    );
     let cfg = LoopbackConfig {
         tap: true,
         ..LoopbackConfig::default()

@@ -5,23 +5,10 @@
 
 mod loopback_util;
 
-use dataplane::dpdk::Eal;
 use dataplane::testbed::{Loopback, LoopbackConfig};
 
 fn main() {
-    let args: Vec<String> = [
-        "--no-huge",
-        "--no-pci",
-        "--no-telemetry",
-        "-m",
-        "256",
-        &format!("--file-prefix=loopback-ring-{}", std::process::id()),
-        "--log-level=lib.eal:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = loopback_util::eal("loopback-ring", &[]);
     let cfg = LoopbackConfig {
         tap: true,
         ..LoopbackConfig::default()

@@ -3,24 +3,13 @@
 //! queues): WRITE and READ of sizes 0 B .. 1 MiB, every byte verified, no
 //! mbuf left in use.
 
-use dataplane::dpdk::Eal;
+mod loopback_util;
+
 use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
 use transport::rc::{SendWr, WcStatus, WrOp};
 
 fn main() {
-    let args: Vec<String> = [
-        "--no-huge",
-        "--no-pci",
-        "--no-telemetry",
-        "-m",
-        "256",
-        &format!("--file-prefix=loopback-pipe-{}", std::process::id()),
-        "--log-level=lib.eal:warning",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let eal = Eal::init(&args).expect("EAL");
+    let eal = loopback_util::eal("loopback-pipe", &[]);
     let cfg = LoopbackConfig::default();
     let mut tb = Loopback::new(&eal, &cfg).expect("testbed");
     let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_536, 1 << 20];

@@ -414,10 +414,11 @@ impl Simulator {
             (spec.src, qa, qb, dst_mac, spec.dst),
             (spec.dst, qb, qa, src_mac, spec.src),
         ] {
-            let e = &mut self.hosts[h].engine;
-            let ok = e.modify_to_init(q, access).is_ok()
-                && e.modify_to_rtr(
+            let ok = self.hosts[h]
+                .engine
+                .connect(
                     q,
+                    access,
                     RtrAttr {
                         path_mtu: mtu,
                         dest_qpn: peer_q,
@@ -426,10 +427,6 @@ impl Simulator {
                         rq_psn: 0,
                         max_dest_rd_atomic: 16,
                     },
-                )
-                .is_ok()
-                && e.modify_to_rts(
-                    q,
                     RtsAttr {
                         sq_psn: 0,
                         timeout,

@@ -1,8 +1,31 @@
-//! The WRITE/READ exchange both loopback tests run.
+//! What the DPDK tests share: the EAL arguments (no hugepages, no PCI, a
+//! file prefix of their own) and the WRITE/READ exchange of the loopback
+//! tests.
+#![allow(dead_code)]
 
+use dataplane::dpdk::Eal;
 use dataplane::testbed::{Loopback, MEM_BASE};
 use transport::rc::{SendWr, WcStatus, WrOp};
 use transport::wire::Packet;
+
+/// Initialises the EAL for test `name` without hugepages or PCI, plus
+/// `extra` arguments (vdevs).
+pub fn eal(name: &str, extra: &[String]) -> Eal {
+    let mut args: Vec<String> = [
+        "--no-huge",
+        "--no-pci",
+        "--no-telemetry",
+        "-m",
+        "512",
+        "--log-level=lib.eal:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("--file-prefix={name}-{}", std::process::id()));
+    args.extend_from_slice(extra);
+    Eal::init(&args).expect("EAL")
+}
 
 /// WRITE and READ of sizes 0 B .. 1 MiB from host 0 to host 1, every byte
 /// verified; then every tapped frame must parse with a good ICRC and no

@@ -247,6 +247,20 @@ impl<M: Memory> Engine<M> {
         self.qp_mut(qpn)?.modify_to_rts(attr, window, every)
     }
 
+    /// RESET -> INIT -> RTR -> RTS in one call: the usual bring-up once
+    /// the peer's endpoint (QPN, PSN, address) is known.
+    pub fn connect(
+        &mut self,
+        qpn: Qpn,
+        access: QpAccess,
+        rtr: RtrAttr,
+        rts: RtsAttr,
+    ) -> Result<(), RcError> {
+        self.modify_to_init(qpn, access)?;
+        self.modify_to_rtr(qpn, rtr)?;
+        self.modify_to_rts(qpn, rts)
+    }
+
     /// Any state -> ERR: every outstanding WR completes with WR_FLUSH_ERR.
     pub fn modify_to_err(&mut self, qpn: Qpn) -> Result<(), RcError> {
         let i = self.index(qpn)?;

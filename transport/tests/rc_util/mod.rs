@@ -118,16 +118,6 @@ impl Pair {
     pub fn new(s: Setup) -> Pair {
         let mut a = side(MAC_A, IP_A, &s);
         let mut b = side(MAC_B, IP_B, &s);
-        a.engine
-            .modify_to_init(
-                a.qpn,
-                QpAccess {
-                    remote_write: true,
-                    remote_read: true,
-                },
-            )
-            .unwrap();
-        b.engine.modify_to_init(b.qpn, s.access_b).unwrap();
         let rtr = |qpn, mac, ip, psn| RtrAttr {
             path_mtu: s.mtu,
             dest_qpn: qpn,
@@ -136,12 +126,6 @@ impl Pair {
             rq_psn: psn,
             max_dest_rd_atomic: 16,
         };
-        a.engine
-            .modify_to_rtr(a.qpn, rtr(b.qpn, MAC_B, IP_B, s.psn_b))
-            .unwrap();
-        b.engine
-            .modify_to_rtr(b.qpn, rtr(a.qpn, MAC_A, IP_A, s.psn_a))
-            .unwrap();
         let rts = |psn| RtsAttr {
             sq_psn: psn,
             timeout: s.timeout,
@@ -149,8 +133,21 @@ impl Pair {
             rnr_retry: 7,
             max_rd_atomic: 16,
         };
-        a.engine.modify_to_rts(a.qpn, rts(s.psn_a)).unwrap();
-        b.engine.modify_to_rts(b.qpn, rts(s.psn_b)).unwrap();
+        let all = QpAccess {
+            remote_write: true,
+            remote_read: true,
+        };
+        a.engine
+            .connect(a.qpn, all, rtr(b.qpn, MAC_B, IP_B, s.psn_b), rts(s.psn_a))
+            .unwrap();
+        b.engine
+            .connect(
+                b.qpn,
+                s.access_b,
+                rtr(a.qpn, MAC_A, IP_A, s.psn_a),
+                rts(s.psn_b),
+            )
+            .unwrap();
         Pair {
             a,
             b,
