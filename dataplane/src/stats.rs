@@ -16,13 +16,9 @@ use crate::dpdk::PortStats;
 pub struct PortEntry {
     pub host: usize,
     pub port: u16,
-    pub ipackets: u64,
-    pub opackets: u64,
-    pub ibytes: u64,
-    pub obytes: u64,
-    pub imissed: u64,
-    pub ierrors: u64,
-    pub oerrors: u64,
+    /// The driver's counters.
+    #[serde(flatten)]
+    pub stats: PortStats,
     /// Frames the engine refused (all wire-codec reasons, ICRC included).
     pub wire_drops: u64,
     pub icrc_drops: u64,
@@ -75,13 +71,7 @@ impl Snapshot {
         self.ports.push(PortEntry {
             host,
             port,
-            ipackets: ps.ipackets,
-            opackets: ps.opackets,
-            ibytes: ps.ibytes,
-            obytes: ps.obytes,
-            imissed: ps.imissed,
-            ierrors: ps.ierrors,
-            oerrors: ps.oerrors,
+            stats: ps,
             wire_drops: c.wire_drops.iter().sum(),
             icrc_drops: c.icrc_drops(),
             unknown_qp: c.unknown_qp,
@@ -159,12 +149,12 @@ impl Snapshot {
                 "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10}",
                 p.host,
                 p.port,
-                p.ipackets,
-                p.opackets,
-                p.ibytes,
-                p.obytes,
-                p.imissed,
-                p.ierrors + p.oerrors,
+                p.stats.ipackets,
+                p.stats.opackets,
+                p.stats.ibytes,
+                p.stats.obytes,
+                p.stats.imissed,
+                p.stats.ierrors + p.stats.oerrors,
                 p.wire_drops,
                 p.icrc_drops
             );
@@ -226,13 +216,11 @@ mod tests {
         s.ports.push(PortEntry {
             host: 0,
             port: 1,
-            ipackets: 2,
-            opackets: 3,
-            ibytes: 4,
-            obytes: 5,
-            imissed: 0,
-            ierrors: 0,
-            oerrors: 0,
+            stats: PortStats {
+                ipackets: 2,
+                opackets: 3,
+                ..PortStats::default()
+            },
             wire_drops: 1,
             icrc_drops: 1,
             unknown_qp: 0,

@@ -10,7 +10,9 @@
 use std::net::Ipv4Addr;
 
 use transport::mr::{Access, MrKeys, VecMemory};
-use transport::rc::{Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{
+    Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WcStatus, WrOp,
+};
 use transport::wire::MacAddr;
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
@@ -72,6 +74,7 @@ pub struct Loopback {
     pub tap: Option<Vec<Vec<u8>>>,
     /// Frames that could not get an mbuf (pool empty) and were dropped.
     pub tx_alloc_failures: u64,
+    mem_bytes: usize,
 }
 
 fn mac(i: u8) -> MacAddr {
@@ -172,6 +175,7 @@ impl Loopback {
             rx: Vec::with_capacity(crate::dpdk::port::BURST),
             tap: cfg.tap.then(Vec::new),
             tx_alloc_failures: 0,
+            mem_bytes: cfg.mem_bytes,
         })
     }
 
@@ -343,6 +347,74 @@ impl Loopback {
             s.add_host(i, h.port.id, h.port.stats(), &h.engine, &[h.qpn]);
         }
         s
+    }
+
+    /// One WRITE (host 0's first half of memory into host 1's second half)
+    /// or READ (host 1's first half into host 0's second half) of `len`
+    /// bytes, run-to-completion: the source is filled with a pattern from
+    /// `seed`, the operation posted and polled to completion, and both ends
+    /// compared. Errors name what went wrong.
+    pub fn verified_op(&mut self, op: WrOp, len: u32, seed: u8) -> Result<(), String> {
+        let half = (self.mem_bytes / 2) as u64;
+        if u64::from(len) > half {
+            return Err(format!("{len} bytes exceed half of the memory ({half})"));
+        }
+        let (local, remote) = if op == WrOp::Read {
+            (half, 0)
+        } else {
+            (0, half)
+        };
+        let (src, off) = if op == WrOp::Read {
+            (1, remote)
+        } else {
+            (0, local)
+        };
+        let mem = self.hosts[src]
+            .engine
+            .mem_mut()
+            .slice_mut(MEM_BASE + off, len as usize);
+        for (k, b) in mem.iter_mut().enumerate() {
+            *b = (k as u8).wrapping_mul(7) ^ seed;
+        }
+        let wr = SendWr {
+            wr_id: u64::from(seed),
+            op,
+            lkey: self.hosts[0].mr.lkey,
+            local_va: MEM_BASE + local,
+            len,
+            rkey: self.hosts[1].mr.rkey,
+            remote_va: MEM_BASE + remote,
+            signaled: true,
+        };
+        let (qpn, now) = (self.hosts[0].qpn, self.now());
+        self.hosts[0]
+            .engine
+            .post_send(qpn, wr, now)
+            .map_err(|e| e.to_string())?;
+        let c = loop {
+            self.poll();
+            if let Some(c) = self.hosts[0].engine.poll_completion() {
+                break c;
+            }
+        };
+        if c.status != WcStatus::Success {
+            return Err(format!(
+                "{op:?} of {len} bytes completed with {:?}",
+                c.status
+            ));
+        }
+        let a = self.hosts[0]
+            .engine
+            .mem()
+            .slice(MEM_BASE + local, len as usize);
+        let b = self.hosts[1]
+            .engine
+            .mem()
+            .slice(MEM_BASE + remote, len as usize);
+        if a != b {
+            return Err(format!("{op:?} of {len} bytes: the two ends differ"));
+        }
+        Ok(())
     }
 
     /// Whether both hosts' links are up.

@@ -28,7 +28,7 @@ fn main() {
         assert!(t0.elapsed().as_secs() < 120, "memif peers never connected");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let (sizes, frames) = loopback_util::exchange(&mut tb, cfg.mem_bytes);
+    let (sizes, frames) = loopback_util::exchange(&mut tb);
     drop(tb);
     drop(eal);
     println!(

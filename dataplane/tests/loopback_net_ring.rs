@@ -14,7 +14,7 @@ fn main() {
         ..LoopbackConfig::default()
     };
     let mut tb = Loopback::new(&eal, &cfg).expect("testbed");
-    let (sizes, frames) = loopback_util::exchange(&mut tb, cfg.mem_bytes);
+    let (sizes, frames) = loopback_util::exchange(&mut tb);
     drop(tb);
     drop(eal);
     println!(

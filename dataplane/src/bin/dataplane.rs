@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use dataplane::dpdk::Eal;
 use dataplane::incast::{self, IncastConfig};
-use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
-use transport::rc::{CcMode, PathMtu, SendWr, WcStatus, WrOp};
+use dataplane::testbed::{Loopback, LoopbackConfig};
+use transport::rc::{CcMode, PathMtu, WrOp};
 
 #[derive(Parser)]
 #[command(
@@ -117,78 +117,15 @@ fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> 
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let half = (s.mem_bytes / 2) as u64;
     let t0 = tb.now();
     for (i, &len) in s.sizes.iter().enumerate() {
-        if u64::from(len) > half {
-            return Err(format!("size {len} exceeds half of mem_bytes ({half})"));
-        }
         for op in [WrOp::Write, WrOp::Read] {
-            let (local, remote) = if op == WrOp::Read {
-                (half, 0)
-            } else {
-                (0, half)
-            };
-            let src = if op == WrOp::Read {
-                (1, remote)
-            } else {
-                (0, local)
-            };
-            for (k, b) in tb.hosts[src.0]
-                .engine
-                .mem_mut()
-                .slice_mut(MEM_BASE + src.1, len as usize)
-                .iter_mut()
-                .enumerate()
-            {
-                *b = (k as u8) ^ (i as u8);
-            }
-            let wr = SendWr {
-                wr_id: i as u64,
-                op,
-                lkey: tb.hosts[0].mr.lkey,
-                local_va: MEM_BASE + local,
-                len,
-                rkey: tb.hosts[1].mr.rkey,
-                remote_va: MEM_BASE + remote,
-                signaled: true,
-            };
-            let (q, now) = (tb.hosts[0].qpn, tb.now());
-            tb.hosts[0]
-                .engine
-                .post_send(q, wr, now)
-                .map_err(|e| e.to_string())?;
-            let c = loop {
-                tb.poll();
-                if let Some(c) = tb.hosts[0].engine.poll_completion() {
-                    break c;
-                }
-            };
-            let ok = c.status == WcStatus::Success
-                && tb.hosts[0]
-                    .engine
-                    .mem()
-                    .slice(MEM_BASE + local, len as usize)
-                    == tb.hosts[1]
-                        .engine
-                        .mem()
-                        .slice(MEM_BASE + remote, len as usize);
-            println!(
-                "{op:?} {len} B: {:?}{}",
-                c.status,
-                if ok {
-                    ", bytes verified"
-                } else {
-                    ", BYTES DIFFER"
-                }
-            );
+            tb.verified_op(op, len, i as u8)?;
+            println!("{op:?} {len} B: success, bytes verified");
             if let Some(path) = stats {
                 tb.snapshot()
                     .write(path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if !ok {
-                return Err(format!("{op:?} of {len} bytes failed"));
             }
         }
     }

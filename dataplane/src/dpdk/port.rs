@@ -18,7 +18,7 @@ pub struct Port {
 }
 
 /// Port counters from the driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct PortStats {
     pub ipackets: u64,
     pub opackets: u64,
