@@ -4,8 +4,10 @@
 //! UDP source port.
 //!
 //! Pure logic with time passed in: the simulator drives it in virtual time
-//! and the DPDK dataplane on real ports with wall time. It owns frames as
-//! `Vec<u8>` and never parses more than the headers it needs.
+//! with `Vec<u8>` frames, the DPDK dataplane on real ports with wall time
+//! and mbufs (any `F: AsRef<[u8]> + AsMut<[u8]>`), so frames are queued
+//! and stamped in place, never copied. It parses no more than the headers
+//! it needs.
 
 use std::collections::VecDeque;
 
@@ -55,9 +57,9 @@ pub enum Enqueue {
 }
 
 #[derive(Debug)]
-struct Port {
+struct Port<F> {
     cfg: PortConfig,
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<F>,
     qlen: u64,
     /// Bytes sent before the packet being sent now (wire.md: tx_bytes).
     tx_bytes: u64,
@@ -67,9 +69,9 @@ struct Port {
 
 /// A switch: its ports, forwarding by destination IPv4 address, ECMP.
 #[derive(Debug)]
-pub struct Switch {
+pub struct Switch<F = Vec<u8>> {
     pub id: u8,
-    ports: Vec<Port>,
+    ports: Vec<Port<F>>,
     rng: ChaCha8Rng,
     catch_up_ns: u64,
 }
@@ -91,7 +93,16 @@ pub fn flow_entropy(frame: &[u8]) -> u16 {
     UdpPacket::new_checked(ip.payload()).map_or(0, |u| u.src_port())
 }
 
-impl Switch {
+/// Chooses among equal-cost egress ports by the frame's UDP source port.
+pub fn ecmp(frame: &[u8], choices: &[usize]) -> Option<usize> {
+    if choices.is_empty() {
+        return None;
+    }
+    let h = u32::from(flow_entropy(frame)).wrapping_mul(0x9E37_79B1) >> 16;
+    Some(choices[h as usize % choices.len()])
+}
+
+impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// A switch with `ports`; `seed` drives ECN marking.
     pub fn new(id: u8, ports: &[PortConfig], seed: u64) -> Self {
         Switch {
@@ -140,20 +151,11 @@ impl Switch {
         &self.ports[port].cfg
     }
 
-    /// Chooses among equal-cost egress ports by the frame's UDP source port.
-    pub fn ecmp(frame: &[u8], choices: &[usize]) -> Option<usize> {
-        if choices.is_empty() {
-            return None;
-        }
-        let h = u32::from(flow_entropy(frame)).wrapping_mul(0x9E37_79B1) >> 16;
-        Some(choices[h as usize % choices.len()])
-    }
-
     /// Offers a frame to `port`'s queue: drop-tail against the
     /// buffer, ECN CE marking for ECN-capable frames when configured.
-    pub fn enqueue(&mut self, port: usize, mut frame: Vec<u8>) -> Enqueue {
+    pub fn enqueue(&mut self, port: usize, mut frame: F) -> Enqueue {
         let p = &mut self.ports[port];
-        let len = frame.len() as u64;
+        let len = frame.as_ref().len() as u64;
         if p.qlen + len > p.cfg.buffer_bytes {
             p.counters.dropped += 1;
             return Enqueue::Dropped;
@@ -167,7 +169,7 @@ impl Switch {
             } else {
                 ecn.pmax * (q - ecn.kmin) as f64 / (ecn.kmax - ecn.kmin) as f64
             };
-            if prob > 0.0 && self.rng.gen_bool(prob.min(1.0)) && mark_ce(&mut frame) {
+            if prob > 0.0 && self.rng.gen_bool(prob.min(1.0)) && mark_ce(frame.as_mut()) {
                 p.counters.ecn_marked += 1;
             }
         }
@@ -193,7 +195,7 @@ impl Switch {
     /// telemetry (ts, tx_bytes before it, qlen after this dequeue, B,
     /// switch and port ids) and returns it with the time its last bit
     /// leaves. `None` when the queue is empty or the port is busy.
-    pub fn dequeue(&mut self, now: u64, port: usize) -> Option<(Vec<u8>, u64)> {
+    pub fn dequeue(&mut self, now: u64, port: usize) -> Option<(F, u64)> {
         if !self.can_send(now, port) {
             return None;
         }
@@ -201,7 +203,7 @@ impl Switch {
         let catch_up = self.catch_up_ns;
         let p = &mut self.ports[port];
         let mut frame = p.queue.pop_front()?;
-        let len = frame.len() as u64;
+        let len = frame.as_ref().len() as u64;
         p.qlen -= len;
         let start = if now - p.busy_until <= catch_up {
             p.busy_until
@@ -216,7 +218,7 @@ impl Switch {
             switch_id: id,
             port_id: port as u8,
         };
-        match stamp(&mut frame, &hop) {
+        match stamp(frame.as_mut(), &hop) {
             Stamp::Stamped => p.counters.tlm_stamped += 1,
             Stamp::Full => p.counters.tlm_full += 1,
             Stamp::NoTelemetry => {}
@@ -224,7 +226,7 @@ impl Switch {
         p.tx_bytes += len;
         p.counters.tx_packets += 1;
         p.counters.tx_bytes += len;
-        p.busy_until = start + serialization_ns(frame.len(), p.cfg.rate_bps);
+        p.busy_until = start + serialization_ns(len as usize, p.cfg.rate_bps);
         Some((frame, p.busy_until))
     }
 }
@@ -488,11 +490,11 @@ mod tests {
     fn ecmp_keeps_a_flow_on_one_port_and_spreads_flows() {
         let ports = [2, 3, 4, 5];
         let a = frame(None, 10, 0xC001);
-        assert_eq!(Switch::ecmp(&a, &ports), Switch::ecmp(&a, &ports));
+        assert_eq!(ecmp(&a, &ports), ecmp(&a, &ports));
         let used: std::collections::HashSet<usize> = (0..64u16)
-            .map(|i| Switch::ecmp(&frame(None, 10, 0xC000 | i), &ports).unwrap())
+            .map(|i| ecmp(&frame(None, 10, 0xC000 | i), &ports).unwrap())
             .collect();
         assert_eq!(used.len(), 4);
-        assert_eq!(Switch::ecmp(&a, &[]), None);
+        assert_eq!(ecmp(&a, &[]), None);
     }
 }

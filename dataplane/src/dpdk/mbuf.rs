@@ -109,6 +109,18 @@ impl Mbuf {
         }
     }
 
+    /// The packet bytes, writable.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `data`, and the mbuf is borrowed mutably.
+        unsafe {
+            let len = usize::from(dpdk_sys::rnic_pktmbuf_data_len(self.ptr.as_ptr()));
+            std::slice::from_raw_parts_mut(
+                dpdk_sys::rnic_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8,
+                len,
+            )
+        }
+    }
+
     /// Appends `len` bytes and returns them for writing; `None` when the
     /// tailroom is too small.
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
@@ -124,10 +136,31 @@ impl Mbuf {
         }
     }
 
+    /// Whether the NIC flagged the frame's IPv4 checksum bad (with the RX
+    /// checksum offload enabled).
+    pub fn ip_checksum_bad(&self) -> bool {
+        // SAFETY: reads a field of our mbuf.
+        let flags = unsafe { (*self.ptr.as_ptr()).ol_flags };
+        flags & dpdk_sys::consts::MBUF_F_RX_IP_CKSUM_MASK
+            == dpdk_sys::consts::MBUF_F_RX_IP_CKSUM_BAD
+    }
+
     /// Bytes that can still be appended.
     pub fn tailroom(&self) -> usize {
         // SAFETY: reads fields of our mbuf.
         usize::from(unsafe { dpdk_sys::rnic_pktmbuf_tailroom(self.ptr.as_ptr()) })
+    }
+}
+
+impl AsRef<[u8]> for Mbuf {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+impl AsMut<[u8]> for Mbuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
     }
 }
 

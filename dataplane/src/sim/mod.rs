@@ -550,7 +550,7 @@ impl Simulator {
         let Some(choices) = self.routes[node].get(dst) else {
             return;
         };
-        let Some(out) = Switch::ecmp(&frame, choices) else {
+        let Some(out) = crate::switch::ecmp(&frame, choices) else {
             return;
         };
         let sw = self.switches[node].as_mut().expect("switch node");
