@@ -37,6 +37,8 @@ pub struct IncastConfig {
     pub ecn: Option<EcnConfig>,
     /// A unique name for this run's rings and pool.
     pub name: String,
+    /// Mbufs in the pool (queued frames wait in mbufs).
+    pub mbufs: u32,
 }
 
 /// What one run measured.
@@ -86,7 +88,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     };
     let n = cfg.senders;
     let recv = n;
-    let pool = Mempool::new(eal, &format!("{}_pool", cfg.name), 16383, 0)?;
+    let pool = Mempool::new(eal, &format!("{}_pool", cfg.name), cfg.mbufs, 0)?;
     let mut hosts = Vec::with_capacity(n + 1);
     let mut sw_ports = Vec::with_capacity(n + 1);
     for i in 0..=n {

@@ -23,6 +23,7 @@ fn main() {
         depth: 4,
         ecn: None,
         name: name.into(),
+        mbufs: 8191,
     };
     let hpcc =
         run(&eal, &cfg(CcMode::HpccInband { maxhop: 3 }, "t_hpcc"), 1.5).expect("HPCC++ run");

@@ -26,6 +26,9 @@ struct Cli {
     /// DPDK file prefix [default: rnic-PID, unique per process].
     #[arg(long)]
     file_prefix: Option<String>,
+    /// Only read and check the configuration, then exit.
+    #[arg(long)]
+    check: bool,
     /// While running the loopback testbed, keep this file rewritten with
     /// per-port and per-QP counters (read it with `dataplane stats FILE`).
     #[arg(long)]
@@ -71,8 +74,11 @@ struct EalSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LoopbackSection {
-    /// Two existing ports (from vdevs in [eal]) instead of a net_ring pair.
+    /// Two existing ports (from vdevs or PCI devices in [eal]) instead of a
+    /// net_ring pair.
     ports: Option<[u16; 2]>,
+    /// Mbufs in the pool both ports share [default: 4095].
+    mbufs: Option<u32>,
     mem_bytes: usize,
     mtu: u32,
     sizes: Vec<u32>,
@@ -82,6 +88,9 @@ struct LoopbackSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct IncastSection {
+    /// Mbufs in the pool [default: 16383; the switch holds queued frames
+    /// in mbufs, so at least buffer_bytes / 1 KiB x senders].
+    mbufs: Option<u32>,
     senders: usize,
     host_gbps: f64,
     bottleneck_gbps: f64,
@@ -99,11 +108,13 @@ fn mtu(b: u32) -> Result<PathMtu, String> {
 }
 
 fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> Result<(), String> {
+    let defaults = LoopbackConfig::default();
     let cfg = LoopbackConfig {
         mem_bytes: s.mem_bytes,
         mtu: mtu(s.mtu)?,
         tap: s.tap.is_some(),
-        ..LoopbackConfig::default()
+        mbufs: s.mbufs.unwrap_or(defaults.mbufs),
+        ..defaults
     };
     let mut tb = match s.ports {
         Some([a, b]) => Loopback::on_ports(eal, &cfg, a, b),
@@ -196,6 +207,7 @@ fn incast(eal: &Eal, s: &IncastSection) -> Result<(), String> {
                 pmax: 0.2,
             }),
             name: format!("incast{k}"),
+            mbufs: s.mbufs.unwrap_or(16383),
         };
         let r = incast::run(eal, &cfg, s.seconds).map_err(|e| e.to_string())?;
         println!(
@@ -292,6 +304,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let sections = [
+        cfg.loopback.is_some(),
+        cfg.incast.is_some(),
+        cfg.replay.is_some(),
+    ];
+    if sections.iter().filter(|&&s| s).count() != 1 {
+        eprintln!(
+            "dataplane: {}: needs exactly one of [loopback], [incast] and [replay]",
+            config.display()
+        );
+        return ExitCode::from(2);
+    }
+    if cli.check {
+        println!("{}: ok", config.display());
+        return ExitCode::SUCCESS;
+    }
     let mut args = cfg.eal.args.clone();
     let prefix = cli
         .file_prefix
