@@ -39,7 +39,15 @@ pub struct IncastConfig {
     pub name: String,
     /// Mbufs in the pool (queued frames wait in mbufs).
     pub mbufs: u32,
+    /// Mirror what the bottleneck port sends to this pcap (at most
+    /// `TAP_FRAMES` frames; the file is written through a buffer).
+    pub tap: Option<std::path::PathBuf>,
+    /// Keep this file rewritten with counters every 100 ms while running.
+    pub stats: Option<std::path::PathBuf>,
 }
+
+/// Most frames the incast tap records.
+pub const TAP_FRAMES: u64 = 100_000;
 
 /// What one run measured.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +198,12 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     let mut last_t = 0u64;
     let mut last_q = 0u64;
     let sent0 = switch.counters(recv).tx_bytes;
+    let mut tap = match &cfg.tap {
+        Some(p) => Some(crate::pcap::Writer::create(p).map_err(|e| err("tap", e.to_string()))?),
+        None => None,
+    };
+    let mut tapped = 0u64;
+    let mut next_stats = 0u64;
     loop {
         let now = clock.now_ns();
         if now >= end {
@@ -276,6 +290,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         }
         for p in 0..=n {
             while let Some((m, _)) = switch.dequeue(now, p) {
+                if p == recv && tapped < TAP_FRAMES {
+                    if let Some(w) = tap.as_mut() {
+                        w.write(std::time::Duration::from_nanos(now), m.data())
+                            .map_err(|e| err("tap", e.to_string()))?;
+                        tapped += 1;
+                    }
+                }
                 sw_tx[p].push(m);
             }
             if !sw_tx[p].is_empty() {
@@ -283,6 +304,22 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             }
         }
         last_q = switch.qlen(recv);
+        if let Some(path) = cfg.stats.as_deref().filter(|_| now >= next_stats) {
+            next_stats = now + 100_000_000;
+            let mut snap = crate::stats::Snapshot {
+                at_ns: now,
+                ..Default::default()
+            };
+            for (k, h) in hosts.iter().enumerate() {
+                snap.add_host(k, h.port.id, h.port.stats(), &h.engine, &h.qpns);
+            }
+            snap.add_switch(&switch);
+            snap.write(path)
+                .map_err(|e| err("stats", format!("{}: {e}", path.display())))?;
+        }
+    }
+    if let Some(w) = tap {
+        w.finish().map_err(|e| err("tap", e.to_string()))?;
     }
     let t = clock.now_ns() as f64 / 1e9;
     let retransmitted = hosts

@@ -48,6 +48,19 @@ pub struct QpEntry {
     pub cc: String,
 }
 
+/// One egress port of the software INT switch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchPortEntry {
+    pub port: usize,
+    pub qlen: u64,
+    pub max_qlen: u64,
+    pub enqueued: u64,
+    pub dropped: u64,
+    pub ecn_marked: u64,
+    pub tx_packets: u64,
+    pub tlm_stamped: u64,
+}
+
 /// Everything at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Snapshot {
@@ -55,6 +68,8 @@ pub struct Snapshot {
     pub at_ns: u64,
     pub ports: Vec<PortEntry>,
     pub qps: Vec<QpEntry>,
+    #[serde(default)]
+    pub switch_ports: Vec<SwitchPortEntry>,
 }
 
 impl Snapshot {
@@ -107,6 +122,23 @@ impl Snapshot {
                 window_bytes: w,
                 rate_bps: r,
                 cc: cc.into(),
+            });
+        }
+    }
+
+    /// Adds every egress port of a switch.
+    pub fn add_switch<F: AsRef<[u8]> + AsMut<[u8]>>(&mut self, sw: &crate::switch::Switch<F>) {
+        for p in 0..sw.port_count() {
+            let c = sw.counters(p);
+            self.switch_ports.push(SwitchPortEntry {
+                port: p,
+                qlen: sw.qlen(p),
+                max_qlen: c.max_qlen,
+                enqueued: c.enqueued,
+                dropped: c.dropped,
+                ecn_marked: c.ecn_marked,
+                tx_packets: c.tx_packets,
+                tlm_stamped: c.tlm_stamped,
             });
         }
     }
@@ -196,6 +228,34 @@ impl Snapshot {
                 },
                 q.rate_bps
             );
+        }
+        if !self.switch_ports.is_empty() {
+            let _ = writeln!(
+                s,
+                "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+                "swport",
+                "qlen",
+                "max_qlen",
+                "enqueued",
+                "dropped",
+                "ecn",
+                "tx_pkts",
+                "tlm_stamped"
+            );
+            for p in &self.switch_ports {
+                let _ = writeln!(
+                    s,
+                    "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+                    p.port,
+                    p.qlen,
+                    p.max_qlen,
+                    p.enqueued,
+                    p.dropped,
+                    p.ecn_marked,
+                    p.tx_packets,
+                    p.tlm_stamped
+                );
+            }
         }
         s
     }

@@ -24,6 +24,8 @@ fn main() {
         ecn: None,
         name: name.into(),
         mbufs: 8191,
+        tap: None,
+        stats: None,
     };
     let hpcc =
         run(&eal, &cfg(CcMode::HpccInband { maxhop: 3 }, "t_hpcc"), 1.5).expect("HPCC++ run");

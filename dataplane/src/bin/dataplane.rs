@@ -29,8 +29,8 @@ struct Cli {
     /// Only read and check the configuration, then exit.
     #[arg(long)]
     check: bool,
-    /// While running the loopback testbed, keep this file rewritten with
-    /// per-port and per-QP counters (read it with `dataplane stats FILE`).
+    /// While running, keep this file rewritten with per-port, per-QP (and
+    /// switch) counters; read it with `dataplane stats FILE`.
     #[arg(long)]
     stats: Option<PathBuf>,
     #[command(subcommand)]
@@ -88,6 +88,9 @@ struct LoopbackSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct IncastSection {
+    /// Mirror the bottleneck port to this pcap (one file per controller:
+    /// the controller's name is appended).
+    tap: Option<PathBuf>,
     /// Mbufs in the pool [default: 16383; the switch holds queued frames
     /// in mbufs, so at least buffer_bytes / 1 KiB x senders].
     mbufs: Option<u32>,
@@ -174,7 +177,15 @@ fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> 
     Ok(())
 }
 
-fn incast(eal: &Eal, s: &IncastSection) -> Result<(), String> {
+fn incast(eal: &Eal, s: &IncastSection, stats: Option<&std::path::Path>) -> Result<(), String> {
+    if let Some(dir) = s
+        .tap
+        .as_ref()
+        .and_then(|p| p.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     for (k, name) in s.cc.iter().enumerate() {
         let cc = match name.as_str() {
             "hpcc" => CcMode::HpccInband { maxhop: 3 },
@@ -208,6 +219,11 @@ fn incast(eal: &Eal, s: &IncastSection) -> Result<(), String> {
             }),
             name: format!("incast{k}"),
             mbufs: s.mbufs.unwrap_or(16383),
+            tap: s
+                .tap
+                .as_ref()
+                .map(|p| PathBuf::from(format!("{}.{name}", p.display()))),
+            stats: stats.map(|p| p.to_path_buf()),
         };
         let r = incast::run(eal, &cfg, s.seconds).map_err(|e| e.to_string())?;
         println!(
@@ -334,7 +350,7 @@ fn main() -> ExitCode {
     };
     let r = match (&cfg.loopback, &cfg.incast, &cfg.replay) {
         (Some(l), None, None) => loopback(&eal, l, cli.stats.as_deref()),
-        (None, Some(i), None) => incast(&eal, i),
+        (None, Some(i), None) => incast(&eal, i, cli.stats.as_deref()),
         (None, None, Some(r)) => replay(&eal, r),
         _ => Err("the configuration needs exactly one of [loopback], [incast] and [replay]".into()),
     };
