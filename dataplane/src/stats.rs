@@ -146,6 +146,9 @@ impl Snapshot {
     /// Writes the snapshot to `path` atomically (a temporary file renamed
     /// over it), so a reader never sees half a file.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
         let tmp = path.with_extension("tmp");
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         std::fs::write(&tmp, text)?;
@@ -268,7 +271,7 @@ mod tests {
     #[test]
     fn snapshots_round_trip_through_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stats.json");
+        let path = dir.path().join("not/yet/there/stats.json");
         let mut s = Snapshot {
             at_ns: 5,
             ..Snapshot::default()
