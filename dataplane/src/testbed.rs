@@ -55,6 +55,38 @@ pub struct Host {
     tx: Vec<Mbuf>,
 }
 
+/// Where a testbed WRITE or READ moves bytes: a WRITE copies host 0's
+/// first half of memory into host 1's second half, a READ host 1's first
+/// half into host 0's second half (offsets from `MEM_BASE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpPlan {
+    /// Host 0's buffer (the WR's local VA).
+    pub local: u64,
+    /// Host 1's buffer (the WR's remote VA).
+    pub remote: u64,
+    /// The host whose buffer (at offset 0) holds the data to move.
+    pub src: usize,
+}
+
+impl OpPlan {
+    pub fn new(op: WrOp, mem_bytes: usize) -> Self {
+        let half = (mem_bytes / 2) as u64;
+        if op == WrOp::Read {
+            OpPlan {
+                local: half,
+                remote: 0,
+                src: 1,
+            }
+        } else {
+            OpPlan {
+                local: 0,
+                remote: half,
+                src: 0,
+            }
+        }
+    }
+}
+
 /// A host as the pipelined layout's application step sees it.
 pub struct HostView<'a> {
     pub engine: &'a mut Engine<VecMemory>,
@@ -359,20 +391,11 @@ impl Loopback {
         if u64::from(len) > half {
             return Err(format!("{len} bytes exceed half of the memory ({half})"));
         }
-        let (local, remote) = if op == WrOp::Read {
-            (half, 0)
-        } else {
-            (0, half)
-        };
-        let (src, off) = if op == WrOp::Read {
-            (1, remote)
-        } else {
-            (0, local)
-        };
+        let OpPlan { local, remote, src } = OpPlan::new(op, self.mem_bytes);
         let mem = self.hosts[src]
             .engine
             .mem_mut()
-            .slice_mut(MEM_BASE + off, len as usize);
+            .slice_mut(MEM_BASE, len as usize);
         for (k, b) in mem.iter_mut().enumerate() {
             *b = (k as u8).wrapping_mul(7) ^ seed;
         }

@@ -5,7 +5,7 @@
 
 mod loopback_util;
 
-use dataplane::testbed::{Loopback, LoopbackConfig, MEM_BASE};
+use dataplane::testbed::{Loopback, LoopbackConfig, OpPlan, MEM_BASE};
 use transport::rc::{SendWr, WcStatus, WrOp};
 
 fn main() {
@@ -17,7 +17,6 @@ fn main() {
         .iter()
         .flat_map(|&s| [(s, WrOp::Write), (s, WrOp::Read)])
         .collect();
-    let half = (cfg.mem_bytes / 2) as u64;
     let mut next = 0usize;
     let mut posted = false;
     let mut verified = 0usize;
@@ -26,20 +25,11 @@ fn main() {
             let Some(&(len, op)) = ops.get(next) else {
                 return false;
             };
-            let (local, remote) = if op == WrOp::Read {
-                (half, 0)
-            } else {
-                (0, half)
-            };
-            let (src, off) = if op == WrOp::Read {
-                (1, remote)
-            } else {
-                (0, local)
-            };
+            let OpPlan { local, remote, src } = OpPlan::new(op, cfg.mem_bytes);
             for (k, b) in hosts[src]
                 .engine
                 .mem_mut()
-                .slice_mut(MEM_BASE + off, len as usize)
+                .slice_mut(MEM_BASE, len as usize)
                 .iter_mut()
                 .enumerate()
             {
@@ -62,11 +52,7 @@ fn main() {
         if let Some(c) = hosts[0].engine.poll_completion() {
             let (len, op) = ops[next];
             assert_eq!(c.status, WcStatus::Success, "{op:?} {len}");
-            let (local, remote) = if op == WrOp::Read {
-                (half, 0)
-            } else {
-                (0, half)
-            };
+            let OpPlan { local, remote, .. } = OpPlan::new(op, cfg.mem_bytes);
             let a = hosts[0].engine.mem().slice(MEM_BASE + local, len as usize);
             let b = hosts[1].engine.mem().slice(MEM_BASE + remote, len as usize);
             assert_eq!(a, b, "{op:?} of {len} bytes");
