@@ -50,8 +50,17 @@ pub enum MrError {
     TableFull(usize),
 }
 
+/// A protection domain: a QP reaches only the regions of its own PD, locally
+/// and from the peer, so that applications sharing a NIC cannot reach each
+/// other's memory.
+pub type Pd = u32;
+
+/// The PD of regions and QPs created without naming one.
+pub const DEFAULT_PD: Pd = 0;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Region {
+    pd: Pd,
     base: u64,
     len: u64,
     access: Access,
@@ -77,6 +86,17 @@ impl MrTable {
     /// registration (an index in the low 16 bits, a generation above), so a
     /// stale key of a deregistered region is refused.
     pub fn register(&mut self, base: u64, len: u64, access: Access) -> Result<MrKeys, MrError> {
+        self.register_in(DEFAULT_PD, base, len, access)
+    }
+
+    /// Registers a region that only QPs of protection domain `pd` reach.
+    pub fn register_in(
+        &mut self,
+        pd: Pd,
+        base: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrKeys, MrError> {
         if base.checked_add(len).is_none() {
             return Err(MrError::BadRange(len, base));
         }
@@ -95,6 +115,7 @@ impl MrTable {
             rkey: lkey | 0x8000_0000,
         };
         self.regions[slot] = Some(Region {
+            pd,
             base,
             len,
             access,
@@ -115,10 +136,49 @@ impl MrTable {
         }
     }
 
+    /// The checks as seen by QPs of protection domain `pd`: a key of
+    /// another PD is unknown to them.
+    pub fn pd(&self, pd: Pd) -> MrView<'_> {
+        MrView { table: self, pd }
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.regions.iter().filter(|r| r.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks a local access of the default PD (see [`MrView::check_local`]).
+    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+        self.pd(DEFAULT_PD).check_local(lkey, va, len, write)
+    }
+
+    /// Checks a remote access of the default PD (see [`MrView::check_remote`]).
+    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+        self.pd(DEFAULT_PD).check_remote(rkey, va, len, write)
+    }
+}
+
+/// The regions of one protection domain.
+#[derive(Debug, Clone, Copy)]
+pub struct MrView<'a> {
+    table: &'a MrTable,
+    pd: Pd,
+}
+
+impl MrView<'_> {
     fn find(&self, key: u32, remote: bool) -> Result<Region, MrError> {
         let slot = (key & 0xffff) as usize;
-        match self.regions.get(slot).copied().flatten() {
-            Some(r) if (if remote { r.keys.rkey } else { r.keys.lkey }) == key => Ok(r),
+        match self.table.regions.get(slot).copied().flatten() {
+            Some(r)
+                if r.pd == self.pd
+                    && (if remote { r.keys.rkey } else { r.keys.lkey }) == key =>
+            {
+                Ok(r)
+            }
             _ => Err(MrError::UnknownKey(key)),
         }
     }
@@ -273,6 +333,23 @@ mod tests {
         assert!(t.check_remote(a.rkey, 0, 1, true).is_err());
         assert!(t.check_remote(b.rkey, 0, 1, true).is_ok());
         assert_eq!(t.deregister(a.lkey), Err(MrError::UnknownKey(a.lkey)));
+    }
+
+    #[test]
+    fn a_region_is_reached_only_from_its_protection_domain() {
+        let mut t = MrTable::new();
+        let a = t.register_in(7, 0x1000, 0x100, Access::ALL).unwrap();
+        assert!(t.pd(7).check_remote(a.rkey, 0x1000, 1, true).is_ok());
+        assert!(t.pd(7).check_local(a.lkey, 0x1000, 1, true).is_ok());
+        assert_eq!(
+            t.pd(8).check_remote(a.rkey, 0x1000, 1, true),
+            Err(MrError::UnknownKey(a.rkey))
+        );
+        assert_eq!(
+            t.pd(8).check_local(a.lkey, 0x1000, 1, false),
+            Err(MrError::UnknownKey(a.lkey))
+        );
+        assert!(t.check_local(a.lkey, 0x1000, 1, false).is_err(), "default PD");
     }
 
     #[test]

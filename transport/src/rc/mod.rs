@@ -36,7 +36,7 @@ pub use types::{
     WrOp,
 };
 
-use crate::mr::{Access, Memory, MrError, MrKeys, MrTable};
+use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
 use crate::wire::{MacAddr, Packet, WireError};
 use qp::Qp;
 
@@ -153,6 +153,28 @@ impl<M: Memory> Engine<M> {
         self.mrs.register(va, len, access)
     }
 
+    /// Registers `[va, va + len)` for the QPs of protection domain `pd`
+    /// only.
+    pub fn register_mr_in(
+        &mut self,
+        pd: Pd,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrKeys, MrError> {
+        self.mrs.register_in(pd, va, len, access)
+    }
+
+    /// Registered regions (all PDs).
+    pub fn mr_count(&self) -> usize {
+        self.mrs.len()
+    }
+
+    /// QPs that exist (any state).
+    pub fn qp_count(&self) -> usize {
+        self.qps.iter().filter(|q| q.is_some()).count()
+    }
+
     pub fn deregister_mr(&mut self, lkey: u32) -> Result<(), MrError> {
         self.mrs.deregister(lkey)
     }
@@ -170,8 +192,15 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_mut().expect("index checked"))
     }
 
-    /// Creates a QP in RESET with room for `max_send_wr` outstanding WRs.
+    /// Creates a QP in RESET with room for `max_send_wr` outstanding WRs,
+    /// in the default protection domain.
     pub fn create_qp(&mut self, max_send_wr: usize, now: u64) -> Result<Qpn, RcError> {
+        self.create_qp_in(DEFAULT_PD, max_send_wr, now)
+    }
+
+    /// Creates a QP of protection domain `pd`: it reaches only that PD's
+    /// regions, as requester and as responder.
+    pub fn create_qp_in(&mut self, pd: Pd, max_send_wr: usize, now: u64) -> Result<Qpn, RcError> {
         if max_send_wr > MAX_SEND_WR {
             return Err(RcError::OutOfRange {
                 what: "max_send_wr",
@@ -193,7 +222,7 @@ impl<M: Memory> Engine<M> {
             self.flow_qp.resize(flow.0 as usize + 1, u32::MAX);
         }
         self.flow_qp[flow.0 as usize] = i as u32;
-        self.qps[i] = Some(Qp::new(qpn, max_send_wr.max(1), flow, &self.cfg));
+        self.qps[i] = Some(Qp::new(qpn, pd, max_send_wr.max(1), flow, &self.cfg));
         Ok(qpn)
     }
 
@@ -291,6 +320,7 @@ impl<M: Memory> Engine<M> {
         let write_local = wr.op == WrOp::Read;
         if self
             .mrs
+            .pd(qp.pd)
             .check_local(wr.lkey, wr.local_va, u64::from(wr.len), write_local)
             .is_err()
         {

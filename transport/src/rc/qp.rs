@@ -15,7 +15,7 @@ use super::requester::{Fatal, Requester, TxItem};
 use super::responder::{RespItem, Responder, Verdict};
 use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
 use super::EngineConfig;
-use crate::mr::{Memory, MrTable};
+use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::{
     udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome, TlmRepr,
 };
@@ -45,6 +45,8 @@ pub(crate) struct Outcome {
 
 pub(crate) struct Qp {
     pub qpn: Qpn,
+    /// The protection domain whose regions this QP reaches.
+    pub pd: Pd,
     pub state: QpState,
     access: QpAccess,
     rtr: Option<RtrAttr>,
@@ -91,7 +93,7 @@ fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
 }
 
 impl Qp {
-    pub fn new(qpn: Qpn, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
+    pub fn new(qpn: Qpn, pd: Pd, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
         let cc = match cfg.cc {
             CcMode::None => Controller::Fixed(Fixed::line_rate(cfg.line_rate_bps)),
             CcMode::HpccInband { .. } | CcMode::HpccProbe { .. } => {
@@ -104,6 +106,7 @@ impl Qp {
         };
         Qp {
             qpn,
+            pd,
             state: QpState::Reset,
             access: QpAccess::default(),
             rtr: None,
@@ -256,6 +259,7 @@ impl Qp {
         mrs: &MrTable,
         mem: &mut impl Memory,
     ) -> Outcome {
+        let mrs = mrs.pd(self.pd);
         let mut out = Outcome::default();
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
@@ -470,6 +474,7 @@ impl Qp {
         if self.state == QpState::Err || self.rtr.is_none() {
             return Ok(None);
         }
+        let mrs = mrs.pd(self.pd);
         if let Some(r) = self.resp.peek_response() {
             if mrs
                 .check_remote(r.rkey, r.va, u64::from(r.len), false)

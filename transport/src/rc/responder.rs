@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff};
 
-use crate::mr::{Memory, MrTable};
+use crate::mr::{Memory, MrView};
 use crate::wire::{aeth, Opcode, Packet};
 
 /// Largest DMA length of one message.
@@ -180,7 +180,7 @@ impl Responder {
 
     /// Handles a request packet (WRITE or READ request; SEND is not
     /// supported and refused as an invalid request).
-    pub fn on_request(&mut self, p: &Packet<'_>, mrs: &MrTable, mem: &mut impl Memory) -> Verdict {
+    pub fn on_request(&mut self, p: &Packet<'_>, mrs: MrView<'_>, mem: &mut impl Memory) -> Verdict {
         let op = p.repr.bth.opcode;
         let psn = p.repr.bth.psn;
         let d = psn_diff(psn, self.epsn);
@@ -327,7 +327,7 @@ impl Responder {
 
     /// A request below ePSN: WRITEs are re-ACKed (when they ask for it),
     /// READs inside a remembered READ are replayed from memory.
-    fn duplicate(&mut self, p: &Packet<'_>, mrs: &MrTable) -> Verdict {
+    fn duplicate(&mut self, p: &Packet<'_>, mrs: MrView<'_>) -> Verdict {
         let psn = p.repr.bth.psn;
         if p.repr.bth.opcode != Opcode::RdmaReadRequest {
             if p.repr.bth.ack_req {

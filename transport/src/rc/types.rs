@@ -111,6 +111,11 @@ pub enum WcStatus {
     Success,
     /// The local buffer's L_Key, bounds or access right is wrong.
     LocProtErr,
+    /// The work request is malformed or not allowed on this QP (unknown
+    /// opcode, QP not in RTS); from the verbs service, never the engine.
+    LocQpOpErr,
+    /// The message is longer than the QP allows (2^31 bytes).
+    LocLenErr,
     RemInvReqErr,
     RemAccessErr,
     RemOpErr,

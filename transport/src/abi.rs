@@ -1,0 +1,518 @@
+//! The shared-memory ABI between an application and the dataplane daemon:
+//! the fixed-size work queue entry ([`Wqe`]) and completion queue entry
+//! ([`Cqe`]) as `#[repr(C)]` plain-old-data, and single-producer
+//! single-consumer rings of them ([`RingLayout`], [`Producer`],
+//! [`Consumer`]) laid out in a shared segment.
+//!
+//! A ring is a header of three cache lines — the producer index, the
+//! consumer index, and the consumer's "wake me" flag, each on its own line
+//! so that the two sides never write the same line — followed by a
+//! power-of-two number of slots. Indices are free-running `u32`s; a slot is
+//! `index & (capacity - 1)`. The producer writes a slot, then publishes the
+//! index with a release store; the consumer reads the index with an acquire
+//! load, then the slot.
+//!
+//! Each side keeps its own index privately and only *reads* the other's
+//! from shared memory, which the other process may have scribbled on: an
+//! index that claims more than `capacity` entries is reported as
+//! [`RingError::Corrupt`], never trusted. Slots are addressed by masking,
+//! so no value in shared memory can move an access outside the ring.
+//!
+//! The memory itself is behind [`SharedMem`]: this crate has no unsafe code,
+//! the mapping lives with whoever maps the segment.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::rc::{SendWr, WcOpcode, WcStatus, WrOp};
+
+/// Version of this layout; the control protocol refuses another.
+pub const ABI_VERSION: u32 = 1;
+
+/// Cache line size the ring header separates indices by.
+pub const CACHE_LINE: usize = 64;
+
+/// WQE opcodes.
+pub mod wqe_op {
+    pub const RDMA_WRITE: u8 = 1;
+    pub const RDMA_WRITE_WITH_IMM: u8 = 2;
+    pub const RDMA_READ: u8 = 3;
+}
+
+/// WQE flag: report a successful completion (errors always are).
+pub const WQE_SIGNALED: u8 = 1;
+
+/// A send work queue entry, 64 bytes. Addresses are the device's virtual
+/// addresses of registered memory (what a memory region's `va` says).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct Wqe {
+    pub wr_id: u64,
+    pub local_va: u64,
+    pub remote_va: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub len: u32,
+    pub imm: u32,
+    pub opcode: u8,
+    pub flags: u8,
+    pub _reserved: [u8; 22],
+}
+
+/// Why a WQE read from shared memory cannot be posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WqeError {
+    #[error("unknown WQE opcode {0}")]
+    UnknownOpcode(u8),
+    #[error("unknown WQE flags {0:#04x}")]
+    UnknownFlags(u8),
+}
+
+impl Wqe {
+    /// The WQE of a work request.
+    pub fn from_wr(wr: &SendWr) -> Wqe {
+        let (opcode, imm) = match wr.op {
+            WrOp::Write => (wqe_op::RDMA_WRITE, 0),
+            WrOp::WriteImm(imm) => (wqe_op::RDMA_WRITE_WITH_IMM, imm),
+            WrOp::Read => (wqe_op::RDMA_READ, 0),
+        };
+        Wqe {
+            wr_id: wr.wr_id,
+            local_va: wr.local_va,
+            remote_va: wr.remote_va,
+            lkey: wr.lkey,
+            rkey: wr.rkey,
+            len: wr.len,
+            imm,
+            opcode,
+            flags: if wr.signaled { WQE_SIGNALED } else { 0 },
+            _reserved: [0; 22],
+        }
+    }
+
+    /// The work request this WQE describes, if it is well formed.
+    pub fn to_wr(&self) -> Result<SendWr, WqeError> {
+        let op = match self.opcode {
+            wqe_op::RDMA_WRITE => WrOp::Write,
+            wqe_op::RDMA_WRITE_WITH_IMM => WrOp::WriteImm(self.imm),
+            wqe_op::RDMA_READ => WrOp::Read,
+            other => return Err(WqeError::UnknownOpcode(other)),
+        };
+        if self.flags & !WQE_SIGNALED != 0 {
+            return Err(WqeError::UnknownFlags(self.flags));
+        }
+        Ok(SendWr {
+            wr_id: self.wr_id,
+            op,
+            lkey: self.lkey,
+            local_va: self.local_va,
+            len: self.len,
+            rkey: self.rkey,
+            remote_va: self.remote_va,
+            signaled: self.flags & WQE_SIGNALED != 0,
+        })
+    }
+}
+
+/// A completion queue entry, 32 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct Cqe {
+    pub wr_id: u64,
+    pub qpn: u32,
+    pub byte_len: u32,
+    /// [`status_code`] of a [`WcStatus`].
+    pub status: u8,
+    /// 1 = RDMA WRITE, 2 = RDMA READ.
+    pub opcode: u8,
+    pub _reserved: [u8; 14],
+}
+
+const STATUSES: [WcStatus; 10] = [
+    WcStatus::Success,
+    WcStatus::LocProtErr,
+    WcStatus::LocQpOpErr,
+    WcStatus::LocLenErr,
+    WcStatus::RemInvReqErr,
+    WcStatus::RemAccessErr,
+    WcStatus::RemOpErr,
+    WcStatus::RetryExcErr,
+    WcStatus::RnrRetryExcErr,
+    WcStatus::WrFlushErr,
+];
+
+/// The ABI code of a completion status (0 = success).
+pub fn status_code(s: WcStatus) -> u8 {
+    STATUSES.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
+
+/// The completion status of an ABI code.
+pub fn status_from_code(c: u8) -> Option<WcStatus> {
+    STATUSES.get(usize::from(c)).copied()
+}
+
+impl Cqe {
+    pub fn from_rc(c: &crate::rc::Cqe) -> Cqe {
+        Cqe {
+            wr_id: c.wr_id,
+            qpn: c.qpn,
+            byte_len: c.byte_len,
+            status: status_code(c.status),
+            opcode: match c.opcode {
+                WcOpcode::RdmaWrite => 1,
+                WcOpcode::RdmaRead => 2,
+            },
+            _reserved: [0; 14],
+        }
+    }
+
+    /// The completion this entry carries (a status code this version does
+    /// not know reads as WR_FLUSH_ERR, an unknown opcode as WRITE).
+    pub fn to_rc(&self) -> crate::rc::Cqe {
+        crate::rc::Cqe {
+            wr_id: self.wr_id,
+            qpn: self.qpn,
+            status: status_from_code(self.status).unwrap_or(WcStatus::WrFlushErr),
+            opcode: if self.opcode == 2 {
+                WcOpcode::RdmaRead
+            } else {
+                WcOpcode::RdmaWrite
+            },
+            byte_len: self.byte_len,
+        }
+    }
+}
+
+/// Word and byte access to a shared segment. Offsets are in bytes from
+/// the segment's start; an implementation checks bounds (out of range:
+/// reads give zeros, writes do nothing) so that no offset can reach
+/// outside the segment.
+pub trait SharedMem {
+    fn load_acquire(&self, off: usize) -> u32;
+    fn store_release(&self, off: usize, v: u32);
+    fn swap(&self, off: usize, v: u32) -> u32;
+    fn read_bytes(&self, off: usize, dst: &mut [u8]);
+    fn write_bytes(&self, off: usize, src: &[u8]);
+}
+
+/// Where a ring lives in a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Offset of the header, a multiple of [`CACHE_LINE`].
+    pub offset: usize,
+    /// Slots, a power of two.
+    pub capacity: u32,
+    /// Bytes per slot.
+    pub slot: usize,
+}
+
+/// Header bytes before the slots.
+pub const RING_HEADER: usize = 3 * CACHE_LINE;
+
+/// Why a ring cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error("ring capacity {0} is not a power of two in 1..=65536")]
+    BadCapacity(u32),
+    #[error("the other side's index claims {0} entries, more than the capacity")]
+    Corrupt(u32),
+}
+
+impl RingLayout {
+    pub fn new(offset: usize, capacity: u32, slot: usize) -> Result<Self, RingError> {
+        if !capacity.is_power_of_two() || capacity > 1 << 16 {
+            return Err(RingError::BadCapacity(capacity));
+        }
+        Ok(RingLayout {
+            offset,
+            capacity,
+            slot,
+        })
+    }
+
+    /// Bytes the ring occupies.
+    pub fn bytes(capacity: u32, slot: usize) -> usize {
+        RING_HEADER + capacity as usize * slot
+    }
+
+    fn prod(&self) -> usize {
+        self.offset
+    }
+
+    fn cons(&self) -> usize {
+        self.offset + CACHE_LINE
+    }
+
+    fn armed(&self) -> usize {
+        self.offset + 2 * CACHE_LINE
+    }
+
+    fn slot_at(&self, index: u32) -> usize {
+        self.offset + RING_HEADER + (index & (self.capacity - 1)) as usize * self.slot
+    }
+}
+
+/// The producer's side of a ring of `T`.
+#[derive(Debug)]
+pub struct Producer<T> {
+    layout: RingLayout,
+    /// Next index to fill (private; published on [`Producer::publish`]).
+    prod: u32,
+    _t: core::marker::PhantomData<T>,
+}
+
+impl<T: Pod> Producer<T> {
+    /// The producer of a ring whose indices start at 0.
+    pub fn new(layout: RingLayout) -> Self {
+        Producer {
+            layout,
+            prod: 0,
+            _t: core::marker::PhantomData,
+        }
+    }
+
+    pub fn layout(&self) -> RingLayout {
+        self.layout
+    }
+
+    /// Slots free now.
+    pub fn free(&self, mem: &impl SharedMem) -> Result<u32, RingError> {
+        let cons = mem.load_acquire(self.layout.cons());
+        let used = self.prod.wrapping_sub(cons);
+        if used > self.layout.capacity {
+            return Err(RingError::Corrupt(used));
+        }
+        Ok(self.layout.capacity - used)
+    }
+
+    /// Writes `item` into the next slot without publishing it; the caller
+    /// checked [`Producer::free`].
+    pub fn write(&mut self, mem: &impl SharedMem, item: &T) {
+        mem.write_bytes(self.layout.slot_at(self.prod), bytemuck::bytes_of(item));
+        self.prod = self.prod.wrapping_add(1);
+    }
+
+    /// Makes every written slot visible to the consumer (the doorbell).
+    pub fn publish(&self, mem: &impl SharedMem) {
+        mem.store_release(self.layout.prod(), self.prod);
+    }
+
+    /// Writes and publishes one item; `Ok(false)` when the ring is full.
+    pub fn push(&mut self, mem: &impl SharedMem, item: &T) -> Result<bool, RingError> {
+        if self.free(mem)? == 0 {
+            return Ok(false);
+        }
+        self.write(mem, item);
+        self.publish(mem);
+        Ok(true)
+    }
+
+    /// Clears the consumer's wake-up flag and says whether it was set.
+    pub fn take_armed(&self, mem: &impl SharedMem) -> bool {
+        mem.swap(self.layout.armed(), 0) != 0
+    }
+}
+
+/// The consumer's side of a ring of `T`.
+#[derive(Debug)]
+pub struct Consumer<T> {
+    layout: RingLayout,
+    /// Next index to read (private; published after each pop).
+    cons: u32,
+    _t: core::marker::PhantomData<T>,
+}
+
+impl<T: Pod> Consumer<T> {
+    pub fn new(layout: RingLayout) -> Self {
+        Consumer {
+            layout,
+            cons: 0,
+            _t: core::marker::PhantomData,
+        }
+    }
+
+    pub fn layout(&self) -> RingLayout {
+        self.layout
+    }
+
+    /// Entries waiting now.
+    pub fn available(&self, mem: &impl SharedMem) -> Result<u32, RingError> {
+        let prod = mem.load_acquire(self.layout.prod());
+        let n = prod.wrapping_sub(self.cons);
+        if n > self.layout.capacity {
+            return Err(RingError::Corrupt(n));
+        }
+        Ok(n)
+    }
+
+    /// The next entry without consuming it (the caller checked
+    /// [`Consumer::available`]).
+    pub fn peek(&self, mem: &impl SharedMem) -> T {
+        let mut item = T::zeroed();
+        mem.read_bytes(
+            self.layout.slot_at(self.cons),
+            bytemuck::bytes_of_mut(&mut item),
+        );
+        item
+    }
+
+    /// Consumes the entry [`Consumer::peek`] returned and frees its slot.
+    pub fn advance(&mut self, mem: &impl SharedMem) {
+        self.cons = self.cons.wrapping_add(1);
+        mem.store_release(self.layout.cons(), self.cons);
+    }
+
+    /// Pops the next entry, if any.
+    pub fn pop(&mut self, mem: &impl SharedMem) -> Result<Option<T>, RingError> {
+        if self.available(mem)? == 0 {
+            return Ok(None);
+        }
+        let item = self.peek(mem);
+        self.advance(mem);
+        Ok(Some(item))
+    }
+
+    /// Asks the producer to signal the next entry (see
+    /// [`Producer::take_armed`]).
+    pub fn arm(&self, mem: &impl SharedMem) {
+        mem.store_release(self.layout.armed(), 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A segment in a `RefCell<Vec<u8>>` (one thread).
+    struct Seg(RefCell<Vec<u8>>);
+
+    impl Seg {
+        fn new(n: usize) -> Self {
+            Seg(RefCell::new(vec![0; n]))
+        }
+        fn word(&self, off: usize) -> u32 {
+            let b = self.0.borrow();
+            u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+        }
+    }
+
+    impl SharedMem for Seg {
+        fn load_acquire(&self, off: usize) -> u32 {
+            self.word(off)
+        }
+        fn store_release(&self, off: usize, v: u32) {
+            self.0.borrow_mut()[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        fn swap(&self, off: usize, v: u32) -> u32 {
+            let old = self.word(off);
+            self.store_release(off, v);
+            old
+        }
+        fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+            dst.copy_from_slice(&self.0.borrow()[off..off + dst.len()]);
+        }
+        fn write_bytes(&self, off: usize, src: &[u8]) {
+            self.0.borrow_mut()[off..off + src.len()].copy_from_slice(src);
+        }
+    }
+
+    fn cqe(i: u64) -> Cqe {
+        Cqe {
+            wr_id: i,
+            ..Cqe::zeroed()
+        }
+    }
+
+    #[test]
+    fn entries_have_fixed_sizes() {
+        assert_eq!(core::mem::size_of::<Wqe>(), 64);
+        assert_eq!(core::mem::size_of::<Cqe>(), 32);
+    }
+
+    #[test]
+    fn a_ring_passes_entries_in_order_across_index_wrap() {
+        let l = RingLayout::new(64, 8, 32).unwrap();
+        let seg = Seg::new(64 + RingLayout::bytes(8, 32));
+        let mut p = Producer::<Cqe>::new(l);
+        let mut c = Consumer::<Cqe>::new(l);
+        // Start both sides just below the u32 wrap.
+        p.prod = u32::MAX - 3;
+        c.cons = u32::MAX - 3;
+        seg.store_release(l.cons(), c.cons);
+        seg.store_release(l.prod(), p.prod);
+        let mut next = 0;
+        for round in 0..5u64 {
+            for i in 0..8 {
+                assert!(p.push(&seg, &cqe(round * 8 + i)).unwrap());
+            }
+            assert!(!p.push(&seg, &cqe(99)).unwrap(), "full at capacity");
+            while let Some(e) = c.pop(&seg).unwrap() {
+                assert_eq!(e.wr_id, next);
+                next += 1;
+            }
+        }
+        assert_eq!(next, 40);
+    }
+
+    #[test]
+    fn a_scribbled_index_is_reported_not_trusted() {
+        let l = RingLayout::new(0, 4, 64).unwrap();
+        let seg = Seg::new(RingLayout::bytes(4, 64));
+        let c = Consumer::<Wqe>::new(l);
+        seg.store_release(l.prod(), 5);
+        assert_eq!(c.available(&seg), Err(RingError::Corrupt(5)));
+        let p = Producer::<Wqe>::new(l);
+        seg.store_release(l.cons(), 1);
+        assert_eq!(p.free(&seg), Err(RingError::Corrupt(u32::MAX)));
+    }
+
+    #[test]
+    fn wake_flag_is_taken_once() {
+        let l = RingLayout::new(0, 4, 32).unwrap();
+        let seg = Seg::new(RingLayout::bytes(4, 32));
+        let p = Producer::<Cqe>::new(l);
+        let c = Consumer::<Cqe>::new(l);
+        assert!(!p.take_armed(&seg));
+        c.arm(&seg);
+        assert!(p.take_armed(&seg));
+        assert!(!p.take_armed(&seg));
+    }
+
+    #[test]
+    fn capacities_must_be_powers_of_two() {
+        assert_eq!(
+            RingLayout::new(0, 6, 64),
+            Err(RingError::BadCapacity(6))
+        );
+        assert!(RingLayout::new(0, 1 << 17, 64).is_err());
+    }
+
+    #[test]
+    fn wqe_round_trips_and_bad_opcodes_are_named() {
+        let wr = SendWr {
+            wr_id: 9,
+            op: WrOp::WriteImm(0xdead),
+            lkey: 1,
+            local_va: 2,
+            len: 3,
+            rkey: 4,
+            remote_va: 5,
+            signaled: true,
+        };
+        assert_eq!(Wqe::from_wr(&wr).to_wr(), Ok(wr));
+        let mut w = Wqe::from_wr(&wr);
+        w.opcode = 77;
+        assert_eq!(w.to_wr(), Err(WqeError::UnknownOpcode(77)));
+        w.opcode = wqe_op::RDMA_READ;
+        w.flags = 0x80;
+        assert_eq!(w.to_wr(), Err(WqeError::UnknownFlags(0x80)));
+    }
+
+    #[test]
+    fn every_status_has_a_code() {
+        for s in STATUSES {
+            assert_eq!(status_from_code(status_code(s)), Some(s));
+        }
+        assert_eq!(status_from_code(200), None);
+    }
+}
