@@ -480,10 +480,7 @@ mod tests {
 
     #[test]
     fn capacities_must_be_powers_of_two() {
-        assert_eq!(
-            RingLayout::new(0, 6, 64),
-            Err(RingError::BadCapacity(6))
-        );
+        assert_eq!(RingLayout::new(0, 6, 64), Err(RingError::BadCapacity(6)));
         assert!(RingLayout::new(0, 1 << 17, 64).is_err());
     }
 

@@ -174,8 +174,7 @@ impl MrView<'_> {
         let slot = (key & 0xffff) as usize;
         match self.table.regions.get(slot).copied().flatten() {
             Some(r)
-                if r.pd == self.pd
-                    && (if remote { r.keys.rkey } else { r.keys.lkey }) == key =>
+                if r.pd == self.pd && (if remote { r.keys.rkey } else { r.keys.lkey }) == key =>
             {
                 Ok(r)
             }
@@ -349,7 +348,10 @@ mod tests {
             t.pd(8).check_local(a.lkey, 0x1000, 1, false),
             Err(MrError::UnknownKey(a.lkey))
         );
-        assert!(t.check_local(a.lkey, 0x1000, 1, false).is_err(), "default PD");
+        assert!(
+            t.check_local(a.lkey, 0x1000, 1, false).is_err(),
+            "default PD"
+        );
     }
 
     #[test]

@@ -180,7 +180,12 @@ impl Responder {
 
     /// Handles a request packet (WRITE or READ request; SEND is not
     /// supported and refused as an invalid request).
-    pub fn on_request(&mut self, p: &Packet<'_>, mrs: MrView<'_>, mem: &mut impl Memory) -> Verdict {
+    pub fn on_request(
+        &mut self,
+        p: &Packet<'_>,
+        mrs: MrView<'_>,
+        mem: &mut impl Memory,
+    ) -> Verdict {
         let op = p.repr.bth.opcode;
         let psn = p.repr.bth.psn;
         let d = psn_diff(psn, self.epsn);

@@ -1,0 +1,754 @@
+//! The application's handles, in the style of rust-ibverbs: [`Device`] ->
+//! [`Pd`] -> [`Mr`] (memory allocated in the shared segment, with L_Key
+//! and R_Key), [`Cq`], [`QpBuilder`] -> [`PreparedQp`] (its [`Endpoint`]
+//! goes to the peer out of band) -> [`Qp`] connected to the peer's
+//! endpoint -> `post_write` / `post_read` / [`Qp::post`] (a batch behind
+//! one doorbell) -> [`Cq::poll`] or [`Cq::wait`].
+//!
+//! Control calls are request/reply on the daemon's socket; posting and
+//! polling touch only shared memory.
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
+use transport::rc::{Cqe as Completion, SendWr, WcStatus, WrOp};
+
+use crate::proto::{
+    self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
+    Request, RequestMsg, PROTOCOL_VERSION,
+};
+use crate::shm::Segment;
+
+/// Segment size an application gets unless it asks otherwise.
+pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    #[error("daemon socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon refused: {0}")]
+    Daemon(#[from] ErrorReply),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("shared memory: {0}")]
+    Shm(#[from] crate::shm::ShmError),
+    #[error("ring: {0}")]
+    Ring(#[from] RingError),
+    #[error("send queue of QP {qpn:#x} has {free} free slots, {wanted} wanted")]
+    SendQueueFull { qpn: u32, free: u32, wanted: usize },
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+impl VerbsError {
+    /// The daemon's error kind, if the daemon refused.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            VerbsError::Daemon(e) => Some(e.kind),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, VerbsError>;
+
+struct Conn {
+    sock: UnixStream,
+    buf: Vec<u8>,
+}
+
+struct Inner {
+    conn: Mutex<Conn>,
+    next_id: AtomicU64,
+    seg: Segment,
+    info: DeviceInfo,
+}
+
+impl Inner {
+    fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        call(&mut c, id, req)
+    }
+}
+
+fn call(c: &mut Conn, id: u64, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+    proto::send_message(
+        &mut c.sock,
+        &RequestMsg {
+            v: PROTOCOL_VERSION,
+            id,
+            req,
+        },
+    )?;
+    let mut fds = Vec::new();
+    let r: ReplyMsg = proto::recv_message(&mut c.sock, &mut c.buf, &mut fds)?;
+    if r.v != PROTOCOL_VERSION || r.id != id {
+        return Err(VerbsError::Protocol(format!(
+            "reply v{} id {} to request v{PROTOCOL_VERSION} id {id}",
+            r.v, r.id
+        )));
+    }
+    Ok((r.result?, fds))
+}
+
+fn unexpected(r: Reply) -> VerbsError {
+    VerbsError::Protocol(format!("unexpected reply {r:?}"))
+}
+
+/// An open device: a connection to the daemon and the shared segment.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("info", &self.inner.info)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Opens device `name` of the daemon listening on `socket`, with a
+    /// segment of [`DEFAULT_SHM_BYTES`].
+    pub fn open(socket: impl AsRef<Path>, name: &str) -> Result<Device> {
+        Self::open_with(socket, name, DEFAULT_SHM_BYTES)
+    }
+
+    /// Opens device `name` with a shared segment of `shm_bytes` (memory
+    /// regions and rings are allocated in it).
+    pub fn open_with(socket: impl AsRef<Path>, name: &str, shm_bytes: u64) -> Result<Device> {
+        let sock = UnixStream::connect(socket.as_ref()).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("connect {}: {e}", socket.as_ref().display()),
+            )
+        })?;
+        let mut conn = Conn {
+            sock,
+            buf: Vec::new(),
+        };
+        let (reply, fds) = call(
+            &mut conn,
+            0,
+            Request::OpenDevice {
+                abi_version: ABI_VERSION,
+                device: name.to_string(),
+                shm_bytes,
+            },
+        )?;
+        let Reply::DeviceOpened(info) = reply else {
+            return Err(unexpected(reply));
+        };
+        let fd = fds
+            .first()
+            .ok_or_else(|| VerbsError::Protocol("no segment descriptor with the reply".into()))?;
+        let seg = Segment::map(fd, info.shm_bytes as usize)?;
+        Ok(Device {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                next_id: AtomicU64::new(1),
+                seg,
+                info,
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        match self.inner.call(Request::AllocPd)?.0 {
+            Reply::Pd { pd } => Ok(Pd {
+                dev: self.clone(),
+                pd,
+            }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// A completion queue of `depth` entries (a power of two).
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        let (reply, mut fds) = self.inner.call(Request::CreateCq { depth })?;
+        let Reply::Cq { cq, offset, depth } = reply else {
+            return Err(unexpected(reply));
+        };
+        let event = fds.pop();
+        let layout = RingLayout::new(offset as usize, depth, std::mem::size_of::<abi::Cqe>())?;
+        Ok(Cq {
+            dev: self.clone(),
+            cq,
+            ring: Mutex::new(Consumer::new(layout)),
+            event,
+        })
+    }
+
+    pub fn query_port(&self) -> Result<PortInfo> {
+        match self.inner.call(Request::QueryPort)?.0 {
+            Reply::PortInfo(p) => Ok(p),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Every counter of the daemon (ports, engines, QPs), as JSON.
+    pub fn stats(&self) -> Result<String> {
+        match self.inner.call(Request::Stats)?.0 {
+            Reply::Stats { json } => Ok(json),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn done(&self, req: Request) -> Result<()> {
+        match self.inner.call(req)?.0 {
+            Reply::Done => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+/// A protection domain: its QPs reach only its memory regions.
+pub struct Pd {
+    dev: Device,
+    pd: u32,
+}
+
+impl Pd {
+    pub fn handle(&self) -> u32 {
+        self.pd
+    }
+
+    /// Allocates `len` bytes of shared memory and registers them.
+    pub fn alloc_mr(&self, len: u64, access: MrAccess) -> Result<Mr> {
+        let reply = self.dev.inner.call(Request::RegMr {
+            pd: self.pd,
+            len,
+            access,
+        })?;
+        match reply.0 {
+            Reply::Mr {
+                lkey,
+                rkey,
+                va,
+                offset,
+                len,
+            } => {
+                if self
+                    .dev
+                    .inner
+                    .seg
+                    .slice(offset as usize, len as usize)
+                    .is_none()
+                {
+                    return Err(VerbsError::Protocol(format!(
+                        "region at {offset} + {len} is outside the segment"
+                    )));
+                }
+                Ok(Mr {
+                    dev: self.dev.clone(),
+                    lkey,
+                    rkey,
+                    va,
+                    offset: offset as usize,
+                    len: len as usize,
+                })
+            }
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Starts a QP whose completions go to `cq`.
+    pub fn qp_builder<'a>(&'a self, cq: &'a Cq) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            cq,
+            depth: 128,
+            access: MrAccess {
+                local_write: true,
+                remote_write: true,
+                remote_read: true,
+            },
+            mtu: 1024,
+            timeout: 14,
+            retry_cnt: 7,
+            max_rd_atomic: 16,
+            psn: None,
+        }
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let _ = self.dev.done(Request::DeallocPd { pd: self.pd });
+    }
+}
+
+/// A registered memory region in the shared segment.
+pub struct Mr {
+    dev: Device,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// The region's device address (what work requests and the peer use).
+    pub va: u64,
+    offset: usize,
+    len: usize,
+}
+
+impl Mr {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The region's bytes. RDMA operations land in them while you look.
+    pub fn as_slice(&self) -> &[u8] {
+        self.dev
+            .inner
+            .seg
+            .slice(self.offset, self.len)
+            .expect("checked at registration")
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.dev
+            .inner
+            .seg
+            .slice_mut(self.offset, self.len)
+            .expect("checked at registration")
+    }
+
+    /// What a peer needs to address this region.
+    pub fn remote(&self) -> RemoteMr {
+        RemoteMr {
+            va: self.va,
+            rkey: self.rkey,
+            len: self.len as u64,
+        }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let _ = self.dev.done(Request::DeregMr { lkey: self.lkey });
+    }
+}
+
+/// A peer's memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteMr {
+    pub va: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+/// A completion queue.
+pub struct Cq {
+    dev: Device,
+    cq: u32,
+    ring: Mutex<Consumer<abi::Cqe>>,
+    event: Option<OwnedFd>,
+}
+
+impl Cq {
+    pub fn handle(&self) -> u32 {
+        self.cq
+    }
+
+    /// Fills `out` with completions that are ready; returns how many.
+    /// Errors only when the daemon's index in shared memory is corrupt.
+    pub fn poll(&self, out: &mut [Completion]) -> Result<usize> {
+        let seg = &self.dev.inner.seg;
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let n = (ring.available(seg)? as usize).min(out.len());
+        for slot in out.iter_mut().take(n) {
+            *slot = ring.peek(seg).to_rc();
+            ring.advance(seg);
+        }
+        Ok(n)
+    }
+
+    /// Blocks until a completion is ready or `timeout` passes (eventfd;
+    /// for applications that do not want to spin). Returns whether one is
+    /// ready.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let seg = &self.dev.inner.seg;
+        let Some(ev) = self.event.as_ref() else {
+            return Err(VerbsError::Protocol(
+                "the CQ came without an eventfd".into(),
+            ));
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            {
+                let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+                ring.arm(seg);
+                if ring.available(seg)? > 0 {
+                    return Ok(true);
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let ms = PollTimeout::try_from(left.as_millis().max(1).min(60_000) as i32)
+                .unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(ev.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Ok(n) if n > 0 => {
+                    let mut b = [0u8; 8];
+                    let _ = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(ev), &mut b);
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(VerbsError::Io(e.into())),
+            }
+        }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        let _ = self.dev.done(Request::DestroyCq { cq: self.cq });
+    }
+}
+
+/// Settings of a QP before it exists.
+pub struct QpBuilder<'a> {
+    pd: &'a Pd,
+    cq: &'a Cq,
+    depth: u32,
+    access: MrAccess,
+    mtu: u32,
+    timeout: u8,
+    retry_cnt: u8,
+    max_rd_atomic: u8,
+    psn: Option<u32>,
+}
+
+impl QpBuilder<'_> {
+    /// Send queue entries (a power of two) [default 128].
+    pub fn depth(mut self, n: u32) -> Self {
+        self.depth = n;
+        self
+    }
+
+    /// What the peer may do to this QP's PD's regions [default: write and
+    /// read].
+    pub fn access(mut self, a: MrAccess) -> Self {
+        self.access = a;
+        self
+    }
+
+    /// Path MTU, 256..4096 [default 1024].
+    pub fn mtu(mut self, bytes: u32) -> Self {
+        self.mtu = bytes;
+        self
+    }
+
+    /// Local ACK timeout exponent (4.096 us x 2^t) [default 14] and retry
+    /// count [default 7].
+    pub fn timeout(mut self, t: u8, retry_cnt: u8) -> Self {
+        self.timeout = t;
+        self.retry_cnt = retry_cnt;
+        self
+    }
+
+    /// READs outstanding at once, both directions [default 16].
+    pub fn max_rd_atomic(mut self, n: u8) -> Self {
+        self.max_rd_atomic = n;
+        self
+    }
+
+    /// First PSN this QP sends [default: from the clock and the QPN].
+    pub fn psn(mut self, psn: u32) -> Self {
+        self.psn = Some(psn & 0xff_ffff);
+        self
+    }
+
+    /// Creates the QP (RESET -> INIT); connect it with
+    /// [`PreparedQp::connect`] once the peer's endpoint is known.
+    pub fn build(self) -> Result<PreparedQp> {
+        let dev = &self.pd.dev;
+        let (reply, _) = dev.inner.call(Request::CreateQp {
+            pd: self.pd.pd,
+            cq: self.cq.cq,
+            depth: self.depth,
+        })?;
+        let Reply::Qp {
+            qpn,
+            sq_offset,
+            depth,
+        } = reply
+        else {
+            return Err(unexpected(reply));
+        };
+        let layout = RingLayout::new(sq_offset as usize, depth, std::mem::size_of::<abi::Wqe>())?;
+        let qp = Qp {
+            dev: dev.clone(),
+            qpn,
+            sq: Mutex::new(Producer::new(layout)),
+        };
+        qp.modify(Modify::Init {
+            remote_write: self.access.remote_write,
+            remote_read: self.access.remote_read,
+        })?;
+        let psn = self.psn.unwrap_or_else(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            (t ^ qpn.wrapping_mul(0x9e37_79b9)) & 0xff_ffff
+        });
+        Ok(PreparedQp {
+            qp,
+            psn,
+            mtu: self.mtu,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            max_rd_atomic: self.max_rd_atomic,
+        })
+    }
+}
+
+/// What a peer needs to connect to a QP (and, optionally, to address one
+/// memory region): exchanged out of band, as perftest does over TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Endpoint {
+    pub qpn: u32,
+    pub psn: u32,
+    pub ip: Ipv4Addr,
+    pub mr: Option<RemoteMr>,
+}
+
+/// A QP in INIT, waiting for the peer's endpoint.
+pub struct PreparedQp {
+    qp: Qp,
+    psn: u32,
+    mtu: u32,
+    timeout: u8,
+    retry_cnt: u8,
+    max_rd_atomic: u8,
+}
+
+impl PreparedQp {
+    /// This QP's endpoint, to send to the peer (add a region with
+    /// [`Endpoint::mr`]).
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            qpn: self.qp.qpn,
+            psn: self.psn,
+            ip: self.qp.dev.inner.info.ip,
+            mr: None,
+        }
+    }
+
+    /// INIT -> RTR -> RTS towards `remote`.
+    pub fn connect(self, remote: &Endpoint) -> Result<Qp> {
+        self.qp.modify(Modify::Rtr {
+            mtu: self.mtu,
+            dest_qpn: remote.qpn,
+            dest_ip: remote.ip,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: self.max_rd_atomic,
+        })?;
+        self.qp.modify(Modify::Rts {
+            sq_psn: self.psn,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: 7,
+            max_rd_atomic: self.max_rd_atomic,
+        })?;
+        Ok(self.qp)
+    }
+}
+
+/// One work request of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkRequest {
+    pub wr_id: u64,
+    pub op: WrOp,
+    /// Local buffer: region and byte range in it.
+    pub local: LocalBuf,
+    pub remote_va: u64,
+    pub rkey: u32,
+    pub signaled: bool,
+}
+
+/// A byte range of a local region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalBuf {
+    pub lkey: u32,
+    pub va: u64,
+    pub len: u32,
+}
+
+impl LocalBuf {
+    /// `len` bytes at `offset` of `mr` (not checked here: a bad range
+    /// completes with LOC_PROT_ERR, as a NIC reports it).
+    pub fn of(mr: &Mr, offset: u64, len: u32) -> LocalBuf {
+        LocalBuf {
+            lkey: mr.lkey,
+            va: mr.va.wrapping_add(offset),
+            len,
+        }
+    }
+}
+
+/// A connected RC QP.
+pub struct Qp {
+    dev: Device,
+    qpn: u32,
+    sq: Mutex<Producer<abi::Wqe>>,
+}
+
+impl Qp {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn modify(&self, m: Modify) -> Result<()> {
+        self.dev.done(Request::ModifyQp {
+            qpn: self.qpn,
+            modify: m,
+        })
+    }
+
+    /// Moves the QP to ERR: outstanding WRs complete with WR_FLUSH_ERR.
+    pub fn to_error(&self) -> Result<()> {
+        self.modify(Modify::Err)
+    }
+
+    pub fn query(&self) -> Result<QpInfo> {
+        match self.dev.inner.call(Request::QueryQp { qpn: self.qpn })?.0 {
+            Reply::QpInfo(q) => Ok(q),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Posts a batch of work requests behind one doorbell; all or none
+    /// (refused when the send queue lacks room for all).
+    pub fn post(&self, wrs: &[WorkRequest]) -> Result<()> {
+        let seg = &self.dev.inner.seg;
+        let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let free = sq.free(seg)?;
+        if (free as usize) < wrs.len() {
+            return Err(VerbsError::SendQueueFull {
+                qpn: self.qpn,
+                free,
+                wanted: wrs.len(),
+            });
+        }
+        for w in wrs {
+            let wr = SendWr {
+                wr_id: w.wr_id,
+                op: w.op,
+                lkey: w.local.lkey,
+                local_va: w.local.va,
+                len: w.local.len,
+                rkey: w.rkey,
+                remote_va: w.remote_va,
+                signaled: w.signaled,
+            };
+            sq.write(seg, &abi::Wqe::from_wr(&wr));
+        }
+        sq.publish(seg);
+        Ok(())
+    }
+
+    /// Posts one raw WQE as is (no checks: for tests of the daemon's
+    /// validation, and for C callers building their own).
+    pub fn post_raw(&self, wqe: &abi::Wqe) -> Result<()> {
+        let seg = &self.dev.inner.seg;
+        let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        if sq.free(seg)? == 0 {
+            return Err(VerbsError::SendQueueFull {
+                qpn: self.qpn,
+                free: 0,
+                wanted: 1,
+            });
+        }
+        sq.write(seg, wqe);
+        sq.publish(seg);
+        Ok(())
+    }
+
+    /// RDMA WRITE of `local` to the peer's `remote.va + remote_offset`.
+    pub fn post_write(
+        &self,
+        local: LocalBuf,
+        remote: &RemoteMr,
+        remote_offset: u64,
+        wr_id: u64,
+        signaled: bool,
+    ) -> Result<()> {
+        self.post(&[WorkRequest {
+            wr_id,
+            op: WrOp::Write,
+            local,
+            remote_va: remote.va.wrapping_add(remote_offset),
+            rkey: remote.rkey,
+            signaled,
+        }])
+    }
+
+    /// RDMA READ of the peer's `remote.va + remote_offset` into `local`.
+    pub fn post_read(
+        &self,
+        local: LocalBuf,
+        remote: &RemoteMr,
+        remote_offset: u64,
+        wr_id: u64,
+        signaled: bool,
+    ) -> Result<()> {
+        self.post(&[WorkRequest {
+            wr_id,
+            op: WrOp::Read,
+            local,
+            remote_va: remote.va.wrapping_add(remote_offset),
+            rkey: remote.rkey,
+            signaled,
+        }])
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let _ = self.dev.done(Request::DestroyQp { qpn: self.qpn });
+    }
+}
+
+/// Polls `cq` until one completion arrives (spinning, then yielding) or
+/// `timeout` passes.
+pub fn poll_one(cq: &Cq, timeout: Duration) -> Result<Option<Completion>> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = [Completion {
+        wr_id: 0,
+        qpn: 0,
+        status: WcStatus::Success,
+        opcode: transport::rc::WcOpcode::RdmaWrite,
+        byte_len: 0,
+    }];
+    let mut spins = 0u32;
+    loop {
+        if cq.poll(&mut out)? == 1 {
+            return Ok(Some(out[0]));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        spins += 1;
+        if spins > 1000 {
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The verbs API applications link, in Rust and (through [`capi`]) in C.
+//!
+//! An application opens a device of the dataplane daemon ([`Device::open`]
+//! on the daemon's Unix socket), gets its own shared-memory segment, and
+//! allocates protection domains, memory regions (in the segment, with
+//! L_Key and R_Key), completion queues and QPs through the control socket.
+//! It connects a QP with the peer's [`Endpoint`] (swapped out of band, see
+//! [`oob`]), posts RDMA WRITE and READ work requests into the QP's send
+//! ring in shared memory and polls completions from the CQ's ring: the
+//! data path makes no system call. The daemon polls the send rings.
+//!
+//! This crate sits beside `transport` (under `transport/verbs`) because it
+//! does what `transport` must not: socket I/O and, in [`shm`] and
+//! [`capi`], unsafe code (the mapping, the C pointers). The layouts both
+//! sides share are `transport::abi`.
+
+pub mod capi;
+pub mod device;
+pub mod oob;
+pub mod proto;
+pub mod shm;
+
+pub use device::{
+    poll_one, Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, QpBuilder, RemoteMr,
+    VerbsError, WorkRequest,
+};
+pub use proto::{DeviceInfo, ErrorKind, MrAccess};
+pub use transport::rc::{Cqe as Completion, WcOpcode, WcStatus, WrOp};

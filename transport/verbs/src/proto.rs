@@ -1,0 +1,391 @@
+//! The control protocol between applications and the daemon, over the
+//! daemon's Unix stream socket: every message is a little-endian `u32`
+//! length and that many bytes of JSON. A request carries the protocol
+//! version and an id; the reply carries the same id and either a result
+//! or a typed error. File descriptors (the segment's memfd, a CQ's
+//! eventfd) travel beside a reply as `SCM_RIGHTS`.
+//!
+//! The first request of a connection is [`Request::OpenDevice`]; closing
+//! the socket closes the device and frees everything it holds.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use serde::{Deserialize, Serialize};
+
+/// Version of the messages below.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest message either side accepts.
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+/// Most file descriptors one reply carries.
+pub const MAX_FDS: usize = 4;
+
+/// Access rights of a memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MrAccess {
+    pub local_write: bool,
+    pub remote_write: bool,
+    pub remote_read: bool,
+}
+
+/// A QP state transition and its attributes (`../shared/spec/rc.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Modify {
+    Init {
+        remote_write: bool,
+        remote_read: bool,
+    },
+    Rtr {
+        mtu: u32,
+        dest_qpn: u32,
+        dest_ip: std::net::Ipv4Addr,
+        rq_psn: u32,
+        max_dest_rd_atomic: u8,
+    },
+    Rts {
+        sq_psn: u32,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+        max_rd_atomic: u8,
+    },
+    Err,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Opens `device` with a shared segment of `shm_bytes`.
+    OpenDevice {
+        abi_version: u32,
+        device: String,
+        shm_bytes: u64,
+    },
+    AllocPd,
+    DeallocPd {
+        pd: u32,
+    },
+    /// Allocates `len` bytes of the segment and registers them.
+    RegMr {
+        pd: u32,
+        len: u64,
+        access: MrAccess,
+    },
+    DeregMr {
+        lkey: u32,
+    },
+    CreateCq {
+        depth: u32,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    CreateQp {
+        pd: u32,
+        cq: u32,
+        depth: u32,
+    },
+    ModifyQp {
+        qpn: u32,
+        modify: Modify,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    QueryQp {
+        qpn: u32,
+    },
+    QueryPort,
+    /// Counters of every port, engine and QP of the daemon, as JSON.
+    Stats,
+}
+
+/// The device an application opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub abi_version: u32,
+    pub name: String,
+    pub ip: std::net::Ipv4Addr,
+    pub mac: [u8; 6],
+    /// Largest path MTU the port carries.
+    pub max_mtu: u32,
+    pub shm_bytes: u64,
+    pub hugepages: bool,
+}
+
+/// A QP's state and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpInfo {
+    pub qpn: u32,
+    pub state: String,
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub window_bytes: u64,
+    pub rate_bps: u64,
+}
+
+/// The port's link and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    pub link_up: bool,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// With the segment's memfd.
+    DeviceOpened(DeviceInfo),
+    Pd {
+        pd: u32,
+    },
+    /// `offset` in the segment; `va` is the device address the region
+    /// has in work requests and on the wire.
+    Mr {
+        lkey: u32,
+        rkey: u32,
+        va: u64,
+        offset: u64,
+        len: u64,
+    },
+    /// With the CQ's eventfd; the ring's header is at `offset`.
+    Cq {
+        cq: u32,
+        offset: u64,
+        depth: u32,
+    },
+    Qp {
+        qpn: u32,
+        sq_offset: u64,
+        depth: u32,
+    },
+    Done,
+    QpInfo(QpInfo),
+    PortInfo(PortInfo),
+    Stats {
+        json: String,
+    },
+}
+
+/// What kind of error a request met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// Protocol or ABI version mismatch.
+    Version,
+    /// A request before OpenDevice, or a second OpenDevice.
+    NotOpen,
+    AlreadyOpen,
+    NoSuchDevice,
+    NoSuchPd,
+    NoSuchMr,
+    NoSuchCq,
+    NoSuchQp,
+    /// The object is still used (a PD with regions or QPs, a CQ with QPs).
+    Busy,
+    InvalidArgument,
+    /// The segment, a table or the engine has no room.
+    NoSpace,
+    /// The message could not be read.
+    Malformed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct ErrorReply {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ErrorReply {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestMsg {
+    pub v: u32,
+    pub id: u64,
+    pub req: Request,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyMsg {
+    pub v: u32,
+    pub id: u64,
+    pub result: Result<Reply, ErrorReply>,
+}
+
+/// A message framed for the socket: length prefix and JSON.
+pub fn frame<T: Serialize>(msg: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).expect("messages serialize");
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Splits one whole message off the front of `buf`, if it holds one.
+/// `Err` names a frame longer than [`MAX_MESSAGE`] or bytes that are not
+/// the expected message.
+pub fn unframe<T: for<'de> Deserialize<'de>>(buf: &mut Vec<u8>) -> Result<Option<T>, String> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let n = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+    if n > MAX_MESSAGE {
+        return Err(format!("message of {n} bytes (at most {MAX_MESSAGE})"));
+    }
+    if buf.len() < 4 + n {
+        return Ok(None);
+    }
+    let parsed = serde_json::from_slice(&buf[4..4 + n]).map_err(|e| e.to_string());
+    buf.drain(..4 + n);
+    parsed.map(Some)
+}
+
+/// Sends `bytes` on a socket with `fds` attached to the first byte;
+/// returns how many bytes went (the rest is the caller's to send).
+pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<usize> {
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(
+        sock,
+        &[IoSlice::new(bytes)],
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Reads from a blocking socket until one whole message is in `buf`,
+/// collecting any file descriptors that arrive.
+pub fn recv_message<T: for<'de> Deserialize<'de>>(
+    sock: &mut std::os::unix::net::UnixStream,
+    buf: &mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
+) -> std::io::Result<T> {
+    let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    loop {
+        if let Some(m) = unframe(buf).map_err(bad)? {
+            return Ok(m);
+        }
+        let mut chunk = [0u8; 4096];
+        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+        let mut iov = [IoSliceMut::new(&mut chunk)];
+        let msg = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(std::io::Error::from)?;
+        for c in msg.cmsgs().map_err(std::io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel installed these descriptors in this
+                // process for this message; nothing else owns them.
+                fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
+            }
+        }
+        let n = msg.bytes;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the connection",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Writes a whole message on a blocking stream.
+pub fn send_message<T: Serialize>(sock: &mut impl Write, msg: &T) -> std::io::Result<()> {
+    sock.write_all(&frame(msg))
+}
+
+/// Reads a whole message from a blocking stream that carries no file
+/// descriptors.
+pub fn read_message<T: for<'de> Deserialize<'de>>(sock: &mut impl Read) -> std::io::Result<T> {
+    let mut len = [0u8; 4];
+    sock.read_exact(&mut len)?;
+    let n = u32::from_le_bytes(len) as usize;
+    if n > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("message of {n} bytes (at most {MAX_MESSAGE})"),
+        ));
+    }
+    let mut body = vec![0u8; n];
+    sock.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_split_at_message_boundaries() {
+        let a = RequestMsg {
+            v: PROTOCOL_VERSION,
+            id: 1,
+            req: Request::CreateCq { depth: 64 },
+        };
+        let b = RequestMsg {
+            v: PROTOCOL_VERSION,
+            id: 2,
+            req: Request::QueryPort,
+        };
+        let mut buf = frame(&a);
+        buf.extend(frame(&b));
+        let half = buf.split_off(5);
+        let mut head = buf;
+        assert_eq!(unframe::<RequestMsg>(&mut head), Ok(None));
+        head.extend(half);
+        assert_eq!(unframe::<RequestMsg>(&mut head), Ok(Some(a)));
+        assert_eq!(unframe::<RequestMsg>(&mut head), Ok(Some(b)));
+        assert!(head.is_empty());
+    }
+
+    #[test]
+    fn oversized_and_garbled_frames_are_refused_by_name() {
+        let mut big = ((MAX_MESSAGE + 1) as u32).to_le_bytes().to_vec();
+        assert!(unframe::<RequestMsg>(&mut big)
+            .unwrap_err()
+            .contains("bytes"));
+        let mut junk = 3u32.to_le_bytes().to_vec();
+        junk.extend(b"{x}");
+        assert!(unframe::<RequestMsg>(&mut junk).is_err());
+    }
+
+    #[test]
+    fn descriptors_travel_beside_a_message() {
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (_seg, memfd) = crate::shm::Segment::create("t", 4096, false).unwrap();
+        let msg = frame(&ReplyMsg {
+            v: PROTOCOL_VERSION,
+            id: 7,
+            result: Ok(Reply::Done),
+        });
+        use std::os::fd::AsFd;
+        let sent = send_with_fds(a.as_raw_fd(), &msg, &[memfd.as_fd()]).unwrap();
+        a.write_all(&msg[sent..]).unwrap();
+        let (mut buf, mut fds) = (Vec::new(), Vec::new());
+        let got: ReplyMsg = recv_message(&mut b, &mut buf, &mut fds).unwrap();
+        assert_eq!(got.id, 7);
+        assert_eq!(fds.len(), 1);
+        assert!(crate::shm::Segment::map(&fds[0], 4096).is_ok());
+    }
+}
