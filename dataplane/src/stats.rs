@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub qps: Vec<QpEntry>,
     #[serde(default)]
     pub switch_ports: Vec<SwitchPortEntry>,
+    /// The application service's counters, when the daemon serves apps.
+    #[serde(default)]
+    pub service: Option<crate::service::ServiceCounters>,
 }
 
 impl Snapshot {
@@ -230,6 +233,15 @@ impl Snapshot {
                     q.window_bytes.to_string()
                 },
                 q.rate_bps
+            );
+        }
+        if let Some(c) = &self.service {
+            let _ = writeln!(
+                s,
+                "service: apps {} (opened {} closed {})  qps {}  mrs {}  cqs {}  requests {} (errors {})  wqes_posted {}  wqe_errors {}  sq_corrupt {}  cqes_delivered {}  cq_overruns {}  tx_alloc_failures {}",
+                c.apps, c.apps_opened, c.apps_closed, c.qps, c.mrs, c.cqs, c.requests,
+                c.request_errors, c.wqes_posted, c.wqe_errors, c.sq_corrupt,
+                c.cqes_delivered, c.cq_overruns, c.tx_alloc_failures
             );
         }
         if !self.switch_ports.is_empty() {

@@ -16,6 +16,7 @@ use transport::rc::{
 use transport::wire::MacAddr;
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
+use crate::nic::{rx_pass, tx_pass, TxScratch};
 
 /// Settings of the loopback testbed.
 #[derive(Debug, Clone)]
@@ -109,11 +110,13 @@ pub struct Loopback {
     mem_bytes: usize,
 }
 
-fn mac(i: u8) -> MacAddr {
+/// MAC of testbed host `i` (the static neighbour table: no ARP).
+pub fn host_mac(i: u8) -> MacAddr {
     MacAddr([0x02, 0, 0, 0, 0, i + 1])
 }
 
-fn ip(i: u8) -> Ipv4Addr {
+/// IPv4 address of testbed host `i`.
+pub fn host_ip(i: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, i + 1)
 }
 
@@ -152,8 +155,11 @@ impl Loopback {
         let mk = |i: u8, port_id: u16| -> Result<Host, DpdkError> {
             let mut mem = VecMemory::new();
             mem.add(MEM_BASE, cfg.mem_bytes);
-            let mut engine =
-                Engine::new(EngineConfig::new(mac(i), ip(i), cfg.line_rate_bps), mem, 0);
+            let mut engine = Engine::new(
+                EngineConfig::new(host_mac(i), host_ip(i), cfg.line_rate_bps),
+                mem,
+                0,
+            );
             let mr = engine
                 .register_mr(MEM_BASE, cfg.mem_bytes as u64, Access::ALL)
                 .map_err(|e| DpdkError {
@@ -184,8 +190,8 @@ impl Loopback {
                 RtrAttr {
                     path_mtu: cfg.mtu,
                     dest_qpn: qpns[peer],
-                    dest_mac: mac(peer as u8),
-                    dest_ip: ip(peer as u8),
+                    dest_mac: host_mac(peer as u8),
+                    dest_ip: host_ip(peer as u8),
                     rq_psn: 0,
                     max_dest_rd_atomic: 16,
                 },
@@ -221,40 +227,15 @@ impl Loopback {
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
         let mut moved = false;
-        let rx = &mut self.rx;
         for h in self.hosts.iter_mut() {
-            rx.clear();
-            h.port.rx_burst(rx);
-            for m in rx.drain(..) {
-                h.engine.handle_packet(now, m.data());
-                moved = true;
-            }
-            if h.engine.poll_timeout().is_some_and(|t| t <= now) {
-                h.engine.handle_timeout(now);
-            }
-            while h.tx.len() < crate::dpdk::port::BURST {
-                let Some(n) = h.engine.poll_transmit(now, &mut self.scratch) else {
-                    break;
-                };
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.push(self.scratch[..n].to_vec());
-                }
-                let Some(mut m) = self.pool.alloc() else {
-                    self.tx_alloc_failures += 1;
-                    continue;
-                };
-                match m.append(n) {
-                    Some(dst) => dst.copy_from_slice(&self.scratch[..n]),
-                    None => {
-                        self.tx_alloc_failures += 1;
-                        continue;
-                    }
-                }
-                h.tx.push(m);
-            }
-            if !h.tx.is_empty() {
-                moved |= h.port.tx_burst(&mut h.tx) > 0;
-            }
+            moved |= rx_pass(&h.port, &mut self.rx, &mut h.engine, now);
+            let mut s = TxScratch {
+                pool: &self.pool,
+                buf: &mut self.scratch,
+                tap: self.tap.as_mut(),
+                alloc_failures: &mut self.tx_alloc_failures,
+            };
+            moved |= tx_pass(&mut h.engine, &h.port, &mut h.tx, &mut s, now);
         }
         moved
     }

@@ -33,16 +33,28 @@ struct Cli {
     /// switch) counters; read it with `dataplane stats FILE`.
     #[arg(long)]
     stats: Option<PathBuf>,
+    /// Serve applications (the verbs API) on the [service] control socket
+    /// until SIGINT or SIGTERM, instead of running the loopback testbed's
+    /// own WRITEs and READs.
+    #[arg(long)]
+    serve: bool,
+    /// Control socket to serve on [default: `socket` of [service]].
+    #[arg(long)]
+    socket: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
 
 #[derive(clap::Subcommand)]
 enum Cmd {
-    /// Print the counters a running dataplane writes with --stats.
+    /// Print the counters of a running dataplane: from the file it
+    /// writes with --stats, or asked over its control socket.
     Stats {
         /// The file given to --stats.
-        file: PathBuf,
+        file: Option<PathBuf>,
+        /// Ask the daemon serving on this socket instead.
+        #[arg(long, conflicts_with = "file")]
+        socket: Option<PathBuf>,
     },
 }
 
@@ -53,6 +65,25 @@ struct Config {
     loopback: Option<LoopbackSection>,
     incast: Option<IncastSection>,
     replay: Option<ReplaySection>,
+    service: Option<ServiceSection>,
+}
+
+/// The application service of `--serve` (loopback testbed: devices rnic0
+/// and rnic1, one per host).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceSection {
+    /// The control socket applications connect to.
+    socket: PathBuf,
+    /// Largest shared segment an application may ask for [default: 1 GiB].
+    max_shm_bytes: Option<u64>,
+    /// Try hugepage-backed segments first [default: true].
+    hugepages: Option<bool>,
+    /// Congestion control of every QP: hpcc, hpcc-probe, hpcc-rx, dcqcn,
+    /// none [default: none].
+    cc: Option<String>,
+    /// Line rate the engines pace at, Gb/s [default: 10].
+    line_gbps: Option<f64>,
 }
 
 /// Reads every frame a port receives (a net_pcap port replaying a capture)
@@ -108,6 +139,92 @@ struct IncastSection {
 
 fn mtu(b: u32) -> Result<PathMtu, String> {
     PathMtu::from_bytes(b).ok_or(format!("mtu {b} is not 256, 512, 1024, 2048 or 4096"))
+}
+
+/// The congestion control a config names; probes time out after three
+/// base RTTs.
+fn cc_mode(name: &str, base_rtt_ns: u64, section: &str) -> Result<CcMode, String> {
+    Ok(match name {
+        "hpcc" => CcMode::HpccInband { maxhop: 3 },
+        "hpcc-probe" => CcMode::HpccProbe {
+            maxhop: 3,
+            timeout_ns: 3 * base_rtt_ns,
+        },
+        "hpcc-rx" => CcMode::RxHpcc { maxhop: 3 },
+        "dcqcn" => CcMode::Dcqcn,
+        "none" => CcMode::None,
+        other => {
+            return Err(format!(
+                "unknown cc {other:?} in {section} (hpcc, hpcc-probe, hpcc-rx, dcqcn, none)"
+            ))
+        }
+    })
+}
+
+/// Serves applications on the loopback testbed's two hosts until SIGINT
+/// or SIGTERM.
+fn serve(
+    eal: &Eal,
+    l: &LoopbackSection,
+    s: &ServiceSection,
+    socket: Option<PathBuf>,
+    stats: Option<&std::path::Path>,
+) -> Result<(), String> {
+    use dataplane::service::{HostSpec, Service, ServiceConfig};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let (pa, pb) = match l.ports {
+        Some([a, b]) => (a, b),
+        None => dataplane::dpdk::ring_pair(eal, "service", 1024).map_err(|e| e.to_string())?,
+    };
+    let cfg = ServiceConfig {
+        socket: socket.unwrap_or_else(|| s.socket.clone()),
+        max_mtu: mtu(l.mtu)?,
+        mbufs: l.mbufs.unwrap_or(LoopbackConfig::default().mbufs),
+        line_rate_bps: (s.line_gbps.unwrap_or(10.0) * 1e9) as u64,
+        max_shm_bytes: s.max_shm_bytes.unwrap_or(1 << 30),
+        hugepages: s.hugepages.unwrap_or(true),
+        cc: cc_mode(s.cc.as_deref().unwrap_or("none"), 10_000, "[service]")?,
+    };
+    let hosts: Vec<HostSpec> = [pa, pb]
+        .iter()
+        .enumerate()
+        .map(|(i, &port)| HostSpec {
+            name: format!("rnic{i}"),
+            mac: dataplane::testbed::host_mac(i as u8),
+            ip: dataplane::testbed::host_ip(i as u8),
+            port,
+        })
+        .collect();
+    let mut svc = Service::new(eal, cfg.clone(), &hosts).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal {sig}: {e}"))?;
+    }
+    for h in &hosts {
+        println!(
+            "device {} ip {} mac {} port {}",
+            h.name, h.ip, h.mac, h.port
+        );
+    }
+    println!(
+        "serving on {} (stop with SIGINT or SIGTERM)",
+        cfg.socket.display()
+    );
+    svc.run(&stop, |svc| {
+        if let Some(path) = stats {
+            if let Err(e) = svc.snapshot().write(path) {
+                eprintln!("dataplane: {}: {e}", path.display());
+            }
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    let c = svc.snapshot().service.unwrap_or_default();
+    println!(
+        "stopped: apps opened {} closed {}, WQEs posted {}, CQEs delivered {}, WQE errors {}",
+        c.apps_opened, c.apps_closed, c.wqes_posted, c.cqes_delivered, c.wqe_errors
+    );
+    Ok(())
 }
 
 fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> Result<(), String> {
@@ -187,21 +304,7 @@ fn incast(eal: &Eal, s: &IncastSection, stats: Option<&std::path::Path>) -> Resu
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     for (k, name) in s.cc.iter().enumerate() {
-        let cc = match name.as_str() {
-            "hpcc" => CcMode::HpccInband { maxhop: 3 },
-            "hpcc-probe" => CcMode::HpccProbe {
-                maxhop: 3,
-                timeout_ns: 3 * s.base_rtt_us * 1000,
-            },
-            "hpcc-rx" => CcMode::RxHpcc { maxhop: 3 },
-            "dcqcn" => CcMode::Dcqcn,
-            "none" => CcMode::None,
-            other => {
-                return Err(format!(
-                    "unknown cc {other:?} in [incast] (hpcc, hpcc-probe, hpcc-rx, dcqcn, none)"
-                ))
-            }
-        };
+        let cc = cc_mode(name, s.base_rtt_us * 1000, "[incast]")?;
         let cfg = IncastConfig {
             senders: s.senders,
             host_bps: (s.host_gbps * 1e9) as u64,
@@ -290,8 +393,13 @@ fn replay(eal: &Eal, s: &ReplaySection) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Stats { file }) = &cli.cmd {
-        return match dataplane::stats::Snapshot::read(file) {
+    if let Some(Cmd::Stats { file, socket }) = &cli.cmd {
+        let snap = match (file, socket) {
+            (Some(f), None) => dataplane::stats::Snapshot::read(f),
+            (None, Some(s)) => dataplane::service::query_stats(s),
+            _ => Err("give the --stats FILE of a running dataplane, or --socket PATH".into()),
+        };
+        return match snap {
             Ok(s) => {
                 print!("{}", s.table());
                 ExitCode::SUCCESS
@@ -332,6 +440,13 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if cli.serve && (cfg.loopback.is_none() || cfg.service.is_none()) {
+        eprintln!(
+            "dataplane: {}: --serve needs a [loopback] and a [service] section",
+            config.display()
+        );
+        return ExitCode::from(2);
+    }
     if cli.check {
         println!("{}: ok", config.display());
         return ExitCode::SUCCESS;
@@ -349,6 +464,13 @@ fn main() -> ExitCode {
         }
     };
     let r = match (&cfg.loopback, &cfg.incast, &cfg.replay) {
+        (Some(l), None, None) if cli.serve => serve(
+            &eal,
+            l,
+            cfg.service.as_ref().expect("checked"),
+            cli.socket.clone(),
+            cli.stats.as_deref(),
+        ),
         (Some(l), None, None) => loopback(&eal, l, cli.stats.as_deref()),
         (None, Some(i), None) => incast(&eal, i, cli.stats.as_deref()),
         (None, None, Some(r)) => replay(&eal, r),

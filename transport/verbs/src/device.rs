@@ -402,7 +402,7 @@ impl Cq {
             if left.is_zero() {
                 return Ok(false);
             }
-            let ms = PollTimeout::try_from(left.as_millis().max(1).min(60_000) as i32)
+            let ms = PollTimeout::try_from(left.as_millis().clamp(1, 60_000) as i32)
                 .unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(ev.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, ms) {

@@ -1,0 +1,471 @@
+//! The daemon's service for applications: the hosts it runs (an RC engine
+//! each, on a DPDK port), the applications attached to them, and the
+//! run-to-completion loop that moves everything:
+//!
+//! control requests (from [`control`]) -> RX burst -> engine -> timers ->
+//! SQ rings of active QPs -> engine -> TX burst -> completions into the
+//! applications' CQ rings.
+//!
+//! Everything an application writes into shared memory is untrusted: a bad
+//! WQE completes with an error CQE (and moves its QP to ERR, as a NIC
+//! does), a scribbled ring index moves the QP to ERR, and no value can make
+//! the daemon touch memory outside the application's segment or another
+//! application's regions (protection domains are per application). When an
+//! application's socket closes, its QPs, regions, CQs and segment are
+//! released and its peers' QPs see retry errors.
+
+mod alloc;
+pub mod control;
+pub mod memory;
+mod requests;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use nix::sys::eventfd::EventFd;
+use serde::{Deserialize, Serialize};
+use transport::abi::{self, Consumer, Producer};
+use transport::rc::{CcMode, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
+use transport::wire::MacAddr;
+use verbs::shm::Segment;
+
+use crate::dpdk::{DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
+use crate::nic::{rx_pass, tx_pass, TxScratch};
+use alloc::SegmentAlloc;
+use control::{ConnId, Control, ToControl, ToDataplane};
+use memory::AppMemory;
+
+/// Settings of the service.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The control socket.
+    pub socket: PathBuf,
+    /// Largest path MTU QPs may use.
+    pub max_mtu: PathMtu,
+    pub mbufs: u32,
+    pub line_rate_bps: u64,
+    /// Largest segment one application may ask for.
+    pub max_shm_bytes: u64,
+    /// Try hugepage-backed segments first.
+    pub hugepages: bool,
+    pub cc: CcMode,
+}
+
+/// One host the daemon runs: a device applications open by name.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    pub name: String,
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+}
+
+/// Counters of the service itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCounters {
+    pub apps: u64,
+    pub qps: u64,
+    pub mrs: u64,
+    pub cqs: u64,
+    pub apps_opened: u64,
+    pub apps_closed: u64,
+    pub requests: u64,
+    pub request_errors: u64,
+    pub wqes_posted: u64,
+    /// WQEs completed with an error by the service (bad opcode, QP not in
+    /// RTS, too long) before reaching the engine.
+    pub wqe_errors: u64,
+    /// SQ rings whose producer index was scribbled (QP moved to ERR).
+    pub sq_corrupt: u64,
+    pub cqes_delivered: u64,
+    /// CQEs dropped because an application let its CQ overflow far past
+    /// its depth (its QPs are moved to ERR).
+    pub cq_overruns: u64,
+    pub tx_alloc_failures: u64,
+}
+
+/// WQEs taken from one SQ per pass.
+const SQ_BUDGET: usize = 32;
+/// CQEs a CQ may hold back beyond its ring before it overruns.
+const CQ_BACKLOG: usize = 1 << 16;
+
+struct QpRt {
+    app: ConnId,
+    cq: u32,
+    pd: u32,
+    sq: Consumer<abi::Wqe>,
+    ring: (u64, u64),
+    /// The SQ index was scribbled: the ring is no longer read.
+    broken: bool,
+}
+
+struct CqRt {
+    ring: Producer<abi::Cqe>,
+    event: EventFd,
+    backlog: VecDeque<abi::Cqe>,
+    block: (u64, u64),
+    qps: usize,
+}
+
+struct App {
+    host: usize,
+    slot: usize,
+    seg: Arc<Segment>,
+    alloc: SegmentAlloc,
+    pds: Vec<u32>,
+    /// L_Key -> (PD, offset, len).
+    mrs: HashMap<u32, (u32, u64, u64)>,
+    cqs: HashMap<u32, CqRt>,
+    qps: Vec<Qpn>,
+    next_cq: u32,
+}
+
+struct Host {
+    spec: HostSpec,
+    engine: Engine<AppMemory>,
+    /// QPs of applications on this host.
+    qps: HashMap<Qpn, QpRt>,
+    port: Port,
+    tx: Vec<Mbuf>,
+}
+
+/// The daemon's hosts and applications.
+pub struct Service {
+    // Field order is drop order: ports and mbufs before their pool.
+    hosts: Vec<Host>,
+    apps: HashMap<ConnId, App>,
+    pool: Mempool,
+    clock: TscClock,
+    scratch: Vec<u8>,
+    rx: Vec<Mbuf>,
+    cfg: ServiceConfig,
+    next_pd: u32,
+    counters: ServiceCounters,
+}
+
+impl Service {
+    /// Starts a port and an engine per host.
+    pub fn new(eal: &Eal, cfg: ServiceConfig, hosts: &[HostSpec]) -> Result<Service, DpdkError> {
+        let pool = Mempool::new(eal, "service_pool", cfg.mbufs, 0)?;
+        let mut hs = Vec::new();
+        for spec in hosts {
+            let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
+            ec.cc = cfg.cc;
+            hs.push(Host {
+                spec: spec.clone(),
+                engine: Engine::new(ec, AppMemory::default(), 0),
+                qps: HashMap::new(),
+                port: Port::start(eal, spec.port, &pool, 1024)?,
+                tx: Vec::with_capacity(crate::dpdk::port::BURST),
+            });
+        }
+        Ok(Service {
+            hosts: hs,
+            apps: HashMap::new(),
+            pool,
+            clock: TscClock::new(eal),
+            scratch: vec![0u8; 16 * 1024],
+            rx: Vec::with_capacity(crate::dpdk::port::BURST),
+            cfg,
+            next_pd: 1,
+            counters: ServiceCounters::default(),
+        })
+    }
+
+    /// Serves until `stop` is set: control requests, then the data path,
+    /// in one loop on the calling lcore. Yields the CPU after a long idle
+    /// stretch so that applications on the same cores can run.
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        mut every: impl FnMut(&Service),
+    ) -> std::io::Result<()> {
+        let control = Control::spawn(&self.cfg.socket)?;
+        let mut idle = 0u32;
+        let mut last_report = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let mut busy = false;
+            while let Ok(m) = control.requests.try_recv() {
+                busy = true;
+                self.on_control(&control, m);
+            }
+            busy |= self.poll();
+            if busy {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if idle > 20_000 {
+                    std::thread::yield_now();
+                }
+            }
+            let now = self.clock.now_ns();
+            if now.saturating_sub(last_report) > 200_000_000 {
+                last_report = now;
+                every(self);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_control(&mut self, control: &Control, m: ToDataplane) {
+        match m {
+            ToDataplane::Request { conn, id, req } => {
+                self.counters.requests += 1;
+                let (result, fds) = match self.handle(conn, req) {
+                    Ok((r, fds)) => (Ok(r), fds),
+                    Err(e) => {
+                        self.counters.request_errors += 1;
+                        (Err(e), Vec::new())
+                    }
+                };
+                control.reply(ToControl {
+                    conn,
+                    msg: verbs::proto::ReplyMsg {
+                        v: verbs::proto::PROTOCOL_VERSION,
+                        id,
+                        result,
+                    },
+                    fds,
+                });
+            }
+            ToDataplane::Closed { conn } => self.close_app(conn),
+        }
+    }
+
+    /// One pass over every host; returns whether anything moved.
+    pub fn poll(&mut self) -> bool {
+        let now = self.clock.now_ns();
+        let mut moved = false;
+        for h in 0..self.hosts.len() {
+            let host = &mut self.hosts[h];
+            moved |= rx_pass(&host.port, &mut self.rx, &mut host.engine, now);
+            moved |= self.poll_sqs(h, now);
+            let host = &mut self.hosts[h];
+            let mut s = TxScratch {
+                pool: &self.pool,
+                buf: &mut self.scratch,
+                tap: None,
+                alloc_failures: &mut self.counters.tx_alloc_failures,
+            };
+            moved |= tx_pass(&mut host.engine, &host.port, &mut host.tx, &mut s, now);
+            moved |= self.deliver_completions(h);
+        }
+        moved
+    }
+
+    /// Takes WQEs from the SQ rings of this host's QPs into the engine.
+    fn poll_sqs(&mut self, h: usize, now: u64) -> bool {
+        let host = &mut self.hosts[h];
+        let mut moved = false;
+        let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
+        for (&qpn, rt) in host.qps.iter_mut() {
+            if rt.broken {
+                continue;
+            }
+            let Some(app) = self.apps.get(&rt.app) else {
+                continue;
+            };
+            let seg = &*app.seg;
+            let n = match rt.sq.available(seg) {
+                Ok(n) => n as usize,
+                Err(_) => {
+                    rt.broken = true;
+                    self.counters.sq_corrupt += 1;
+                    let _ = host.engine.modify_to_err(qpn);
+                    continue;
+                }
+            };
+            for _ in 0..n.min(SQ_BUDGET) {
+                let wqe = rt.sq.peek(seg);
+                let status = match wqe.to_wr() {
+                    Err(_) => {
+                        let _ = host.engine.modify_to_err(qpn);
+                        Some(WcStatus::LocQpOpErr)
+                    }
+                    Ok(wr) => match host.engine.post_send(qpn, wr, now) {
+                        Ok(()) => {
+                            self.counters.wqes_posted += 1;
+                            None
+                        }
+                        Err(RcError::SendQueueFull(_)) => break,
+                        Err(RcError::TooLong(_)) => {
+                            let _ = host.engine.modify_to_err(qpn);
+                            Some(WcStatus::LocLenErr)
+                        }
+                        Err(RcError::WrongState {
+                            state: transport::rc::QpState::Err,
+                            ..
+                        }) => Some(WcStatus::WrFlushErr),
+                        Err(_) => Some(WcStatus::LocQpOpErr),
+                    },
+                };
+                rt.sq.advance(seg);
+                moved = true;
+                if let Some(st) = status {
+                    self.counters.wqe_errors += 1;
+                    let c = transport::rc::Cqe {
+                        wr_id: wqe.wr_id,
+                        qpn,
+                        status: st,
+                        opcode: if wqe.opcode == abi::wqe_op::RDMA_READ {
+                            WcOpcode::RdmaRead
+                        } else {
+                            WcOpcode::RdmaWrite
+                        },
+                        byte_len: 0,
+                    };
+                    errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
+                }
+            }
+        }
+        if !errors.is_empty() {
+            // Completions the engine already has (flushes of older WRs)
+            // go first: a QP's completions stay in post order.
+            self.deliver_completions(h);
+            for (app, cq, c) in errors {
+                self.push_cqe(app, cq, c);
+            }
+        }
+        moved
+    }
+
+    /// Routes the engine's completions to the owners' CQ rings and moves
+    /// held-back CQEs into rings that have room again.
+    fn deliver_completions(&mut self, h: usize) -> bool {
+        let mut moved = false;
+        while let Some(c) = self.hosts[h].engine.poll_completion() {
+            moved = true;
+            let Some(rt) = self.hosts[h].qps.get(&c.qpn) else {
+                continue;
+            };
+            let (app, cq) = (rt.app, rt.cq);
+            self.push_cqe(app, cq, abi::Cqe::from_rc(&c));
+        }
+        for app in self.apps.values_mut().filter(|a| a.host == h) {
+            for cq in app.cqs.values_mut().filter(|c| !c.backlog.is_empty()) {
+                moved |= drain_backlog(cq, &app.seg, &mut self.counters);
+            }
+        }
+        moved
+    }
+
+    fn push_cqe(&mut self, app: ConnId, cq: u32, c: abi::Cqe) {
+        let Some(a) = self.apps.get_mut(&app) else {
+            return;
+        };
+        let Some(q) = a.cqs.get_mut(&cq) else {
+            return;
+        };
+        q.backlog.push_back(c);
+        drain_backlog(q, &a.seg, &mut self.counters);
+        if q.backlog.len() > CQ_BACKLOG {
+            // The application does not poll: stop its QPs on this CQ.
+            self.counters.cq_overruns += q.backlog.len() as u64;
+            q.backlog.clear();
+            let host = a.host;
+            let qps: Vec<Qpn> = self.hosts[host]
+                .qps
+                .iter()
+                .filter(|(_, r)| r.app == app && r.cq == cq)
+                .map(|(&q, _)| q)
+                .collect();
+            for qpn in qps {
+                let _ = self.hosts[host].engine.modify_to_err(qpn);
+            }
+        }
+    }
+
+    /// Counters of every port, engine and QP, and of the service.
+    pub fn snapshot(&self) -> crate::stats::Snapshot {
+        let mut s = crate::stats::Snapshot {
+            at_ns: self.clock.now_ns(),
+            ..Default::default()
+        };
+        for (i, h) in self.hosts.iter().enumerate() {
+            let mut qpns: Vec<Qpn> = h.qps.keys().copied().collect();
+            qpns.sort_unstable();
+            s.add_host(i, h.port.id, h.port.stats(), &h.engine, &qpns);
+        }
+        let mut c = self.counters.clone();
+        c.apps = self.apps.len() as u64;
+        c.qps = self.hosts.iter().map(|h| h.qps.len() as u64).sum();
+        c.mrs = self.apps.values().map(|a| a.mrs.len() as u64).sum();
+        c.cqs = self.apps.values().map(|a| a.cqs.len() as u64).sum();
+        s.service = Some(c);
+        s
+    }
+
+    /// Mbufs of the pool in use.
+    pub fn mbufs_in_use(&self) -> u32 {
+        self.pool.in_use()
+    }
+
+    /// Releases everything an application held: its QPs go to ERR and
+    /// are destroyed (their peers see retry errors), its regions are
+    /// deregistered, its CQs and segment freed.
+    fn close_app(&mut self, conn: ConnId) {
+        let Some(app) = self.apps.remove(&conn) else {
+            return;
+        };
+        self.counters.apps_closed += 1;
+        let host = &mut self.hosts[app.host];
+        for qpn in &app.qps {
+            let _ = host.engine.modify_to_err(*qpn);
+            let _ = host.engine.destroy_qp(*qpn);
+            host.qps.remove(qpn);
+        }
+        for lkey in app.mrs.keys() {
+            let _ = host.engine.deregister_mr(*lkey);
+        }
+        // Flushed completions of the destroyed QPs have no CQ left.
+        self.deliver_completions(app.host);
+        self.hosts[app.host].engine.mem_mut().detach(app.slot);
+    }
+}
+
+/// Moves held-back CQEs into the ring while it has room; signals the
+/// application's eventfd if it asked to be woken.
+fn drain_backlog(q: &mut CqRt, seg: &Segment, counters: &mut ServiceCounters) -> bool {
+    let mut moved = false;
+    while let Some(c) = q.backlog.front() {
+        match q.ring.push(seg, c) {
+            Ok(true) => {
+                q.backlog.pop_front();
+                counters.cqes_delivered += 1;
+                moved = true;
+            }
+            // Full, or the application scribbled the consumer index:
+            // hold the CQEs until it reads (or overruns).
+            Ok(false) | Err(_) => break,
+        }
+    }
+    if moved && q.ring.take_armed(seg) {
+        let _ = q.event.write(1);
+    }
+    moved
+}
+
+/// Asks the daemon serving on `socket` for its counters.
+pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, String> {
+    use verbs::proto::{self, Reply, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    proto::send_message(
+        &mut s,
+        &RequestMsg {
+            v: PROTOCOL_VERSION,
+            id: 1,
+            req: Request::Stats,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let r: ReplyMsg = proto::read_message(&mut s).map_err(|e| e.to_string())?;
+    match r.result {
+        Ok(Reply::Stats { json }) => serde_json::from_str(&json).map_err(|e| e.to_string()),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}

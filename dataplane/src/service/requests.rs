@@ -1,0 +1,503 @@
+//! The control path: one function per request of the protocol
+//! (`verbs::proto::Request`), each answering a reply or a typed error that
+//! names the bad value. Requests only touch the requesting application's
+//! own objects; handles of other applications are unknown to it.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
+use transport::mr::Access;
+use transport::rc::{PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use verbs::proto::{
+    DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
+};
+use verbs::shm::Segment;
+
+use super::alloc::SegmentAlloc;
+use super::control::ConnId;
+use super::memory::AppMemory;
+use super::{App, CqRt, QpRt, Service};
+
+type Answer = Result<(Reply, Vec<OwnedFd>), ErrorReply>;
+
+fn err(kind: ErrorKind, msg: impl Into<String>) -> ErrorReply {
+    ErrorReply::new(kind, msg)
+}
+
+fn done(r: Reply) -> Answer {
+    Ok((r, Vec::new()))
+}
+
+/// Smallest segment an application may ask for.
+const MIN_SHM: u64 = 1 << 20;
+/// Deepest SQ or CQ ring.
+const MAX_DEPTH: u32 = 1 << 14;
+
+fn depth_ok(what: &str, d: u32) -> Result<(), ErrorReply> {
+    if !d.is_power_of_two() || d > MAX_DEPTH {
+        return Err(err(
+            ErrorKind::InvalidArgument,
+            format!("{what} depth {d} is not a power of two in 1..={MAX_DEPTH}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Service {
+    pub(super) fn handle(&mut self, conn: ConnId, req: Request) -> Answer {
+        if let Request::OpenDevice {
+            abi_version,
+            device,
+            shm_bytes,
+        } = req
+        {
+            return self.open_device(conn, abi_version, &device, shm_bytes);
+        }
+        if let Request::Stats = req {
+            let json = serde_json::to_string(&self.snapshot())
+                .map_err(|e| err(ErrorKind::Malformed, e.to_string()))?;
+            return done(Reply::Stats { json });
+        }
+        if !self.apps.contains_key(&conn) {
+            return Err(err(
+                ErrorKind::NotOpen,
+                "open a device (OpenDevice) before any other request",
+            ));
+        }
+        match req {
+            Request::OpenDevice { .. } | Request::Stats => unreachable!("handled above"),
+            Request::AllocPd => {
+                let pd = self.next_pd;
+                self.next_pd = self.next_pd.wrapping_add(1).max(1);
+                self.app(conn).pds.push(pd);
+                done(Reply::Pd { pd })
+            }
+            Request::DeallocPd { pd } => self.dealloc_pd(conn, pd),
+            Request::RegMr { pd, len, access } => self.reg_mr(conn, pd, len, access),
+            Request::DeregMr { lkey } => self.dereg_mr(conn, lkey),
+            Request::CreateCq { depth } => self.create_cq(conn, depth),
+            Request::DestroyCq { cq } => self.destroy_cq(conn, cq),
+            Request::CreateQp { pd, cq, depth } => self.create_qp(conn, pd, cq, depth),
+            Request::ModifyQp { qpn, modify } => self.modify_qp(conn, qpn, modify),
+            Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
+            Request::QueryQp { qpn } => self.query_qp(conn, qpn),
+            Request::QueryPort => {
+                let host = self.app(conn).host;
+                let h = &self.hosts[host];
+                let st = h.port.stats();
+                done(Reply::PortInfo(PortInfo {
+                    link_up: h.port.link_up(),
+                    rx_packets: st.ipackets,
+                    tx_packets: st.opackets,
+                    rx_bytes: st.ibytes,
+                    tx_bytes: st.obytes,
+                }))
+            }
+        }
+    }
+
+    fn app(&mut self, conn: ConnId) -> &mut App {
+        self.apps.get_mut(&conn).expect("checked by handle")
+    }
+
+    fn open_device(&mut self, conn: ConnId, abi_version: u32, name: &str, bytes: u64) -> Answer {
+        if abi_version != ABI_VERSION {
+            return Err(err(
+                ErrorKind::Version,
+                format!("shared-memory ABI {abi_version} (this daemon has {ABI_VERSION})"),
+            ));
+        }
+        if self.apps.contains_key(&conn) {
+            return Err(err(
+                ErrorKind::AlreadyOpen,
+                "this connection has a device open",
+            ));
+        }
+        let Some(host) = self.hosts.iter().position(|h| h.spec.name == name) else {
+            let names: Vec<&str> = self.hosts.iter().map(|h| h.spec.name.as_str()).collect();
+            return Err(err(
+                ErrorKind::NoSuchDevice,
+                format!("no device {name:?} (this daemon has {names:?})"),
+            ));
+        };
+        if bytes < MIN_SHM || bytes > self.cfg.max_shm_bytes {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "shm_bytes {bytes} outside {MIN_SHM}..={} (max_shm_bytes in the config)",
+                    self.cfg.max_shm_bytes
+                ),
+            ));
+        }
+        let (seg, fd) = Segment::create(&format!("rnic-app-{conn}"), bytes, self.cfg.hugepages)
+            .map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
+        let seg = Arc::new(seg);
+        let h = &mut self.hosts[host];
+        let slot = h.engine.mem_mut().attach(seg.clone());
+        let info = DeviceInfo {
+            abi_version: ABI_VERSION,
+            name: name.to_string(),
+            ip: h.spec.ip,
+            mac: h.spec.mac.0,
+            max_mtu: self.cfg.max_mtu.bytes(),
+            shm_bytes: seg.len() as u64,
+            hugepages: seg.hugepages(),
+        };
+        self.apps.insert(
+            conn,
+            App {
+                host,
+                slot,
+                alloc: SegmentAlloc::new(seg.len() as u64),
+                seg,
+                pds: Vec::new(),
+                mrs: HashMap::new(),
+                cqs: HashMap::new(),
+                qps: Vec::new(),
+                next_cq: 1,
+            },
+        );
+        self.counters.apps_opened += 1;
+        Ok((Reply::DeviceOpened(info), vec![fd]))
+    }
+
+    fn own_pd(&mut self, conn: ConnId, pd: u32) -> Result<(), ErrorReply> {
+        if self.app(conn).pds.contains(&pd) {
+            Ok(())
+        } else {
+            Err(err(
+                ErrorKind::NoSuchPd,
+                format!("no PD {pd} on this device"),
+            ))
+        }
+    }
+
+    fn dealloc_pd(&mut self, conn: ConnId, pd: u32) -> Answer {
+        self.own_pd(conn, pd)?;
+        let host = self.app(conn).host;
+        let used_by_qp = self.hosts[host]
+            .qps
+            .values()
+            .any(|q| q.app == conn && q.pd == pd);
+        let a = self.app(conn);
+        if used_by_qp || a.mrs.values().any(|m| m.0 == pd) {
+            return Err(err(
+                ErrorKind::Busy,
+                format!("PD {pd} still has memory regions or QPs"),
+            ));
+        }
+        a.pds.retain(|&p| p != pd);
+        done(Reply::Done)
+    }
+
+    fn reg_mr(&mut self, conn: ConnId, pd: u32, len: u64, access: MrAccess) -> Answer {
+        self.own_pd(conn, pd)?;
+        let a = self.app(conn);
+        if len == 0 || len > a.seg.len() as u64 {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "region of {len} bytes (1..={} fits the segment)",
+                    a.seg.len()
+                ),
+            ));
+        }
+        let Some(off) = a.alloc.alloc(len) else {
+            return Err(err(
+                ErrorKind::NoSpace,
+                format!(
+                    "no {len} bytes left in the segment ({} free)",
+                    a.alloc.free_bytes()
+                ),
+            ));
+        };
+        // A reused block may hold an earlier region's bytes.
+        a.seg.write(off as usize, &vec![0u8; len as usize]);
+        let (host, slot) = (a.host, a.slot);
+        let va = AppMemory::va(slot, off);
+        let keys = self.hosts[host].engine.register_mr_in(
+            pd,
+            va,
+            len,
+            Access {
+                local_write: access.local_write,
+                remote_write: access.remote_write,
+                remote_read: access.remote_read,
+            },
+        );
+        let a = self.app(conn);
+        match keys {
+            Ok(k) => {
+                a.mrs.insert(k.lkey, (pd, off, len));
+                done(Reply::Mr {
+                    lkey: k.lkey,
+                    rkey: k.rkey,
+                    va,
+                    offset: off,
+                    len,
+                })
+            }
+            Err(e) => {
+                a.alloc.release(off, len);
+                Err(err(ErrorKind::NoSpace, e.to_string()))
+            }
+        }
+    }
+
+    fn dereg_mr(&mut self, conn: ConnId, lkey: u32) -> Answer {
+        let a = self.app(conn);
+        let Some((_, off, len)) = a.mrs.remove(&lkey) else {
+            return Err(err(
+                ErrorKind::NoSuchMr,
+                format!("no region with L_Key {lkey:#x}"),
+            ));
+        };
+        a.alloc.release(off, len);
+        let host = a.host;
+        let _ = self.hosts[host].engine.deregister_mr(lkey);
+        done(Reply::Done)
+    }
+
+    fn create_cq(&mut self, conn: ConnId, depth: u32) -> Answer {
+        depth_ok("CQ", depth)?;
+        let a = self.app(conn);
+        let bytes = RingLayout::bytes(depth, std::mem::size_of::<abi::Cqe>()) as u64;
+        let off = a.alloc.alloc(bytes).ok_or_else(|| {
+            err(
+                ErrorKind::NoSpace,
+                format!("no {bytes} bytes left for a CQ of {depth}"),
+            )
+        })?;
+        a.seg.write(off as usize, &vec![0u8; bytes as usize]);
+        let layout = RingLayout::new(off as usize, depth, std::mem::size_of::<abi::Cqe>())
+            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        let event = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(|e| err(ErrorKind::NoSpace, format!("eventfd: {e}")))?;
+        let theirs: OwnedFd = event
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| err(ErrorKind::NoSpace, format!("dup: {e}")))?;
+        let cq = a.next_cq;
+        a.next_cq += 1;
+        a.cqs.insert(
+            cq,
+            CqRt {
+                ring: Producer::new(layout),
+                event,
+                backlog: VecDeque::new(),
+                block: (off, bytes),
+                qps: 0,
+            },
+        );
+        Ok((
+            Reply::Cq {
+                cq,
+                offset: off,
+                depth,
+            },
+            vec![theirs],
+        ))
+    }
+
+    fn destroy_cq(&mut self, conn: ConnId, cq: u32) -> Answer {
+        let a = self.app(conn);
+        match a.cqs.get(&cq) {
+            None => Err(err(
+                ErrorKind::NoSuchCq,
+                format!("no CQ {cq} on this device"),
+            )),
+            Some(c) if c.qps > 0 => Err(err(
+                ErrorKind::Busy,
+                format!("CQ {cq} still serves {} QPs", c.qps),
+            )),
+            Some(_) => {
+                let c = a.cqs.remove(&cq).expect("present");
+                a.alloc.release(c.block.0, c.block.1);
+                done(Reply::Done)
+            }
+        }
+    }
+
+    fn create_qp(&mut self, conn: ConnId, pd: u32, cq: u32, depth: u32) -> Answer {
+        self.own_pd(conn, pd)?;
+        depth_ok("send queue", depth)?;
+        let a = self.app(conn);
+        if !a.cqs.contains_key(&cq) {
+            return Err(err(
+                ErrorKind::NoSuchCq,
+                format!("no CQ {cq} on this device"),
+            ));
+        }
+        let bytes = RingLayout::bytes(depth, std::mem::size_of::<abi::Wqe>()) as u64;
+        let off = a.alloc.alloc(bytes).ok_or_else(|| {
+            err(
+                ErrorKind::NoSpace,
+                format!("no {bytes} bytes left for an SQ of {depth}"),
+            )
+        })?;
+        a.seg.write(off as usize, &vec![0u8; bytes as usize]);
+        let layout = RingLayout::new(off as usize, depth, std::mem::size_of::<abi::Wqe>())
+            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        let host = a.host;
+        let now = self.clock.now_ns();
+        let qpn = match self.hosts[host]
+            .engine
+            .create_qp_in(pd, depth as usize, now)
+        {
+            Ok(q) => q,
+            Err(e) => {
+                self.app(conn).alloc.release(off, bytes);
+                return Err(err(ErrorKind::NoSpace, e.to_string()));
+            }
+        };
+        let a = self.app(conn);
+        a.qps.push(qpn);
+        a.cqs.get_mut(&cq).expect("checked").qps += 1;
+        self.hosts[host].qps.insert(
+            qpn,
+            QpRt {
+                app: conn,
+                cq,
+                pd,
+                sq: Consumer::new(layout),
+                ring: (off, bytes),
+                broken: false,
+            },
+        );
+        done(Reply::Qp {
+            qpn,
+            sq_offset: off,
+            depth,
+        })
+    }
+
+    fn own_qp(&mut self, conn: ConnId, qpn: Qpn) -> Result<usize, ErrorReply> {
+        let a = self.app(conn);
+        if a.qps.contains(&qpn) {
+            Ok(a.host)
+        } else {
+            Err(err(
+                ErrorKind::NoSuchQp,
+                format!("no QP {qpn:#x} on this device"),
+            ))
+        }
+    }
+
+    fn modify_qp(&mut self, conn: ConnId, qpn: Qpn, m: Modify) -> Answer {
+        let host = self.own_qp(conn, qpn)?;
+        let bad = |e: transport::rc::RcError| err(ErrorKind::InvalidArgument, e.to_string());
+        let r = match m {
+            Modify::Init {
+                remote_write,
+                remote_read,
+            } => self.hosts[host].engine.modify_to_init(
+                qpn,
+                QpAccess {
+                    remote_write,
+                    remote_read,
+                },
+            ),
+            Modify::Rtr {
+                mtu,
+                dest_qpn,
+                dest_ip,
+                rq_psn,
+                max_dest_rd_atomic,
+            } => {
+                let path_mtu = PathMtu::from_bytes(mtu)
+                    .filter(|m| m.bytes() <= self.cfg.max_mtu.bytes())
+                    .ok_or_else(|| {
+                        err(
+                            ErrorKind::InvalidArgument,
+                            format!(
+                                "mtu {mtu} is not 256, 512, 1024, 2048 or 4096 up to the port's {}",
+                                self.cfg.max_mtu.bytes()
+                            ),
+                        )
+                    })?;
+                let dest_mac = self.neighbour(dest_ip).ok_or_else(|| {
+                    err(
+                        ErrorKind::InvalidArgument,
+                        format!("no neighbour {dest_ip} (peer MACs come from the config)"),
+                    )
+                })?;
+                self.hosts[host].engine.modify_to_rtr(
+                    qpn,
+                    RtrAttr {
+                        path_mtu,
+                        dest_qpn,
+                        dest_mac,
+                        dest_ip,
+                        rq_psn,
+                        max_dest_rd_atomic,
+                    },
+                )
+            }
+            Modify::Rts {
+                sq_psn,
+                timeout,
+                retry_cnt,
+                rnr_retry,
+                max_rd_atomic,
+            } => self.hosts[host].engine.modify_to_rts(
+                qpn,
+                RtsAttr {
+                    sq_psn,
+                    timeout,
+                    retry_cnt,
+                    rnr_retry,
+                    max_rd_atomic,
+                },
+            ),
+            Modify::Err => self.hosts[host].engine.modify_to_err(qpn),
+        };
+        r.map_err(bad)?;
+        done(Reply::Done)
+    }
+
+    /// The MAC of a host address: the daemon's own hosts (the static
+    /// neighbour table of the testbed).
+    fn neighbour(&self, ip: std::net::Ipv4Addr) -> Option<transport::wire::MacAddr> {
+        self.hosts
+            .iter()
+            .find(|h| h.spec.ip == ip)
+            .map(|h| h.spec.mac)
+    }
+
+    fn destroy_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
+        let host = self.own_qp(conn, qpn)?;
+        let _ = self.hosts[host].engine.destroy_qp(qpn);
+        let rt = self.hosts[host].qps.remove(&qpn);
+        let a = self.app(conn);
+        a.qps.retain(|&q| q != qpn);
+        if let Some(rt) = rt {
+            a.alloc.release(rt.ring.0, rt.ring.1);
+            if let Some(c) = a.cqs.get_mut(&rt.cq) {
+                c.qps -= 1;
+            }
+        }
+        done(Reply::Done)
+    }
+
+    fn query_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
+        let host = self.own_qp(conn, qpn)?;
+        let e = &self.hosts[host].engine;
+        let bad = |e: transport::rc::RcError| err(ErrorKind::NoSuchQp, e.to_string());
+        let k = e.qp_counters(qpn).map_err(bad)?;
+        let (w, r) = e.qp_cc(qpn).map_err(bad)?;
+        let state = e.qp_state(qpn).map_err(bad)?;
+        done(Reply::QpInfo(QpInfo {
+            qpn,
+            state: format!("{state:?}").to_uppercase(),
+            tx_packets: k.tx_packets,
+            rx_packets: k.rx_packets,
+            retransmits: k.retransmitted,
+            timeouts: k.timeouts,
+            window_bytes: w,
+            rate_bps: r,
+        }))
+    }
+}
