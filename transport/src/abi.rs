@@ -234,11 +234,13 @@ impl RingLayout {
         RING_HEADER + capacity as usize * slot
     }
 
-    fn prod(&self) -> usize {
+    /// Offset of the producer index.
+    pub fn prod(&self) -> usize {
         self.offset
     }
 
-    fn cons(&self) -> usize {
+    /// Offset of the consumer index.
+    pub fn cons(&self) -> usize {
         self.offset + CACHE_LINE
     }
 

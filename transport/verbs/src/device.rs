@@ -552,6 +552,12 @@ impl PreparedQp {
         }
     }
 
+    /// The QP before it is connected (in INIT): posting to it completes
+    /// with LOC_QP_OP_ERR.
+    pub fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
     /// INIT -> RTR -> RTS towards `remote`.
     pub fn connect(self, remote: &Endpoint) -> Result<Qp> {
         self.qp.modify(Modify::Rtr {
@@ -680,6 +686,16 @@ impl Qp {
         sq.write(seg, wqe);
         sq.publish(seg);
         Ok(())
+    }
+
+    /// Overwrites the send ring's producer index with `v`, as a broken or
+    /// hostile application might (tests of the daemon's validation only:
+    /// the daemon moves the QP to ERR).
+    #[doc(hidden)]
+    pub fn scribble_sq_index(&self, v: u32) {
+        use transport::abi::SharedMem;
+        let sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        self.dev.inner.seg.store_release(sq.layout().prod(), v);
     }
 
     /// RDMA WRITE of `local` to the peer's `remote.va + remote_offset`.

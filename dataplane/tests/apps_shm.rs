@@ -1,0 +1,587 @@
+//! Applications in separate processes against the daemon on the loopback
+//! testbed (`dataplane --serve`, net_ring ports, no hugepages).
+//!
+//! This test binary is also the applications: run with `--role NAME` it
+//! plays one (see `role`). The orchestrating run starts the daemon, then:
+//!
+//! 1. two apps (rnic0 and rnic1) WRITE and READ 0 B .. 1 MiB, every byte
+//!    checked by the side that did not move it;
+//! 2. an app that posts garbage WQEs (unknown L_Key, another app's L_Key
+//!    and R_Key, out-of-range buffer, unknown opcode, QP not in RTS,
+//!    random bytes, a scribbled ring index) gets error CQEs while a second
+//!    pair's traffic keeps flowing and verifying;
+//! 3. an app killed with SIGKILL mid-transfer: its peer sees errors, the
+//!    daemon releases its resources (apps, QPs, regions, CQs back to zero)
+//!    and serves a new pair;
+//! 4. SIGTERM stops the daemon cleanly.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use verbs::oob::Session;
+use verbs::{poll_one, Completion, Cq, Device, LocalBuf, Mr, MrAccess, Qp, RemoteMr, WcStatus};
+
+const ALL: MrAccess = MrAccess {
+    local_write: true,
+    remote_write: true,
+    remote_read: true,
+};
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|k| (k as u8).wrapping_mul(29) ^ seed)
+        .collect()
+}
+
+struct Args {
+    role: String,
+    socket: PathBuf,
+    addr: String,
+    extra: Vec<String>,
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// One side of a connected pair: device, PD, region, CQ, QP and the
+/// peer's region.
+struct Side {
+    // Drop order: QP, region and CQ before their PD and device.
+    qp: Qp,
+    mr: Mr,
+    cq: Cq,
+    _pd: verbs::Pd,
+    _dev: Device,
+    remote: RemoteMr,
+    session: Session,
+}
+
+fn side(a: &Args, device: &str, mr_bytes: u64, server: bool, timeout: (u8, u8)) -> Side {
+    let dev = Device::open_with(&a.socket, device, mr_bytes + (8 << 20)).expect("open device");
+    let pd = dev.alloc_pd().expect("PD");
+    let mr = pd.alloc_mr(mr_bytes, ALL).expect("MR");
+    let cq = dev.create_cq(256).expect("CQ");
+    let prepared = pd
+        .qp_builder(&cq)
+        .timeout(timeout.0, timeout.1)
+        .build()
+        .expect("QP");
+    let mut mine = prepared.endpoint();
+    mine.mr = Some(mr.remote());
+    let mut session = if server {
+        Session::accept(&TcpListener::bind(&a.addr).expect("listen")).expect("accept")
+    } else {
+        Session::connect(a.addr.as_str(), Duration::from_secs(60)).expect("connect")
+    };
+    let peer = session.exchange(&mine).expect("exchange");
+    let qp = prepared.connect(&peer).expect("connect QP");
+    Side {
+        _pd: pd,
+        _dev: dev,
+        mr,
+        cq,
+        qp,
+        remote: peer.mr.expect("peer region"),
+        session,
+    }
+}
+
+fn wait_ok(cq: &Cq, what: &str) -> Completion {
+    let c = poll_one(cq, Duration::from_secs(60))
+        .expect("poll")
+        .unwrap_or_else(|| panic!("{what}: no completion in 60 s"));
+    assert_eq!(c.status, WcStatus::Success, "{what}");
+    c
+}
+
+/// Client of phase 1 and 3: WRITE each size into the server's region (the
+/// server checks it), READ it back into our second half and check it.
+fn exchange_client(a: &Args, sizes: &[u32]) {
+    let max = u64::from(*sizes.iter().max().unwrap()).max(1);
+    let mut s = side(a, "rnic0", 2 * max, false, (14, 7));
+    for (i, &len) in sizes.iter().enumerate() {
+        let n = len as usize;
+        s.mr.as_mut_slice()[..n].copy_from_slice(&pattern(n, i as u8));
+        s.qp.post_write(LocalBuf::of(&s.mr, 0, len), &s.remote, 0, i as u64, true)
+            .unwrap();
+        wait_ok(&s.cq, &format!("WRITE {len}"));
+        assert_eq!(s.session.sync("written").unwrap(), "wait");
+        assert_eq!(
+            s.session.sync("check?").unwrap(),
+            "ok",
+            "server check of {len}"
+        );
+        s.qp.post_read(LocalBuf::of(&s.mr, max, len), &s.remote, 0, i as u64, true)
+            .unwrap();
+        wait_ok(&s.cq, &format!("READ {len}"));
+        let m = max as usize;
+        assert!(
+            s.mr.as_slice()[m..m + n] == pattern(n, i as u8)[..],
+            "READ of {len} B: bytes differ"
+        );
+        println!("client: {len} B WRITE and READ verified");
+    }
+    s.session.sync("bye").unwrap();
+}
+
+fn exchange_server(a: &Args, sizes: &[u32]) {
+    let max = u64::from(*sizes.iter().max().unwrap()).max(1);
+    let s = side(a, "rnic1", 2 * max, true, (14, 7));
+    let mut session = s.session;
+    for (i, &len) in sizes.iter().enumerate() {
+        assert_eq!(session.sync("wait").unwrap(), "written");
+        let n = len as usize;
+        let ok = s.mr.as_slice()[..n] == pattern(n, i as u8)[..];
+        session.sync(if ok { "ok" } else { "bad" }).unwrap();
+        assert!(ok, "WRITE of {len} B: bytes differ at the server");
+    }
+    session.sync("bye").unwrap();
+}
+
+/// Phase 2's steady pair: WRITE + READ of 4 KiB, each READ checked,
+/// until the orchestrator creates the stop file (the garbage app is done);
+/// prints progress so the orchestrator knows it is flowing.
+fn steady_client(a: &Args) {
+    let stop = PathBuf::from(arg(&a.extra, "--stop-file").expect("--stop-file"));
+    let mut s = side(a, "rnic0", 8192, false, (14, 7));
+    let mut r = 0u32;
+    while !stop.exists() {
+        let p = pattern(4096, r as u8);
+        s.mr.as_mut_slice()[..4096].copy_from_slice(&p);
+        s.qp.post_write(LocalBuf::of(&s.mr, 0, 4096), &s.remote, 0, 1, true)
+            .unwrap();
+        wait_ok(&s.cq, "steady WRITE");
+        s.qp.post_read(LocalBuf::of(&s.mr, 4096, 4096), &s.remote, 0, 2, true)
+            .unwrap();
+        wait_ok(&s.cq, "steady READ");
+        assert!(
+            s.mr.as_slice()[4096..] == p[..],
+            "steady round {r}: bytes differ"
+        );
+        if r == 0 {
+            println!("steady: flowing");
+        }
+        r += 1;
+    }
+    println!("steady: {r} rounds verified while the garbage app ran");
+    s.session.sync("bye").unwrap();
+}
+
+fn steady_server(a: &Args) {
+    let mut s = side(a, "rnic1", 8192, true, (14, 7));
+    // Print the region's keys for the garbage app to try.
+    println!("keys lkey={} rkey={} va={}", s.mr.lkey, s.mr.rkey, s.mr.va);
+    s.session.sync("bye").unwrap();
+}
+
+/// Phase 2's hostile app: two devices in one process (rnic0 and rnic1),
+/// a QP pair per case, every bad WQE answered by an error CQE.
+fn garbage(a: &Args) {
+    let victim_lkey: u32 = arg(&a.extra, "--victim-lkey").unwrap().parse().unwrap();
+    let victim_rkey: u32 = arg(&a.extra, "--victim-rkey").unwrap().parse().unwrap();
+    let victim_va: u64 = arg(&a.extra, "--victim-va").unwrap().parse().unwrap();
+    let d0 = Device::open_with(&a.socket, "rnic0", 8 << 20).unwrap();
+    let d1 = Device::open_with(&a.socket, "rnic1", 8 << 20).unwrap();
+    let pd0 = d0.alloc_pd().unwrap();
+    let pd1 = d1.alloc_pd().unwrap();
+    let mr0 = pd0.alloc_mr(4096, ALL).unwrap();
+    let mr1 = pd1.alloc_mr(4096, ALL).unwrap();
+    let cq0 = d0.create_cq(1024).unwrap();
+    let cq1 = d1.create_cq(1024).unwrap();
+    let pair = || -> (Qp, Qp) {
+        let p0 = pd0.qp_builder(&cq0).timeout(8, 1).build().unwrap();
+        let p1 = pd1.qp_builder(&cq1).timeout(8, 1).build().unwrap();
+        let (e0, e1) = (p0.endpoint(), p1.endpoint());
+        (p0.connect(&e1).unwrap(), p1.connect(&e0).unwrap())
+    };
+    let expect = |what: &str, want: WcStatus| {
+        let c = poll_one(&cq0, Duration::from_secs(30))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{what}: no CQE"));
+        assert_eq!(c.status, want, "{what}");
+        println!("garbage: {what} -> {:?}", c.status);
+    };
+    let wqe = |op: u8, lkey: u32, va: u64, len: u32, rkey: u32, rva: u64| transport::abi::Wqe {
+        wr_id: 77,
+        local_va: va,
+        remote_va: rva,
+        lkey,
+        rkey,
+        len,
+        imm: 0,
+        opcode: op,
+        flags: transport::abi::WQE_SIGNALED,
+        _reserved: [0; 22],
+    };
+    use transport::abi::wqe_op::{RDMA_READ, RDMA_WRITE};
+    let mine = mr1.remote();
+    let cases: [(&str, transport::abi::Wqe, WcStatus); 5] = [
+        (
+            "unknown L_Key",
+            wqe(RDMA_WRITE, 0x00ab_cdef, mr0.va, 64, mine.rkey, mine.va),
+            WcStatus::LocProtErr,
+        ),
+        (
+            "another app's L_Key",
+            wqe(RDMA_WRITE, victim_lkey, victim_va, 64, mine.rkey, mine.va),
+            WcStatus::LocProtErr,
+        ),
+        (
+            "buffer outside the region",
+            wqe(RDMA_READ, mr0.lkey, mr0.va + 4000, 200, mine.rkey, mine.va),
+            WcStatus::LocProtErr,
+        ),
+        (
+            "unknown opcode",
+            wqe(77, mr0.lkey, mr0.va, 64, mine.rkey, mine.va),
+            WcStatus::LocQpOpErr,
+        ),
+        (
+            "another app's R_Key",
+            wqe(RDMA_WRITE, mr0.lkey, mr0.va, 64, victim_rkey, victim_va),
+            WcStatus::RemAccessErr,
+        ),
+    ];
+    for (what, w, want) in cases {
+        let (q0, _q1) = pair();
+        q0.post_raw(&w).unwrap();
+        expect(what, want);
+        // The QP is in ERR now: the next WQE is flushed.
+        q0.post_raw(&wqe(RDMA_WRITE, mr0.lkey, mr0.va, 8, mine.rkey, mine.va))
+            .unwrap();
+        expect(&format!("{what}, then a good WQE"), WcStatus::WrFlushErr);
+    }
+    // RTR towards an address that is no neighbour is refused by name.
+    let p = pd0.qp_builder(&cq0).build().unwrap();
+    let r = p.connect(&verbs::Endpoint {
+        qpn: 1,
+        psn: 0,
+        ip: "10.9.9.9".parse().unwrap(),
+        mr: None,
+    });
+    let e = r.err().expect("RTR towards 10.9.9.9 refused");
+    assert_eq!(e.kind(), Some(verbs::ErrorKind::InvalidArgument), "{e}");
+    println!("garbage: RTR towards 10.9.9.9 -> {e}");
+    let q_init = pd0.qp_builder(&cq0).build().unwrap();
+    q_init
+        .qp()
+        .post_raw(&wqe(RDMA_WRITE, mr0.lkey, mr0.va, 8, mine.rkey, mine.va))
+        .unwrap();
+    expect("QP in INIT", WcStatus::LocQpOpErr);
+    // Random bytes as WQEs: each completes (with whatever error fits) and
+    // nothing else happens.
+    let (q0, _q1) = pair();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..64 {
+        let mut bytes = [0u8; 64];
+        for b in bytes.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let mut w: transport::abi::Wqe = bytemuck::cast(bytes);
+        w.flags &= 1;
+        let _ = q0.post_raw(&w);
+    }
+    let mut n = 0;
+    while let Some(c) = poll_one(&cq0, Duration::from_secs(1)).unwrap() {
+        assert_ne!(
+            c.status,
+            WcStatus::Success,
+            "random WQE {} succeeded",
+            c.wr_id
+        );
+        n += 1;
+    }
+    println!("garbage: {n} error CQEs for 64 random WQEs");
+    assert!(n >= 1);
+    // A scribbled producer index: the QP goes to ERR, nothing else.
+    let (q0, _q1) = pair();
+    q0.scribble_sq_index(0xdead_beef);
+    std::thread::sleep(Duration::from_millis(50));
+    let st = q0.query().unwrap().state;
+    assert_eq!(st, "ERR", "scribbled SQ index");
+    println!("garbage: scribbled SQ index -> QP {st}");
+    assert!(d0.query_port().unwrap().link_up, "the port is still up");
+    println!("garbage: done");
+}
+
+/// Phase 3's victim: WRITEs 1 MiB messages forever, until killed.
+fn victim_client(a: &Args) {
+    let s = side(a, "rnic0", 1 << 20, false, (10, 3));
+    println!("victim: running");
+    let mut k = 0u64;
+    loop {
+        for _ in 0..4 {
+            let _ =
+                s.qp.post_write(LocalBuf::of(&s.mr, 0, 1 << 20), &s.remote, 0, k, true);
+            k += 1;
+        }
+        let mut out = [wait_dummy(); 8];
+        let _ = s.cq.poll(&mut out);
+    }
+}
+
+fn wait_dummy() -> Completion {
+    Completion {
+        wr_id: 0,
+        qpn: 0,
+        status: WcStatus::Success,
+        opcode: verbs::WcOpcode::RdmaWrite,
+        byte_len: 0,
+    }
+}
+
+/// Phase 3's peer: READs the victim's region in a loop; after the victim
+/// dies a READ must fail (retries run out), which it reports.
+fn victim_server(a: &Args) {
+    let s = side(a, "rnic1", 1 << 20, true, (10, 3));
+    let t0 = Instant::now();
+    loop {
+        s.qp.post_read(LocalBuf::of(&s.mr, 0, 65536), &s.remote, 0, 1, true)
+            .unwrap();
+        let c = poll_one(&s.cq, Duration::from_secs(60))
+            .unwrap()
+            .expect("a READ completion");
+        if c.status != WcStatus::Success {
+            println!(
+                "peer: READ failed with {:?} after the victim died",
+                c.status
+            );
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "victim never died");
+    }
+}
+
+fn role(a: Args) {
+    let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_536, 1 << 20];
+    match a.role.as_str() {
+        "client" => exchange_client(&a, &sizes),
+        "server" => exchange_server(&a, &sizes),
+        "small-client" => exchange_client(&a, &[64, 65_536]),
+        "small-server" => exchange_server(&a, &[64, 65_536]),
+        "steady-client" => steady_client(&a),
+        "steady-server" => steady_server(&a),
+        "garbage" => garbage(&a),
+        "victim-client" => victim_client(&a),
+        "victim-server" => victim_server(&a),
+        r => panic!("unknown role {r}"),
+    }
+}
+
+// ---------------------------------------------------------------------
+// The orchestrator.
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_daemon() -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rnic.sock");
+    let cfg = dir.path().join("loopback.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[eal]
+args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning"]
+[loopback]
+mem_bytes = 4096
+mtu = 1024
+sizes = []
+[service]
+socket = "{}"
+max_shm_bytes = 67108864
+hugepages = false
+"#,
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["--serve", "--file-prefix"])
+        .arg(format!("apps-shm-{}", std::process::id()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the daemon");
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "daemon did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Daemon {
+        child,
+        socket,
+        _dir: dir,
+    }
+}
+
+fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn app(socket: &Path, role: &str, addr: &str, extra: &[String]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--role", role, "--socket"])
+        .arg(socket)
+        .args(["--addr", addr])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {role}: {e}"))
+}
+
+/// Waits for an app; returns its output, panicking if it failed.
+fn finish(child: Child, role: &str) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    print!("{text}");
+    assert!(out.status.success(), "{role} failed: {:?}", out.status);
+    text
+}
+
+fn read_line_with(child: &mut Child, prefix: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "no {prefix:?} line");
+        if line.starts_with(prefix) {
+            return line.trim().to_string();
+        }
+    }
+}
+
+fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
+    dataplane::service::query_stats(socket)
+        .expect("stats over the socket")
+        .service
+        .expect("service counters")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(r) = arg(&args, "--role") {
+        role(Args {
+            role: r,
+            socket: arg(&args, "--socket").unwrap().into(),
+            addr: arg(&args, "--addr").unwrap(),
+            extra: args.clone(),
+        });
+        return;
+    }
+    let mut d = start_daemon();
+    let sock = d.socket.clone();
+
+    // 1. Two apps, WRITE and READ 0 B .. 1 MiB.
+    let addr = free_addr();
+    let s = app(&sock, "server", &addr, &[]);
+    let c = app(&sock, "client", &addr, &[]);
+    finish(c, "client");
+    finish(s, "server");
+    println!("ok: two apps WRITE and READ 0 B .. 1 MiB, bytes verified");
+
+    // 2. Garbage beside a steady pair.
+    let addr = free_addr();
+    let stop_file = d._dir.path().join("garbage-done");
+    let mut ss = app(&sock, "steady-server", &addr, &[]);
+    let mut sc = app(
+        &sock,
+        "steady-client",
+        &addr,
+        &["--stop-file".to_string(), stop_file.display().to_string()],
+    );
+    let keys = read_line_with(&mut ss, "keys ");
+    read_line_with(&mut sc, "steady: flowing");
+    let field = |k: &str| {
+        keys.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap()
+            .to_string()
+    };
+    let extra = [
+        "--victim-lkey".to_string(),
+        field("lkey="),
+        "--victim-rkey".to_string(),
+        field("rkey="),
+        "--victim-va".to_string(),
+        field("va="),
+    ];
+    let g = app(&sock, "garbage", &free_addr(), &extra);
+    let out = finish(g, "garbage");
+    assert!(out.contains("garbage: done"));
+    std::fs::write(&stop_file, b"").unwrap();
+    finish(sc, "steady-client");
+    finish(ss, "steady-server");
+    let st = stats(&sock);
+    assert!(st.wqe_errors >= 3 && st.sq_corrupt == 1, "{st:?}");
+    println!("ok: garbage WQEs got error CQEs while the steady pair kept flowing");
+
+    // 3. SIGKILL mid-transfer.
+    let addr = free_addr();
+    let vs = app(&sock, "victim-server", &addr, &[]);
+    let mut vc = app(&sock, "victim-client", &addr, &[]);
+    read_line_with(&mut vc, "victim: running");
+    std::thread::sleep(Duration::from_millis(300));
+    vc.kill().unwrap();
+    let _ = vc.wait();
+    let out = finish(vs, "victim-server");
+    assert!(out.contains("READ failed"), "the peer saw no error");
+    let t0 = Instant::now();
+    loop {
+        let st = stats(&sock);
+        if (st.apps, st.qps, st.mrs, st.cqs) == (0, 0, 0, 0) {
+            println!("ok: after SIGKILL every resource is released: {st:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "left behind: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addr = free_addr();
+    let s = app(&sock, "small-server", &addr, &[]);
+    let c = app(&sock, "small-client", &addr, &[]);
+    finish(c, "small-client");
+    finish(s, "small-server");
+    println!("ok: the daemon serves a new pair after the kill");
+
+    // 4. SIGTERM.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(d.child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let status = d.child.wait().unwrap();
+    print!("{out}");
+    assert!(status.success(), "daemon exit {status:?}");
+    assert!(out.contains("stopped: apps opened"), "{out}");
+    println!("ok: SIGTERM stops the daemon");
+}
