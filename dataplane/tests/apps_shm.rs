@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod daemon_util;
+use daemon_util::start_daemon;
+
 use verbs::oob::Session;
 use verbs::{poll_one, Completion, Cq, Device, LocalBuf, Mr, MrAccess, Qp, RemoteMr, WcStatus};
 
@@ -110,6 +113,11 @@ fn exchange_client(a: &Args, sizes: &[u32]) {
         s.mr.as_mut_slice()[..n].copy_from_slice(&pattern(n, i as u8));
         s.qp.post_write(LocalBuf::of(&s.mr, 0, len), &s.remote, 0, i as u64, true)
             .unwrap();
+        // Sleep on the CQ's eventfd instead of spinning.
+        assert!(
+            s.cq.wait(Duration::from_secs(60)).unwrap(),
+            "WRITE {len}: no wake-up"
+        );
         wait_ok(&s.cq, &format!("WRITE {len}"));
         assert_eq!(s.session.sync("written").unwrap(), "wait");
         assert_eq!(
@@ -324,18 +332,8 @@ fn victim_client(a: &Args) {
                 s.qp.post_write(LocalBuf::of(&s.mr, 0, 1 << 20), &s.remote, 0, k, true);
             k += 1;
         }
-        let mut out = [wait_dummy(); 8];
+        let mut out = [verbs::empty_completion(); 8];
         let _ = s.cq.poll(&mut out);
-    }
-}
-
-fn wait_dummy() -> Completion {
-    Completion {
-        wr_id: 0,
-        qpn: 0,
-        status: WcStatus::Success,
-        opcode: verbs::WcOpcode::RdmaWrite,
-        byte_len: 0,
     }
 }
 
@@ -379,64 +377,6 @@ fn role(a: Args) {
 
 // ---------------------------------------------------------------------
 // The orchestrator.
-
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_daemon() -> Daemon {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("rnic.sock");
-    let cfg = dir.path().join("loopback.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"[eal]
-args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning"]
-[loopback]
-mem_bytes = 4096
-mtu = 1024
-sizes = []
-[service]
-socket = "{}"
-max_shm_bytes = 67108864
-hugepages = false
-"#,
-            socket.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["--config"])
-        .arg(&cfg)
-        .args(["--serve", "--file-prefix"])
-        .arg(format!("apps-shm-{}", std::process::id()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the daemon");
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "daemon did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Daemon {
-        child,
-        socket,
-        _dir: dir,
-    }
-}
 
 fn free_addr() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -494,7 +434,7 @@ fn main() {
         });
         return;
     }
-    let mut d = start_daemon();
+    let mut d = start_daemon("apps-shm");
     let sock = d.socket.clone();
 
     // 1. Two apps, WRITE and READ 0 B .. 1 MiB.
@@ -507,7 +447,7 @@ fn main() {
 
     // 2. Garbage beside a steady pair.
     let addr = free_addr();
-    let stop_file = d._dir.path().join("garbage-done");
+    let stop_file = d.dir.path().join("garbage-done");
     let mut ss = app(&sock, "steady-server", &addr, &[]);
     let mut sc = app(
         &sock,

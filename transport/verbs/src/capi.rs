@@ -1,1 +1,468 @@
-//! C ABI (filled below).
+//! The C ABI (`include/rnic_verbs.h`): ibverbs-like names over the Rust
+//! API, for C applications linking `libverbs.so`.
+//!
+//! Objects are opaque pointers to boxed Rust handles. Functions returning a
+//! pointer return NULL on error, functions returning `int` return 0 or -1;
+//! `rnic_last_error()` gives the reason (per thread). Every pointer
+//! argument may be NULL (an error, never a crash); non-NULL pointers must be
+//! ones this library returned and not yet destroyed, as with ibverbs.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::net::Ipv4Addr;
+
+use crate::device::{Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, WorkRequest};
+use crate::proto::MrAccess;
+use transport::abi::{status_code, wqe_op};
+use transport::rc::{WcOpcode, WrOp};
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: impl std::fmt::Display) {
+    let c = CString::new(msg.to_string().replace('\0', " ")).expect("NULs replaced");
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Access flags of `rnic_reg_mr`.
+pub const RNIC_ACCESS_LOCAL_WRITE: c_int = 1;
+pub const RNIC_ACCESS_REMOTE_WRITE: c_int = 2;
+pub const RNIC_ACCESS_REMOTE_READ: c_int = 4;
+
+/// What a peer needs (C layout of [`Endpoint`] with its region).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RnicEndpoint {
+    pub qpn: u32,
+    pub psn: u32,
+    /// IPv4 address, most significant byte first (10.0.0.1 = 0x0a000001).
+    pub ip: u32,
+    pub rkey: u32,
+    pub va: u64,
+    pub len: u64,
+}
+
+/// One work request of `rnic_post_send`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RnicSendWr {
+    pub wr_id: u64,
+    /// RNIC_WR_RDMA_WRITE (1), RNIC_WR_RDMA_WRITE_WITH_IMM (2),
+    /// RNIC_WR_RDMA_READ (3).
+    pub opcode: c_int,
+    /// Non-zero: report success too.
+    pub signaled: c_int,
+    pub lkey: u32,
+    pub length: u32,
+    pub local_addr: u64,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub imm_data: u32,
+}
+
+/// A work completion.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RnicWc {
+    pub wr_id: u64,
+    pub qp_num: u32,
+    pub byte_len: u32,
+    /// RNIC_WC_SUCCESS (0) or an error (see the header).
+    pub status: c_int,
+    /// 1 = RDMA WRITE, 2 = RDMA READ.
+    pub opcode: c_int,
+}
+
+/// An opened device.
+pub struct RnicContext(Device);
+pub struct RnicPd(Pd);
+pub struct RnicMr(Mr);
+pub struct RnicCq(Cq);
+/// A QP: prepared (INIT) until `rnic_connect_qp`, then connected.
+pub enum RnicQp {
+    Prepared(PreparedQp),
+    Connected(Qp),
+    /// A failed connect left nothing usable.
+    Gone,
+}
+
+/// Borrows a C handle, or records an error.
+macro_rules! handle {
+    ($p:expr, $what:literal, $fail:expr) => {{
+        // SAFETY: the caller passes NULL or a pointer this library
+        // returned (a live Box), as the header's contract says; NULL is
+        // refused here.
+        match unsafe { $p.as_ref() } {
+            Some(h) => h,
+            None => {
+                set_error(concat!($what, " is NULL"));
+                return $fail;
+            }
+        }
+    }};
+}
+
+fn cstr<'a>(p: *const c_char, what: &str) -> Option<&'a str> {
+    if p.is_null() {
+        set_error(format!("{what} is NULL"));
+        return None;
+    }
+    // SAFETY: non-NULL, and the caller passes a NUL-terminated string.
+    match unsafe { CStr::from_ptr(p) }.to_str() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            set_error(format!("{what} is not UTF-8"));
+            None
+        }
+    }
+}
+
+fn boxed<T>(v: T) -> *mut T {
+    Box::into_raw(Box::new(v))
+}
+
+/// Frees a handle made by `boxed`.
+fn destroy<T>(p: *mut T) -> c_int {
+    if p.is_null() {
+        set_error("handle is NULL");
+        return -1;
+    }
+    // SAFETY: non-NULL and, by the contract, a live Box from `boxed`
+    // that the caller gives up.
+    drop(unsafe { Box::from_raw(p) });
+    0
+}
+
+/// The reason the last call on this thread failed ("" if none).
+#[no_mangle]
+pub extern "C" fn rnic_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// The ibverbs-style name of a completion status.
+#[no_mangle]
+pub extern "C" fn rnic_wc_status_str(status: c_int) -> *const c_char {
+    let s: &'static CStr = match status {
+        0 => c"SUCCESS",
+        1 => c"LOC_PROT_ERR",
+        2 => c"LOC_QP_OP_ERR",
+        3 => c"LOC_LEN_ERR",
+        4 => c"REM_INV_REQ_ERR",
+        5 => c"REM_ACCESS_ERR",
+        6 => c"REM_OP_ERR",
+        7 => c"RETRY_EXC_ERR",
+        8 => c"RNR_RETRY_EXC_ERR",
+        9 => c"WR_FLUSH_ERR",
+        _ => c"UNKNOWN",
+    };
+    s.as_ptr()
+}
+
+/// Opens device `name` of the daemon at `socket` with a shared segment
+/// of `shm_bytes` (0: the default, 64 MiB).
+#[no_mangle]
+pub extern "C" fn rnic_open_device(
+    socket: *const c_char,
+    name: *const c_char,
+    shm_bytes: u64,
+) -> *mut RnicContext {
+    let (Some(socket), Some(name)) = (cstr(socket, "socket"), cstr(name, "name")) else {
+        return std::ptr::null_mut();
+    };
+    let bytes = if shm_bytes == 0 {
+        crate::device::DEFAULT_SHM_BYTES
+    } else {
+        shm_bytes
+    };
+    match Device::open_with(socket, name, bytes) {
+        Ok(d) => boxed(RnicContext(d)),
+        Err(e) => {
+            set_error(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Closes a device (after its objects are destroyed; whatever is left is
+/// freed by the daemon).
+#[no_mangle]
+pub extern "C" fn rnic_close_device(ctx: *mut RnicContext) -> c_int {
+    destroy(ctx)
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_alloc_pd(ctx: *mut RnicContext) -> *mut RnicPd {
+    let ctx = handle!(ctx, "context", std::ptr::null_mut());
+    match ctx.0.alloc_pd() {
+        Ok(p) => boxed(RnicPd(p)),
+        Err(e) => {
+            set_error(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_dealloc_pd(pd: *mut RnicPd) -> c_int {
+    destroy(pd)
+}
+
+/// Allocates `len` bytes of shared memory and registers them with
+/// `access` (RNIC_ACCESS_* flags).
+#[no_mangle]
+pub extern "C" fn rnic_reg_mr(pd: *mut RnicPd, len: u64, access: c_int) -> *mut RnicMr {
+    let pd = handle!(pd, "pd", std::ptr::null_mut());
+    let a = MrAccess {
+        local_write: access & RNIC_ACCESS_LOCAL_WRITE != 0,
+        remote_write: access & RNIC_ACCESS_REMOTE_WRITE != 0,
+        remote_read: access & RNIC_ACCESS_REMOTE_READ != 0,
+    };
+    match pd.0.alloc_mr(len, a) {
+        Ok(m) => boxed(RnicMr(m)),
+        Err(e) => {
+            set_error(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_dereg_mr(mr: *mut RnicMr) -> c_int {
+    destroy(mr)
+}
+
+/// The region's bytes in this process (NULL on a NULL handle).
+#[no_mangle]
+pub extern "C" fn rnic_mr_addr(mr: *mut RnicMr) -> *mut c_void {
+    // SAFETY: NULL or a live handle (contract); the region's bytes stay
+    // mapped while the handle lives.
+    match unsafe { mr.as_mut() } {
+        Some(m) => m.0.as_mut_slice().as_mut_ptr().cast(),
+        None => {
+            set_error("mr is NULL");
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// The region's device address (what work requests and peers use).
+#[no_mangle]
+pub extern "C" fn rnic_mr_va(mr: *const RnicMr) -> u64 {
+    handle!(mr, "mr", 0).0.va
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_mr_lkey(mr: *const RnicMr) -> u32 {
+    handle!(mr, "mr", 0).0.lkey
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_mr_rkey(mr: *const RnicMr) -> u32 {
+    handle!(mr, "mr", 0).0.rkey
+}
+
+/// A completion queue of `depth` entries (a power of two).
+#[no_mangle]
+pub extern "C" fn rnic_create_cq(ctx: *mut RnicContext, depth: u32) -> *mut RnicCq {
+    let ctx = handle!(ctx, "context", std::ptr::null_mut());
+    match ctx.0.create_cq(depth) {
+        Ok(c) => boxed(RnicCq(c)),
+        Err(e) => {
+            set_error(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_destroy_cq(cq: *mut RnicCq) -> c_int {
+    destroy(cq)
+}
+
+/// Creates an RC QP (in INIT) whose completions go to `cq`, with a send
+/// queue of `depth` entries (a power of two).
+#[no_mangle]
+pub extern "C" fn rnic_create_qp(pd: *mut RnicPd, cq: *mut RnicCq, depth: u32) -> *mut RnicQp {
+    let pd = handle!(pd, "pd", std::ptr::null_mut());
+    let cq = handle!(cq, "cq", std::ptr::null_mut());
+    match pd.0.qp_builder(&cq.0).depth(depth).build() {
+        Ok(q) => boxed(RnicQp::Prepared(q)),
+        Err(e) => {
+            set_error(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rnic_destroy_qp(qp: *mut RnicQp) -> c_int {
+    destroy(qp)
+}
+
+/// This QP's endpoint (QPN, PSN, address) into `out`; with `mr` non-NULL,
+/// that region's va, rkey and len too.
+#[no_mangle]
+pub extern "C" fn rnic_qp_endpoint(
+    qp: *const RnicQp,
+    mr: *const RnicMr,
+    out: *mut RnicEndpoint,
+) -> c_int {
+    let qp = handle!(qp, "qp", -1);
+    let RnicQp::Prepared(p) = qp else {
+        set_error("the QP is already connected");
+        return -1;
+    };
+    let e = p.endpoint();
+    // SAFETY: NULL or a live handle (contract).
+    let r = unsafe { mr.as_ref() }.map(|m| m.0.remote());
+    // SAFETY: NULL is refused; otherwise the caller's writable struct.
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        set_error("out is NULL");
+        return -1;
+    };
+    *out = RnicEndpoint {
+        qpn: e.qpn,
+        psn: e.psn,
+        ip: u32::from(e.ip),
+        rkey: r.map_or(0, |r| r.rkey),
+        va: r.map_or(0, |r| r.va),
+        len: r.map_or(0, |r| r.len),
+    };
+    0
+}
+
+/// INIT -> RTR -> RTS towards the peer's endpoint.
+#[no_mangle]
+pub extern "C" fn rnic_connect_qp(qp: *mut RnicQp, remote: *const RnicEndpoint) -> c_int {
+    // SAFETY: NULL or a live handle (contract).
+    let Some(qp) = (unsafe { qp.as_mut() }) else {
+        set_error("qp is NULL");
+        return -1;
+    };
+    let remote = *handle!(remote, "remote", -1);
+    let RnicQp::Prepared(p) = std::mem::replace(qp, RnicQp::Gone) else {
+        set_error("the QP is not waiting to be connected");
+        return -1;
+    };
+    let ep = Endpoint {
+        qpn: remote.qpn,
+        psn: remote.psn,
+        ip: Ipv4Addr::from(remote.ip),
+        mr: None,
+    };
+    match p.connect(&ep) {
+        Ok(q) => {
+            *qp = RnicQp::Connected(q);
+            0
+        }
+        Err(e) => {
+            set_error(e);
+            -1
+        }
+    }
+}
+
+/// Posts `n` work requests behind one doorbell (all or none). Returns 0,
+/// or -1 when the send queue lacks room or an opcode is unknown.
+#[no_mangle]
+pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c_int) -> c_int {
+    let qp = handle!(qp, "qp", -1);
+    let RnicQp::Connected(q) = qp else {
+        set_error("the QP is not connected");
+        return -1;
+    };
+    if n < 0 || (n > 0 && wrs.is_null()) {
+        set_error(format!("{n} work requests at {wrs:?}"));
+        return -1;
+    }
+    let wrs: &[RnicSendWr] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: non-NULL, and the caller passes `n` initialised
+        // structs (contract of the header).
+        unsafe { std::slice::from_raw_parts(wrs, n as usize) }
+    };
+    let mut batch = Vec::with_capacity(wrs.len());
+    for w in wrs {
+        let op = match u8::try_from(w.opcode) {
+            Ok(wqe_op::RDMA_WRITE) => WrOp::Write,
+            Ok(wqe_op::RDMA_WRITE_WITH_IMM) => WrOp::WriteImm(w.imm_data),
+            Ok(wqe_op::RDMA_READ) => WrOp::Read,
+            _ => {
+                set_error(format!("unknown opcode {}", w.opcode));
+                return -1;
+            }
+        };
+        batch.push(WorkRequest {
+            wr_id: w.wr_id,
+            op,
+            local: LocalBuf {
+                lkey: w.lkey,
+                va: w.local_addr,
+                len: w.length,
+            },
+            remote_va: w.remote_addr,
+            rkey: w.rkey,
+            signaled: w.signaled != 0,
+        });
+    }
+    match q.post(&batch) {
+        Ok(()) => 0,
+        Err(e) => {
+            set_error(e);
+            -1
+        }
+    }
+}
+
+/// Fills up to `n` completions into `wc`; returns how many, or -1.
+#[no_mangle]
+pub extern "C" fn rnic_poll_cq(cq: *const RnicCq, n: c_int, wc: *mut RnicWc) -> c_int {
+    let cq = handle!(cq, "cq", -1);
+    if n <= 0 || wc.is_null() {
+        set_error(format!("{n} completions into {wc:?}"));
+        return -1;
+    }
+    // SAFETY: non-NULL, room for `n` structs (contract of the header).
+    let out = unsafe { std::slice::from_raw_parts_mut(wc, n as usize) };
+    let mut tmp = vec![crate::device::empty_completion(); out.len()];
+    match cq.0.poll(&mut tmp) {
+        Ok(k) => {
+            for (o, c) in out.iter_mut().zip(&tmp[..k]) {
+                *o = RnicWc {
+                    wr_id: c.wr_id,
+                    qp_num: c.qpn,
+                    byte_len: c.byte_len,
+                    status: c_int::from(status_code(c.status)),
+                    opcode: match c.opcode {
+                        WcOpcode::RdmaWrite => 1,
+                        WcOpcode::RdmaRead => 2,
+                    },
+                };
+            }
+            k as c_int
+        }
+        Err(e) => {
+            set_error(e);
+            -1
+        }
+    }
+}
+
+/// Blocks until `cq` has a completion or `timeout_ms` passes; returns 1,
+/// 0 on timeout, -1 on error.
+#[no_mangle]
+pub extern "C" fn rnic_wait_cq(cq: *const RnicCq, timeout_ms: u32) -> c_int {
+    let cq = handle!(cq, "cq", -1);
+    match cq
+        .0
+        .wait(std::time::Duration::from_millis(u64::from(timeout_ms)))
+    {
+        Ok(b) => c_int::from(b),
+        Err(e) => {
+            set_error(e);
+            -1
+        }
+    }
+}

@@ -743,17 +743,22 @@ impl Drop for Qp {
     }
 }
 
-/// Polls `cq` until one completion arrives (spinning, then yielding) or
-/// `timeout` passes.
-pub fn poll_one(cq: &Cq, timeout: Duration) -> Result<Option<Completion>> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut out = [Completion {
+/// A zeroed completion, to fill a slice for [`Cq::poll`].
+pub fn empty_completion() -> Completion {
+    Completion {
         wr_id: 0,
         qpn: 0,
         status: WcStatus::Success,
         opcode: transport::rc::WcOpcode::RdmaWrite,
         byte_len: 0,
-    }];
+    }
+}
+
+/// Polls `cq` until one completion arrives (spinning, then yielding) or
+/// `timeout` passes.
+pub fn poll_one(cq: &Cq, timeout: Duration) -> Result<Option<Completion>> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = [empty_completion()];
     let mut spins = 0u32;
     loop {
         if cq.poll(&mut out)? == 1 {

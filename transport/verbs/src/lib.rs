@@ -21,8 +21,8 @@ pub mod proto;
 pub mod shm;
 
 pub use device::{
-    poll_one, Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, QpBuilder, RemoteMr,
-    VerbsError, WorkRequest,
+    empty_completion, poll_one, Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, QpBuilder,
+    RemoteMr, VerbsError, WorkRequest,
 };
 pub use proto::{DeviceInfo, ErrorKind, MrAccess};
 pub use transport::rc::{Cqe as Completion, WcOpcode, WcStatus, WrOp};

@@ -1,0 +1,63 @@
+//! Starts the daemon for the multi-process tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `dataplane --serve` on the loopback testbed (net_ring, no
+/// hugepages) with its socket in a fresh directory, and waits until it
+/// listens.
+pub fn start_daemon(name: &str) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rnic.sock");
+    let cfg = dir.path().join("loopback.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[eal]
+args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning"]
+[loopback]
+mem_bytes = 4096
+mtu = 1024
+sizes = []
+[service]
+socket = "{}"
+max_shm_bytes = 67108864
+hugepages = false
+"#,
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["--serve", "--file-prefix"])
+        .arg(format!("{name}-{}", std::process::id()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the daemon");
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "daemon did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Daemon { child, socket, dir }
+}
