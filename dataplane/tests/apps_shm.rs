@@ -423,6 +423,64 @@ fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
         .expect("service counters")
 }
 
+/// 0. The control socket answers bad requests with typed errors naming
+/// the bad value, and closes a connection that sends garbage.
+fn control_errors(sock: &Path) {
+    use verbs::proto::{self, ErrorKind, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    let mut ask = |v: u32, req: Request| -> verbs::proto::ErrorReply {
+        proto::send_message(&mut s, &RequestMsg { v, id: 5, req }).unwrap();
+        let r: ReplyMsg = proto::read_message(&mut s).unwrap();
+        assert_eq!(r.id, 5);
+        r.result.expect_err("an error")
+    };
+    let open = |abi_version: u32, device: &str, shm_bytes: u64| Request::OpenDevice {
+        abi_version,
+        device: device.into(),
+        shm_bytes,
+    };
+    let abi = transport::abi::ABI_VERSION;
+    let cases = [
+        (
+            ask(PROTOCOL_VERSION, Request::AllocPd),
+            ErrorKind::NotOpen,
+            "OpenDevice",
+        ),
+        (ask(99, Request::QueryPort), ErrorKind::Version, "99"),
+        (
+            ask(PROTOCOL_VERSION, open(99, "rnic0", 1 << 24)),
+            ErrorKind::Version,
+            "99",
+        ),
+        (
+            ask(PROTOCOL_VERSION, open(abi, "rnic9", 1 << 24)),
+            ErrorKind::NoSuchDevice,
+            "rnic9",
+        ),
+        (
+            ask(PROTOCOL_VERSION, open(abi, "rnic0", 1 << 50)),
+            ErrorKind::InvalidArgument,
+            "1125899906842624",
+        ),
+    ];
+    for (e, kind, names) in cases {
+        assert_eq!(e.kind, kind, "{e}");
+        assert!(e.message.contains(names), "{e} should name {names}");
+        println!("control: {e}");
+    }
+    // A frame that is not a request: a Malformed reply, then the close.
+    std::io::Write::write_all(&mut s, b"\x03\0\0\0{x}").unwrap();
+    let r: ReplyMsg = proto::read_message(&mut s).unwrap();
+    assert_eq!(r.result.unwrap_err().kind, ErrorKind::Malformed);
+    let mut rest = Vec::new();
+    assert_eq!(
+        std::io::Read::read_to_end(&mut s, &mut rest).unwrap(),
+        0,
+        "closed"
+    );
+    println!("ok: bad control requests get typed errors; garbage closes the connection");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(r) = arg(&args, "--role") {
@@ -436,6 +494,8 @@ fn main() {
     }
     let mut d = start_daemon("apps-shm");
     let sock = d.socket.clone();
+
+    control_errors(&sock);
 
     // 1. Two apps, WRITE and READ 0 B .. 1 MiB.
     let addr = free_addr();
