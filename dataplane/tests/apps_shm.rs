@@ -423,7 +423,7 @@ fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
         .expect("service counters")
 }
 
-/// 0. The control socket answers bad requests with typed errors naming
+/// Phase 0: the control socket answers bad requests with typed errors naming
 /// the bad value, and closes a connection that sends garbage.
 fn control_errors(sock: &Path) {
     use verbs::proto::{self, ErrorKind, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
