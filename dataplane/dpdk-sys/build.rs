@@ -66,6 +66,8 @@ fn main() {
         // EAL.
         .allowlist_function("rte_eal_init")
         .allowlist_function("rte_eal_cleanup")
+        .allowlist_function("rte_thread_register")
+        .allowlist_function("rte_thread_unregister")
         .allowlist_function("rte_strerror")
         .allowlist_function("rte_socket_id")
         .allowlist_function("rte_lcore_count")

@@ -15,7 +15,7 @@ use transport::rc::{
 };
 use transport::wire::MacAddr;
 
-use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
+use crate::dpdk::{ring_pair, DpdkError, Eal, LcoreGuard, Mbuf, Mempool, Port, TscClock};
 use crate::nic::{rx_pass, tx_pass, TxScratch};
 
 /// Settings of the loopback testbed.
@@ -107,6 +107,9 @@ pub struct Loopback {
     pub tap: Option<Vec<Vec<u8>>>,
     /// Frames that could not get an mbuf (pool empty) and were dropped.
     pub tx_alloc_failures: u64,
+    /// The lcore ids the RX and TX pipe threads of the last pipelined run
+    /// registered as (they are DPDK lcores, with mempool caches).
+    pub pipeline_lcores: Vec<u32>,
     mem_bytes: usize,
 }
 
@@ -213,6 +216,7 @@ impl Loopback {
             rx: Vec::with_capacity(crate::dpdk::port::BURST),
             tap: cfg.tap.then(Vec::new),
             tx_alloc_failures: 0,
+            pipeline_lcores: Vec::new(),
             mem_bytes: cfg.mem_bytes,
         })
     }
@@ -275,9 +279,15 @@ impl Loopback {
         let tap = &mut self.tap;
         let failures = &mut self.tx_alloc_failures;
         let scratch = &mut self.scratch;
+        let lcores = std::sync::Mutex::new(Vec::new());
+        let lcores = &lcores;
         std::thread::scope(|s| {
             let stop_rx = &stop;
             s.spawn(move || {
+                let lcore = LcoreGuard::register(pool);
+                if let Ok(g) = &lcore {
+                    lcores.lock().expect("lcores").push(g.lcore_id);
+                }
                 let mut rx = Vec::with_capacity(crate::dpdk::port::BURST);
                 while !stop_rx.load(Ordering::Relaxed) {
                     for (i, p) in ports.iter().enumerate() {
@@ -292,6 +302,10 @@ impl Loopback {
             });
             let stop_tx = &stop;
             s.spawn(move || {
+                let lcore = LcoreGuard::register(pool);
+                if let Ok(g) = &lcore {
+                    lcores.lock().expect("lcores").push(g.lcore_id);
+                }
                 let mut out: [Vec<Mbuf>; 2] = [Vec::new(), Vec::new()];
                 loop {
                     while let Ok((i, m)) = tx_recv.try_recv() {
@@ -348,6 +362,7 @@ impl Loopback {
             // Frames still queued towards the engines are freed with rx_recv.
             drop(rx_recv);
         });
+        self.pipeline_lcores = lcores.lock().expect("lcores").clone();
     }
 
     /// Counters of both ports, engines and QPs now.

@@ -571,6 +571,20 @@ fn main() {
     finish(s, "small-server");
     println!("ok: the daemon serves a new pair after the kill");
 
+    // Counters of the running daemon, from the command line.
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["stats", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("service: apps 0 (opened 10"),
+        "{text}"
+    );
+    assert!(text.contains("rx_pkts"), "{text}");
+    println!("ok: dataplane stats --socket reads the running daemon");
+
     // 4. SIGTERM.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.child.id() as i32),

@@ -63,6 +63,13 @@ fn main() {
         true
     });
     assert_eq!(verified, ops.len());
+    // The RX and TX pipes ran as two distinct DPDK lcores besides the main
+    // one (0).
+    let mut l = tb.pipeline_lcores.clone();
+    l.sort_unstable();
+    l.dedup();
+    assert_eq!(l.len(), 2, "pipe lcores {:?}", tb.pipeline_lcores);
+    assert!(l.iter().all(|&id| id != 0 && id < 128), "{l:?}");
     // Frames still on the rings (a last ACK, say) drain run-to-completion.
     for _ in 0..1000 {
         tb.poll();
@@ -71,5 +78,5 @@ fn main() {
     assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
     drop(tb);
     drop(eal);
-    println!("loopback_pipelined: {verified} WRITEs and READs (0 B .. 1 MiB) verified over RX/engine/TX threads, no mbuf leaked");
+    println!("loopback_pipelined: {verified} WRITEs and READs (0 B .. 1 MiB) verified over RX/engine/TX lcores {:?}, no mbuf leaked", l);
 }

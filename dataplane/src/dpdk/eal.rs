@@ -96,3 +96,39 @@ impl TscClock {
         (d * 1_000_000_000 / u128::from(self.hz)) as u64
     }
 }
+
+/// The calling thread registered as a DPDK lcore (so that it gets an lcore
+/// id and per-lcore mempool caches); unregistered on drop. The pipelined
+/// layout's RX and TX pipe threads hold one each.
+#[derive(Debug)]
+pub struct LcoreGuard {
+    pub lcore_id: u32,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl LcoreGuard {
+    /// Registers the calling thread. The pool is the proof that the EAL is
+    /// initialised (pools exist only after `Eal::init`).
+    pub fn register(_pool: &super::Mempool) -> Result<LcoreGuard, DpdkError> {
+        // SAFETY: the EAL is initialised (a pool exists); registering a
+        // non-EAL thread is allowed in a primary process.
+        let rc = unsafe { dpdk_sys::rte_thread_register() };
+        if rc != 0 {
+            return Err(DpdkError::last("rte_thread_register", 0));
+        }
+        // SAFETY: reads a per-thread variable the EAL just set.
+        let lcore_id = unsafe { dpdk_sys::rnic_lcore_id() };
+        Ok(LcoreGuard {
+            lcore_id,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for LcoreGuard {
+    fn drop(&mut self) {
+        // SAFETY: this thread registered itself in `register` (the guard
+        // is not Send, so this runs on the same thread).
+        unsafe { dpdk_sys::rte_thread_unregister() }
+    }
+}
