@@ -30,6 +30,9 @@ pub struct LoopbackConfig {
     pub line_rate_bps: u64,
     /// Keep a copy of every frame sent (the tap).
     pub tap: bool,
+    /// RX/TX queues per port (up to what the device offers; RSS when it
+    /// hashes UDP).
+    pub queues: u16,
 }
 
 impl Default for LoopbackConfig {
@@ -40,6 +43,7 @@ impl Default for LoopbackConfig {
             mbufs: 4095,
             line_rate_bps: 10_000_000_000,
             tap: false,
+            queues: 1,
         }
     }
 }
@@ -170,7 +174,7 @@ impl Loopback {
                     reason: e.to_string(),
                 })?;
             let qpn = engine.create_qp(256, 0).map_err(rc_err)?;
-            let port = Port::start(eal, port_id, &pool, 1024)?;
+            let port = Port::start_queues(eal, port_id, &pool, 1024, cfg.queues)?;
             Ok(Host {
                 engine,
                 qpn,
@@ -434,6 +438,11 @@ impl Loopback {
             return Err(format!("{op:?} of {len} bytes: the two ends differ"));
         }
         Ok(())
+    }
+
+    /// Host `i`'s port.
+    pub fn port(&self, i: usize) -> &Port {
+        &self.hosts[i].port
     }
 
     /// Whether both hosts' links are up.

@@ -110,6 +110,9 @@ struct LoopbackSection {
     ports: Option<[u16; 2]>,
     /// Mbufs in the pool both ports share [default: 4095].
     mbufs: Option<u32>,
+    /// RX/TX queues per port, up to what the device offers (RSS when it
+    /// hashes UDP) [default: 1].
+    queues: Option<u16>,
     mem_bytes: usize,
     mtu: u32,
     sizes: Vec<u32>,
@@ -185,6 +188,7 @@ fn serve(
         max_shm_bytes: s.max_shm_bytes.unwrap_or(1 << 30),
         hugepages: s.hugepages.unwrap_or(true),
         cc: cc_mode(s.cc.as_deref().unwrap_or("none"), 10_000, "[service]")?,
+        queues: l.queues.unwrap_or(1),
     };
     let hosts: Vec<HostSpec> = [pa, pb]
         .iter()
@@ -234,6 +238,7 @@ fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> 
         mtu: mtu(s.mtu)?,
         tap: s.tap.is_some(),
         mbufs: s.mbufs.unwrap_or(defaults.mbufs),
+        queues: s.queues.unwrap_or(1),
         ..defaults
     };
     let mut tb = match s.ports {

@@ -11,13 +11,21 @@ use super::{DpdkError, Eal, Mbuf, Mempool};
 /// Most mbufs per burst.
 pub const BURST: usize = 32;
 
-/// A started port with one RX and one TX queue.
+/// A started port with one or more RX and TX queues.
 #[derive(Debug)]
 pub struct Port {
     pub id: u16,
     /// RX offloads enabled (those of `ETH_RX_OFFLOAD_IPV4_CKSUM` the device
     /// offers); the port works without any.
     pub rx_offloads: u64,
+    /// RX (and TX) queues configured: as many as asked for, up to what the
+    /// device offers.
+    pub queues: u16,
+    /// Whether RSS spreads received flows over the queues (when the device
+    /// offers UDP hashing and more than one queue is configured).
+    pub rss: bool,
+    /// The PMD's name (net_ring, net_memif, net_af_packet, ...).
+    pub driver: String,
 }
 
 /// Port counters from the driver.
@@ -35,7 +43,21 @@ pub struct PortStats {
 impl Port {
     /// Configures port `id` with one queue each way (`desc` descriptors),
     /// RX buffers from `pool`, and starts it. No offloads are needed.
-    pub fn start(_eal: &Eal, id: u16, pool: &Mempool, desc: u16) -> Result<Port, DpdkError> {
+    pub fn start(eal: &Eal, id: u16, pool: &Mempool, desc: u16) -> Result<Port, DpdkError> {
+        Self::start_queues(eal, id, pool, desc, 1)
+    }
+
+    /// Like [`Port::start`] with up to `queues` queues each way (fewer when
+    /// the device offers fewer), RSS over UDP when the device offers it.
+    /// `rx_burst` polls every RX queue; `tx_burst` sends on queue 0 (one
+    /// TX lcore).
+    pub fn start_queues(
+        _eal: &Eal,
+        id: u16,
+        pool: &Mempool,
+        desc: u16,
+        queues: u16,
+    ) -> Result<Port, DpdkError> {
         let mut conf = rte_eth_conf::default();
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: `info` is a valid out-parameter for port `id`.
@@ -46,22 +68,49 @@ impl Port {
         // IPv4 checksum checking on receive when the device offers it: a
         // frame the NIC flags bad is dropped before the engine parses it.
         conf.rxmode.offloads = info.rx_offload_capa & dpdk_sys::consts::ETH_RX_OFFLOAD_IPV4_CKSUM;
+        let nq = queues
+            .min(info.max_rx_queues)
+            .min(info.max_tx_queues)
+            .max(1);
+        let rss_hf = info.flow_type_rss_offloads & dpdk_sys::consts::ETH_RSS_UDP;
+        let rss = nq > 1 && rss_hf != 0;
+        if rss {
+            conf.rxmode.mq_mode = dpdk_sys::consts::ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+        let driver = if info.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the driver name is a static NUL-terminated string of
+            // the PMD, valid while the EAL lives; we copy it.
+            unsafe { std::ffi::CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
         // SAFETY: the EAL is initialised; `conf` and `pool` are valid for
         // the calls; the driver copies the configuration.
         unsafe {
             let socket = dpdk_sys::rte_eth_dev_socket_id(id).max(0) as u32;
-            let r = dpdk_sys::rte_eth_dev_configure(id, 1, 1, &conf);
+            let r = dpdk_sys::rte_eth_dev_configure(id, nq, nq, &conf);
             if r != 0 {
                 return Err(DpdkError::last(format!("configure port {id}"), r));
             }
-            let r =
-                dpdk_sys::rte_eth_rx_queue_setup(id, 0, desc, socket, ptr::null(), pool.as_ptr());
-            if r != 0 {
-                return Err(DpdkError::last(format!("RX queue of port {id}"), r));
-            }
-            let r = dpdk_sys::rte_eth_tx_queue_setup(id, 0, desc, socket, ptr::null());
-            if r != 0 {
-                return Err(DpdkError::last(format!("TX queue of port {id}"), r));
+            for q in 0..nq {
+                let r = dpdk_sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    desc,
+                    socket,
+                    ptr::null(),
+                    pool.as_ptr(),
+                );
+                if r != 0 {
+                    return Err(DpdkError::last(format!("RX queue {q} of port {id}"), r));
+                }
+                let r = dpdk_sys::rte_eth_tx_queue_setup(id, q, desc, socket, ptr::null());
+                if r != 0 {
+                    return Err(DpdkError::last(format!("TX queue {q} of port {id}"), r));
+                }
             }
             let r = dpdk_sys::rte_eth_dev_start(id);
             if r != 0 {
@@ -71,15 +120,30 @@ impl Port {
         Ok(Port {
             id,
             rx_offloads: conf.rxmode.offloads,
+            queues: nq,
+            rss,
+            driver,
         })
     }
 
-    /// Receives up to `BURST` frames into `out`.
+    /// Receives up to `BURST` frames into `out`, from every RX queue.
     pub fn rx_burst(&self, out: &mut Vec<Mbuf>) -> usize {
+        let mut total = 0;
+        for q in 0..self.queues {
+            if total >= BURST {
+                break;
+            }
+            total += self.rx_burst_queue(q, BURST - total, out);
+        }
+        total
+    }
+
+    fn rx_burst_queue(&self, q: u16, max: usize, out: &mut Vec<Mbuf>) -> usize {
         let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
-        // SAFETY: `raw` has room for BURST pointers; the driver fills the
-        // first n with mbufs it hands over to us.
-        let n = unsafe { dpdk_sys::rnic_rx_burst(self.id, 0, raw.as_mut_ptr(), BURST as u16) };
+        let max = max.min(BURST) as u16;
+        // SAFETY: `raw` has room for BURST >= max pointers; the driver
+        // fills the first n with mbufs it hands over to us.
+        let n = unsafe { dpdk_sys::rnic_rx_burst(self.id, q, raw.as_mut_ptr(), max) };
         let check = self.rx_offloads & dpdk_sys::consts::ETH_RX_OFFLOAD_IPV4_CKSUM != 0;
         for &m in &raw[..usize::from(n)] {
             if let Some(p) = NonNull::new(m) {

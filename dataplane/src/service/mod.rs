@@ -52,6 +52,8 @@ pub struct ServiceConfig {
     /// Try hugepage-backed segments first.
     pub hugepages: bool,
     pub cc: CcMode,
+    /// RX/TX queues per port (up to what the device offers).
+    pub queues: u16,
 }
 
 /// One host the daemon runs: a device applications open by name.
@@ -158,7 +160,7 @@ impl Service {
                 spec: spec.clone(),
                 engine: Engine::new(ec, AppMemory::default(), 0),
                 qps: HashMap::new(),
-                port: Port::start(eal, spec.port, &pool, 1024)?,
+                port: Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?,
                 tx: Vec::with_capacity(crate::dpdk::port::BURST),
             });
         }
