@@ -1,13 +1,15 @@
 //! Benchmarks and user tools for the software RDMA NIC.
 //!
-//! Today: `bench decode` (one line per frame of a pcap, for looking at what
-//! a pcap tap captured) and `bench demo` (the codec's demo: one frame of
-//! every opcode written to a pcap and decoded), and `bench hpcc-replay`
-//! (a telemetry trace through the HPCC++ controller) and `bench torture`
-//! (two RC engines over a faulty wire, every byte verified). Later issues add the
-//! perftest-style benchmarks and the simulator scenarios.
+//! `bench write-lat | read-lat | write-bw | read-bw` ([`perf`]: perftest-style
+//! runs through the verbs API, with raw DPDK and kernel UDP baselines in
+//! the same run), `bench sim` (simulator scenarios), `bench decode` (one
+//! line per frame of a pcap), `bench demo` (one frame of every opcode
+//! written to a pcap and decoded), `bench hpcc-replay` (a telemetry trace
+//! through the HPCC++ controller) and `bench torture` (two RC engines over
+//! a faulty wire, every byte verified).
 
 pub mod decode;
+pub mod perf;
 /// Pcap files, shared with the dataplane's tap.
 pub use dataplane::pcap;
 pub mod plot;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use bench::decode::Summary;
 use bench::pcap::{Reader, Writer};
+use bench::perf::Test;
 use bench::replay::{replay, ReplayArgs};
 use bench::samples;
 use bench::sim::{self as sim_mod, SimArgs};
@@ -55,6 +56,25 @@ enum Command {
     /// congestion controller, and print queue, utilization, fairness,
     /// drops and FCT slowdowns in one table.
     Sim(SimArgs),
+    /// RDMA WRITE latency (ping-pong, half the round trip) through the
+    /// verbs API against a running daemon, like perftest's ib_write_lat.
+    WriteLat(bench::perf::PerfArgs),
+    /// RDMA READ latency (full round trip), like ib_read_lat.
+    ReadLat(bench::perf::PerfArgs),
+    /// RDMA WRITE bandwidth and message rate, like ib_write_bw.
+    WriteBw(bench::perf::PerfArgs),
+    /// RDMA READ bandwidth and message rate, like ib_read_bw.
+    ReadBw(bench::perf::PerfArgs),
+}
+
+fn perf(test: Test, a: &bench::perf::PerfArgs) -> ExitCode {
+    match bench::perf::run(test, a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench {}: {e}", test.name());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn decode(path: &Path) -> ExitCode {
@@ -265,5 +285,9 @@ fn main() -> ExitCode {
         Command::HpccReplay(args) => hpcc_replay(&args),
         Command::Torture(args) => torture(&args),
         Command::Sim(args) => sim(&args),
+        Command::WriteLat(a) => perf(Test::WriteLat, &a),
+        Command::ReadLat(a) => perf(Test::ReadLat, &a),
+        Command::WriteBw(a) => perf(Test::WriteBw, &a),
+        Command::ReadBw(a) => perf(Test::ReadBw, &a),
     }
 }

@@ -11,6 +11,17 @@ use transport::rc::{CcMode, Engine, Qpn};
 
 use crate::dpdk::PortStats;
 
+/// The name configs and tables use for a congestion-control mode.
+pub fn cc_name(cc: CcMode) -> &'static str {
+    match cc {
+        CcMode::None => "none",
+        CcMode::HpccInband { .. } => "hpcc",
+        CcMode::HpccProbe { .. } => "hpcc-probe",
+        CcMode::RxHpcc { .. } => "hpcc-rx",
+        CcMode::Dcqcn => "dcqcn",
+    }
+}
+
 /// One port and the engine behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PortEntry {
@@ -95,13 +106,7 @@ impl Snapshot {
             unknown_qp: c.unknown_qp,
             wrong_state: c.wrong_state,
         });
-        let cc = match e.config().cc {
-            CcMode::None => "none",
-            CcMode::HpccInband { .. } => "hpcc",
-            CcMode::HpccProbe { .. } => "hpcc-probe",
-            CcMode::RxHpcc { .. } => "hpcc-rx",
-            CcMode::Dcqcn => "dcqcn",
-        };
+        let cc = cc_name(e.config().cc);
         for &q in qpns {
             let (Ok(k), Ok(state), Ok((w, r))) = (e.qp_counters(q), e.qp_state(q), e.qp_cc(q))
             else {

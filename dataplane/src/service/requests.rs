@@ -145,6 +145,8 @@ impl Service {
             max_mtu: self.cfg.max_mtu.bytes(),
             shm_bytes: seg.len() as u64,
             hugepages: seg.hugepages(),
+            backend: h.port.driver.clone(),
+            cc: crate::stats::cc_name(self.cfg.cc).to_string(),
         };
         self.apps.insert(
             conn,

@@ -328,6 +328,15 @@ impl Mr {
             .expect("checked at registration")
     }
 
+    /// The byte at `offset`, freshly loaded from shared memory each call
+    /// (for spinning until a peer's WRITE lands); 0 past the end.
+    pub fn poll_byte(&self, offset: usize) -> u8 {
+        if offset >= self.len {
+            return 0;
+        }
+        self.dev.inner.seg.load_u8_volatile(self.offset + offset)
+    }
+
     /// What a peer needs to address this region.
     pub fn remote(&self) -> RemoteMr {
         RemoteMr {

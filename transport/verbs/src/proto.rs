@@ -113,6 +113,12 @@ pub struct DeviceInfo {
     pub max_mtu: u32,
     pub shm_bytes: u64,
     pub hugepages: bool,
+    /// The port's PMD (net_ring, net_memif, ...).
+    #[serde(default)]
+    pub backend: String,
+    /// Congestion control of the device's QPs.
+    #[serde(default)]
+    pub cc: String,
 }
 
 /// A QP's state and counters.

@@ -173,6 +173,18 @@ impl Segment {
         unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) }
     }
 
+    /// One byte read with a volatile load (for polling a byte another
+    /// process writes, as perftest's latency test polls the last byte of
+    /// its buffer); 0 when out of bounds.
+    pub fn load_u8_volatile(&self, off: usize) -> u8 {
+        if !self.in_bounds(off, 1) {
+            return 0;
+        }
+        // SAFETY: in bounds of the live mapping; a volatile byte load of
+        // shared memory cannot be torn and is never elided.
+        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off)) }
+    }
+
     /// The bytes `[off, off + len)` as a slice, for an application's own
     /// memory region; `None` when out of bounds. The daemon may write them
     /// concurrently (an RDMA WRITE or READ response landing), as a NIC's

@@ -1,0 +1,190 @@
+//! The flags of the perftest-style benchmarks (perftest's letters where
+//! they apply).
+
+use std::path::PathBuf;
+
+/// Which benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    WriteLat,
+    ReadLat,
+    WriteBw,
+    ReadBw,
+}
+
+impl Test {
+    pub fn is_latency(self) -> bool {
+        matches!(self, Test::WriteLat | Test::ReadLat)
+    }
+
+    pub fn is_read(self) -> bool {
+        matches!(self, Test::ReadLat | Test::ReadBw)
+    }
+
+    /// perftest's title line.
+    pub fn title(self) -> &'static str {
+        match self {
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write-lat",
+            Test::ReadLat => "read-lat",
+            Test::WriteBw => "write-bw",
+            Test::ReadBw => "read-bw",
+        }
+    }
+}
+
+/// Largest message of `-a` (perftest's 2 B .. 8 MiB).
+pub const MAX_ALL: u32 = 8 << 20;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct PerfArgs {
+    /// The server's address (client mode); without it, be the server and
+    /// wait for a client on the TCP port -p.
+    pub server: Option<String>,
+    /// Message size in bytes [default: 2 for latency, 65536 for bandwidth].
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u32>,
+    /// Iterations per size [default: 1000 for latency, 5000 for bandwidth].
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Every size from 2 B to 8 MiB (powers of two).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Run each size for this many seconds instead of -n iterations.
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<f64>,
+    /// QPs, posted to round robin.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Send queue depth: WRs outstanding at once (bandwidth tests; latency
+    /// tests keep one).
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    pub tx_depth: u32,
+    /// READs outstanding at once per QP (max_rd_atomic).
+    #[arg(short = 'o', long = "outs", default_value_t = 16)]
+    pub outs: u8,
+    /// TCP port of the endpoint exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Device to open [default: rnic0 for the client, rnic1 for the
+    /// server].
+    #[arg(short = 'd', long = "ib-dev")]
+    pub device: Option<String>,
+    /// Path MTU in bytes (256..4096) [default: 1024].
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Bandwidth in Gb/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long = "out_json")]
+    pub out_json: Option<PathBuf>,
+    /// Print the latency histogram (hdrhistogram percentiles) after each
+    /// size.
+    #[arg(short = 'H', long = "report-histogram")]
+    pub histogram: bool,
+    /// Run both sides in this process against the loopback testbed (rnic0
+    /// is the client, rnic1 the server) on one thread that drives both, so
+    /// that the daemon's dataplane lcore and this thread use the two cores
+    /// of a small machine. Starts a daemon when none serves the socket.
+    #[arg(long)]
+    pub loopback: bool,
+    /// The daemon's control socket.
+    #[arg(long, default_value = "/tmp/rnic/loopback.sock")]
+    pub socket: PathBuf,
+    /// Configuration of the daemon --loopback starts.
+    #[arg(long, default_value = "configs/loopback.toml")]
+    pub config: PathBuf,
+    /// The dataplane binary --loopback starts [default: next to this one].
+    #[arg(long)]
+    pub dataplane: Option<PathBuf>,
+    /// Interleave ours with the baselines (raw DPDK over the same backend,
+    /// kernel UDP over loopback) for --rounds rounds at the (last) size and
+    /// print the median, min and max of the per-round ratios. Needs
+    /// --loopback.
+    #[arg(long)]
+    pub compare: bool,
+    /// Rounds of --compare (at least 10).
+    #[arg(long, default_value_t = 10)]
+    pub rounds: u32,
+}
+
+impl PerfArgs {
+    /// Refuses flag combinations that cannot run, naming the bad value.
+    pub fn validate(&self, test: Test) -> Result<(), String> {
+        if self.qps == 0 || self.qps > 64 {
+            return Err(format!("-q {}: QPs must be 1..=64", self.qps));
+        }
+        if self.tx_depth == 0 || self.tx_depth > 4096 {
+            return Err(format!("-t {}: TX depth must be 1..=4096", self.tx_depth));
+        }
+        if self.outs == 0 {
+            return Err("-o 0: at least one READ must be allowed outstanding".into());
+        }
+        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
+            return Err(format!(
+                "-m {}: MTU must be 256, 512, 1024, 2048 or 4096",
+                self.mtu
+            ));
+        }
+        if self.iters == Some(0) {
+            return Err("-n 0: at least one iteration".into());
+        }
+        if let Some(d) = self.duration {
+            if !(d > 0.0 && d <= 3600.0) {
+                return Err(format!("-D {d}: duration must be in (0, 3600] seconds"));
+            }
+        }
+        if let Some(s) = self.size {
+            if s > MAX_ALL {
+                return Err(format!("-s {s}: at most {MAX_ALL} bytes"));
+            }
+            if test == Test::WriteLat && s == 0 {
+                return Err(
+                    "-s 0: write-lat needs at least 1 byte (the peer polls the last byte)".into(),
+                );
+            }
+        }
+        if self.duration.is_some() && test == Test::WriteLat && !self.loopback {
+            return Err("-D with write-lat needs --loopback (the server counts iterations)".into());
+        }
+        if self.compare && !self.loopback {
+            return Err("--compare needs --loopback".into());
+        }
+        if self.compare && self.rounds < 10 {
+            return Err(format!("--rounds {}: at least 10", self.rounds));
+        }
+        if self.loopback && self.server.is_some() {
+            return Err("--loopback runs both sides here: give no server address".into());
+        }
+        Ok(())
+    }
+
+    pub fn sizes(&self, test: Test) -> Vec<u32> {
+        if self.all {
+            (1..=23).map(|k| 1u32 << k).collect()
+        } else {
+            vec![self
+                .size
+                .unwrap_or(if test.is_latency() { 2 } else { 65536 })]
+        }
+    }
+
+    pub fn iterations(&self, test: Test) -> u64 {
+        self.iters
+            .unwrap_or(if test.is_latency() { 1000 } else { 5000 })
+    }
+
+    /// Whether this process is the client (it measures).
+    pub fn is_client(&self) -> bool {
+        self.loopback || self.server.is_some()
+    }
+}

@@ -1,0 +1,315 @@
+//! The baselines `--compare` measures in the same run as ours.
+//!
+//! - [`Dpdk`]: the floor. Two ports of the daemon's backend (a net_ring
+//!   pair, or a memif server/client pair) in this process's own EAL, one
+//!   lcore driving both — the layout of the loopback testbed. The echo
+//!   sends the frames one message of our size takes, the other port
+//!   bounces them back; forwarding streams MTU-sized frames one way.
+//! - [`Udp`]: what users have without RDMA: two kernel UDP sockets on
+//!   127.0.0.1, busy-polled (non-blocking) from one thread; ping-pong for
+//!   latency, a stream for bandwidth.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use dataplane::dpdk::{ring_pair, Eal, Mbuf, Mempool, Port};
+
+/// Bytes of headers around a WRITE's payload on the wire (Ethernet, IPv4,
+/// UDP, BTH, RETH, ICRC).
+pub const HEADERS: usize = 14 + 20 + 8 + 12 + 16 + 4;
+
+/// Frame lengths one message of `size` bytes takes at `mtu`.
+pub fn frames_of(size: u32, mtu: u32) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut left = size;
+    loop {
+        let p = left.min(mtu);
+        v.push(HEADERS + p as usize);
+        left -= p;
+        if left == 0 {
+            return v;
+        }
+    }
+}
+
+/// Raw DPDK over the daemon's backend.
+pub struct Dpdk {
+    // Drop order: ports, then the pool, then the EAL.
+    a: Port,
+    b: Port,
+    pool: Mempool,
+    _eal: Eal,
+}
+
+const GIVE_UP: Duration = Duration::from_secs(30);
+
+impl Dpdk {
+    pub fn start(backend: &str) -> Result<Dpdk, String> {
+        let pid = std::process::id();
+        let mut args: Vec<String> = [
+            "--no-huge",
+            "--no-pci",
+            "--no-telemetry",
+            "-m",
+            "256",
+            "--log-level=lib.eal:warning",
+            // Float over every CPU instead of pinning to CPU 0, where the
+            // daemon's lcore runs.
+            "--lcores=0@(0-1)",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("--file-prefix=bench-{pid}"));
+        let memif = match backend {
+            "net_ring" => false,
+            "net_memif" => true,
+            other => {
+                return Err(format!(
+                    "--compare runs the raw baseline on net_ring or net_memif, not {other:?}"
+                ))
+            }
+        };
+        if memif {
+            let sock = format!("/tmp/bench-memif-{pid}.sock");
+            args.push(format!("--vdev=net_memif0,role=server,id=0,socket={sock}"));
+            args.push(format!("--vdev=net_memif1,role=client,id=0,socket={sock}"));
+        }
+        let eal = Eal::init(&args).map_err(|e| e.to_string())?;
+        let pool = Mempool::new(&eal, "bench_pool", 8191, 0).map_err(|e| e.to_string())?;
+        let (pa, pb) = if memif {
+            (0, 1)
+        } else {
+            ring_pair(&eal, "bench", 1024).map_err(|e| e.to_string())?
+        };
+        let a = Port::start(&eal, pa, &pool, 1024).map_err(|e| e.to_string())?;
+        let b = Port::start(&eal, pb, &pool, 1024).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        while !(a.link_up() && b.link_up()) {
+            if t0.elapsed() > GIVE_UP {
+                return Err("the baseline's ports did not come up".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Dpdk {
+            a,
+            b,
+            pool,
+            _eal: eal,
+        })
+    }
+
+    fn fill(&self, lens: &[usize], out: &mut Vec<Mbuf>) -> Result<(), String> {
+        for &len in lens {
+            let mut m = self.pool.alloc().ok_or("the baseline's pool is empty")?;
+            let d = m.append(len).ok_or("frame longer than an mbuf")?;
+            d.fill(0);
+            d[12] = 0x08; // EtherType IPv4
+            out.push(m);
+        }
+        Ok(())
+    }
+
+    /// Sends everything in `frames` on `tx` and receives as many on `rx`.
+    fn hop(
+        tx: &Port,
+        rx: &Port,
+        frames: &mut Vec<Mbuf>,
+        got: &mut Vec<Mbuf>,
+    ) -> Result<(), String> {
+        let want = frames.len();
+        got.clear();
+        let t0 = Instant::now();
+        while got.len() < want {
+            if !frames.is_empty() {
+                tx.tx_burst(frames);
+            }
+            rx.rx_burst(got);
+            if t0.elapsed() > GIVE_UP {
+                return Err("the baseline lost frames".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Median round trip (ns) of echoing the frames of one `size`-byte
+    /// message, `iters` times.
+    pub fn echo_rtt_ns(&mut self, size: u32, mtu: u32, iters: u64) -> Result<f64, String> {
+        let lens = frames_of(size, mtu);
+        let mut there = Vec::with_capacity(lens.len());
+        let mut back = Vec::with_capacity(lens.len());
+        let mut rtts = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            there.clear();
+            self.fill(&lens, &mut there)?;
+            let t0 = Instant::now();
+            Self::hop(&self.a, &self.b, &mut there, &mut back)?;
+            Self::hop(&self.b, &self.a, &mut back, &mut there)?;
+            rtts.push(t0.elapsed().as_nanos() as f64);
+            there.clear(); // frees the echoed mbufs
+        }
+        Ok(median(&mut rtts))
+    }
+
+    /// One-way forwarding of MTU-payload frames until `bytes` of payload
+    /// arrived; b/s of payload.
+    pub fn forward_bps(&mut self, mtu: u32, bytes: u64) -> Result<f64, String> {
+        let len = HEADERS + mtu as usize;
+        let frames = bytes.div_ceil(u64::from(mtu)).max(1);
+        let (mut sent, mut recvd) = (0u64, 0u64);
+        let mut out = Vec::with_capacity(32);
+        let mut got = Vec::with_capacity(32);
+        let t0 = Instant::now();
+        while recvd < frames {
+            if out.is_empty() && sent < frames {
+                let k = (frames - sent).min(32) as usize;
+                self.fill(&vec![len; k], &mut out)?;
+                sent += k as u64;
+            }
+            if !out.is_empty() {
+                self.a.tx_burst(&mut out);
+            }
+            got.clear();
+            recvd += self.b.rx_burst(&mut got) as u64;
+            if t0.elapsed() > GIVE_UP {
+                return Err("the baseline lost frames".into());
+            }
+        }
+        got.clear();
+        Ok((frames * u64::from(mtu) * 8) as f64 / t0.elapsed().as_secs_f64())
+    }
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Kernel UDP over loopback, busy-polled.
+pub struct Udp {
+    a: UdpSocket,
+    b: UdpSocket,
+    buf: Vec<u8>,
+}
+
+/// Largest datagram the baseline sends (bigger messages are split).
+const DATAGRAM: usize = 65_000;
+
+impl Udp {
+    pub fn new() -> Result<Udp, String> {
+        let e = |e: std::io::Error| format!("UDP baseline: {e}");
+        let a = UdpSocket::bind("127.0.0.1:0").map_err(e)?;
+        let b = UdpSocket::bind("127.0.0.1:0").map_err(e)?;
+        a.connect(b.local_addr().map_err(e)?).map_err(e)?;
+        b.connect(a.local_addr().map_err(e)?).map_err(e)?;
+        a.set_nonblocking(true).map_err(e)?;
+        b.set_nonblocking(true).map_err(e)?;
+        Ok(Udp {
+            a,
+            b,
+            buf: vec![0u8; DATAGRAM],
+        })
+    }
+
+    fn chunks(size: u32) -> Vec<usize> {
+        let mut v = Vec::new();
+        let mut left = size as usize;
+        loop {
+            let c = left.min(DATAGRAM);
+            v.push(c);
+            left -= c;
+            if left == 0 {
+                return v;
+            }
+        }
+    }
+
+    /// Sends `chunks` from `tx` and spins until `rx` got them all.
+    fn hop(tx: &UdpSocket, rx: &UdpSocket, chunks: &[usize], buf: &mut [u8]) -> Result<(), String> {
+        let t0 = Instant::now();
+        for &c in chunks {
+            loop {
+                match tx.send(&buf[..c]) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("UDP send: {e}")),
+                }
+            }
+        }
+        let mut got = 0;
+        while got < chunks.len() {
+            match rx.recv(buf) {
+                Ok(_) => got += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if t0.elapsed() > GIVE_UP {
+                        return Err("UDP datagrams lost on loopback".into());
+                    }
+                }
+                Err(e) => return Err(format!("UDP recv: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Median round trip (ns) of a `size`-byte ping-pong.
+    pub fn ping_pong_rtt_ns(&mut self, size: u32, iters: u64) -> Result<f64, String> {
+        let chunks = Self::chunks(size);
+        let mut rtts = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            let t0 = Instant::now();
+            Self::hop(&self.a, &self.b, &chunks, &mut self.buf)?;
+            Self::hop(&self.b, &self.a, &chunks, &mut self.buf)?;
+            rtts.push(t0.elapsed().as_nanos() as f64);
+        }
+        Ok(median(&mut rtts))
+    }
+
+    /// A one-way stream of `size`-byte messages until `bytes` arrived;
+    /// b/s of payload received (the kernel may drop datagrams when the
+    /// receiver falls behind; those do not count).
+    pub fn stream_bps(&mut self, size: u32, bytes: u64) -> Result<f64, String> {
+        let chunk = (size as usize).clamp(1, DATAGRAM);
+        let mut recvd = 0u64;
+        let t0 = Instant::now();
+        while recvd < bytes {
+            for _ in 0..8 {
+                // A full socket buffer (WouldBlock) just skips a send.
+                let _ = self.a.send(&self.buf[..chunk]);
+            }
+            while let Ok(n) = self.b.recv(&mut self.buf) {
+                recvd += n as u64;
+            }
+            if t0.elapsed() > GIVE_UP * 4 {
+                return Err("the UDP stream stalled".into());
+            }
+        }
+        Ok(recvd as f64 * 8.0 / t0.elapsed().as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_takes_mtu_frames_plus_headers() {
+        assert_eq!(frames_of(0, 1024), vec![HEADERS]);
+        assert_eq!(frames_of(64, 1024), vec![HEADERS + 64]);
+        assert_eq!(
+            frames_of(2049, 1024),
+            vec![HEADERS + 1024, HEADERS + 1024, HEADERS + 1]
+        );
+    }
+
+    #[test]
+    fn udp_baseline_moves_bytes() {
+        let mut u = Udp::new().unwrap();
+        assert!(u.ping_pong_rtt_ns(64, 10).unwrap() > 0.0);
+        assert!(u.ping_pong_rtt_ns(100_000, 2).unwrap() > 0.0);
+        assert!(u.stream_bps(4096, 1 << 20).unwrap() > 0.0);
+    }
+}
