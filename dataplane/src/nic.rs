@@ -33,16 +33,27 @@ pub fn rx_pass<M: Memory>(
 /// Where a TX pass builds frames and what it reports.
 pub struct TxScratch<'a> {
     pub pool: &'a Mempool,
-    /// At least MTU + headers.
+    /// At least MTU + headers: frames are built here when an mbuf's
+    /// tailroom is smaller than `max_frame`, then copied.
     pub buf: &'a mut [u8],
+    /// The longest frame the engine may emit (path MTU + headers).
+    pub max_frame: usize,
+    /// An mbuf kept from a pass that had nothing to send.
+    pub spare: &'a mut Option<Mbuf>,
     /// Keeps a copy of every frame sent, when set.
     pub tap: Option<&'a mut Vec<Vec<u8>>>,
     /// Frames dropped because the pool had no mbuf.
     pub alloc_failures: &'a mut u64,
 }
 
-/// Sends up to a burst of the engine's frames; frames the port does not
-/// take stay in `tx` for the next pass. Returns whether any frame left.
+/// Longest headers the engine puts around a payload (Ethernet, IPv4,
+/// UDP, BTH, RETH, a full TLM block, ICRC), rounded up.
+pub const MAX_HEADERS: usize = 512;
+
+/// Sends up to a burst of the engine's frames, built in place in mbufs
+/// when they fit (no copy) and in `s.buf` otherwise; frames the port does
+/// not take stay in `tx` for the next pass. Returns whether any frame
+/// left.
 pub fn tx_pass<M: Memory>(
     engine: &mut Engine<M>,
     port: &Port,
@@ -51,24 +62,48 @@ pub fn tx_pass<M: Memory>(
     now: u64,
 ) -> bool {
     while tx.len() < BURST {
+        let Some(mut m) = s.spare.take().or_else(|| s.pool.alloc()) else {
+            // No mbuf: build the frame anyway so that the engine moves on
+            // (the loss is recovered like any other), and count it.
+            if engine.poll_transmit(now, s.buf).is_some() {
+                *s.alloc_failures += 1;
+                continue;
+            }
+            break;
+        };
+        let room = m.tailroom();
+        if room >= s.max_frame {
+            let dst = m.append(room).expect("tailroom checked");
+            match engine.poll_transmit(now, dst) {
+                Some(n) => {
+                    m.trim(room - n);
+                    if let Some(tap) = s.tap.as_mut() {
+                        tap.push(m.data().to_vec());
+                    }
+                    tx.push(m);
+                }
+                None => {
+                    m.trim(room);
+                    *s.spare = Some(m);
+                    break;
+                }
+            }
+            continue;
+        }
         let Some(n) = engine.poll_transmit(now, s.buf) else {
+            *s.spare = Some(m);
             break;
         };
         if let Some(tap) = s.tap.as_mut() {
             tap.push(s.buf[..n].to_vec());
         }
-        let Some(mut m) = s.pool.alloc() else {
-            *s.alloc_failures += 1;
-            continue;
-        };
         match m.append(n) {
-            Some(dst) => dst.copy_from_slice(&s.buf[..n]),
-            None => {
-                *s.alloc_failures += 1;
-                continue;
+            Some(dst) => {
+                dst.copy_from_slice(&s.buf[..n]);
+                tx.push(m);
             }
+            None => *s.alloc_failures += 1,
         }
-        tx.push(m);
     }
     !tx.is_empty() && port.tx_burst(tx) > 0
 }

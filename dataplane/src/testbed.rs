@@ -103,6 +103,7 @@ pub struct HostView<'a> {
 pub struct Loopback {
     // Field order is drop order: ports and mbufs before their pool.
     pub hosts: [Host; 2],
+    spare: Option<Mbuf>,
     pool: Mempool,
     clock: TscClock,
     scratch: Vec<u8>,
@@ -111,6 +112,7 @@ pub struct Loopback {
     pub tap: Option<Vec<Vec<u8>>>,
     /// Frames that could not get an mbuf (pool empty) and were dropped.
     pub tx_alloc_failures: u64,
+    max_frame: usize,
     /// The lcore ids the RX and TX pipe threads of the last pipelined run
     /// registered as (they are DPDK lcores, with mempool caches).
     pub pipeline_lcores: Vec<u32>,
@@ -214,12 +216,14 @@ impl Loopback {
         }
         Ok(Loopback {
             hosts,
+            spare: None,
             pool,
             clock: TscClock::new(eal),
             scratch: vec![0u8; 16 * 1024],
             rx: Vec::with_capacity(crate::dpdk::port::BURST),
             tap: cfg.tap.then(Vec::new),
             tx_alloc_failures: 0,
+            max_frame: cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS,
             pipeline_lcores: Vec::new(),
             mem_bytes: cfg.mem_bytes,
         })
@@ -240,6 +244,8 @@ impl Loopback {
             let mut s = TxScratch {
                 pool: &self.pool,
                 buf: &mut self.scratch,
+                max_frame: self.max_frame,
+                spare: &mut self.spare,
                 tap: self.tap.as_mut(),
                 alloc_failures: &mut self.tx_alloc_failures,
             };
@@ -451,7 +457,8 @@ impl Loopback {
     }
 
     /// Mbufs of the pool in use (frames in rings and queues).
+    /// (The spare mbuf kept for the next frame does not count.)
     pub fn mbufs_in_use(&self) -> u32 {
-        self.pool.in_use()
+        self.pool.in_use() - u32::from(self.spare.is_some())
     }
 }

@@ -259,6 +259,10 @@ pub struct Producer<T> {
     layout: RingLayout,
     /// Next index to fill (private; published on [`Producer::publish`]).
     prod: u32,
+    /// The consumer index as last read: shared memory is read again only
+    /// when this shows the ring full (so the consumer's cache line is not
+    /// pulled over on every push).
+    cons_seen: u32,
     _t: core::marker::PhantomData<T>,
 }
 
@@ -268,6 +272,7 @@ impl<T: Pod> Producer<T> {
         Producer {
             layout,
             prod: 0,
+            cons_seen: 0,
             _t: core::marker::PhantomData,
         }
     }
@@ -276,13 +281,20 @@ impl<T: Pod> Producer<T> {
         self.layout
     }
 
-    /// Slots free now.
-    pub fn free(&self, mem: &impl SharedMem) -> Result<u32, RingError> {
+    /// Slots free now, as far as needed to tell whether `want` fit: the
+    /// consumer index is read again only when the one read last leaves
+    /// fewer than `want` slots.
+    pub fn free(&mut self, mem: &impl SharedMem, want: u32) -> Result<u32, RingError> {
+        let used = self.prod.wrapping_sub(self.cons_seen);
+        if used <= self.layout.capacity && self.layout.capacity - used >= want.max(1) {
+            return Ok(self.layout.capacity - used);
+        }
         let cons = mem.load_acquire(self.layout.cons());
         let used = self.prod.wrapping_sub(cons);
         if used > self.layout.capacity {
             return Err(RingError::Corrupt(used));
         }
+        self.cons_seen = cons;
         Ok(self.layout.capacity - used)
     }
 
@@ -300,7 +312,7 @@ impl<T: Pod> Producer<T> {
 
     /// Writes and publishes one item; `Ok(false)` when the ring is full.
     pub fn push(&mut self, mem: &impl SharedMem, item: &T) -> Result<bool, RingError> {
-        if self.free(mem)? == 0 {
+        if self.free(mem, 1)? == 0 {
             return Ok(false);
         }
         self.write(mem, item);
@@ -308,9 +320,10 @@ impl<T: Pod> Producer<T> {
         Ok(true)
     }
 
-    /// Clears the consumer's wake-up flag and says whether it was set.
+    /// Clears the consumer's wake-up flag and says whether it was set
+    /// (a plain load first: the line is written only when it was set).
     pub fn take_armed(&self, mem: &impl SharedMem) -> bool {
-        mem.swap(self.layout.armed(), 0) != 0
+        mem.load_acquire(self.layout.armed()) != 0 && mem.swap(self.layout.armed(), 0) != 0
     }
 }
 
@@ -320,6 +333,9 @@ pub struct Consumer<T> {
     layout: RingLayout,
     /// Next index to read (private; published after each pop).
     cons: u32,
+    /// The producer index as last read: read again only once every entry
+    /// it announced has been consumed.
+    prod_seen: u32,
     _t: core::marker::PhantomData<T>,
 }
 
@@ -328,6 +344,7 @@ impl<T: Pod> Consumer<T> {
         Consumer {
             layout,
             cons: 0,
+            prod_seen: 0,
             _t: core::marker::PhantomData,
         }
     }
@@ -336,13 +353,19 @@ impl<T: Pod> Consumer<T> {
         self.layout
     }
 
-    /// Entries waiting now.
-    pub fn available(&self, mem: &impl SharedMem) -> Result<u32, RingError> {
+    /// Entries waiting now (the producer index is read again only when
+    /// the entries it announced last time are consumed).
+    pub fn available(&mut self, mem: &impl SharedMem) -> Result<u32, RingError> {
+        let n = self.prod_seen.wrapping_sub(self.cons);
+        if n > 0 && n <= self.layout.capacity {
+            return Ok(n);
+        }
         let prod = mem.load_acquire(self.layout.prod());
         let n = prod.wrapping_sub(self.cons);
         if n > self.layout.capacity {
             return Err(RingError::Corrupt(n));
         }
+        self.prod_seen = prod;
         Ok(n)
     }
 
@@ -448,6 +471,13 @@ mod tests {
                 assert!(p.push(&seg, &cqe(round * 8 + i)).unwrap());
             }
             assert!(!p.push(&seg, &cqe(99)).unwrap(), "full at capacity");
+            // Half drained: the producer sees the room when it asks for it.
+            for _ in 0..4 {
+                assert_eq!(c.pop(&seg).unwrap().unwrap().wr_id, next);
+                next += 1;
+            }
+            assert_eq!(p.free(&seg, 4).unwrap(), 4);
+            assert_eq!(p.free(&seg, 5).unwrap(), 4, "never more than there is");
             while let Some(e) = c.pop(&seg).unwrap() {
                 assert_eq!(e.wr_id, next);
                 next += 1;
@@ -460,12 +490,19 @@ mod tests {
     fn a_scribbled_index_is_reported_not_trusted() {
         let l = RingLayout::new(0, 4, 64).unwrap();
         let seg = Seg::new(RingLayout::bytes(4, 64));
-        let c = Consumer::<Wqe>::new(l);
+        let mut c = Consumer::<Wqe>::new(l);
         seg.store_release(l.prod(), 5);
         assert_eq!(c.available(&seg), Err(RingError::Corrupt(5)));
-        let p = Producer::<Wqe>::new(l);
-        seg.store_release(l.cons(), 1);
-        assert_eq!(p.free(&seg), Err(RingError::Corrupt(u32::MAX)));
+        // The producer reads the consumer index when its view is full.
+        let mut p = Producer::<Wqe>::new(l);
+        for _ in 0..4 {
+            p.write(&seg, &Wqe::zeroed());
+        }
+        seg.store_release(l.cons(), 9);
+        assert_eq!(
+            p.free(&seg, 1),
+            Err(RingError::Corrupt(4u32.wrapping_sub(9)))
+        );
     }
 
     #[test]

@@ -136,6 +136,16 @@ impl Mbuf {
         }
     }
 
+    /// Removes `len` bytes from the end of the packet; false (nothing
+    /// removed) when the packet is shorter.
+    pub fn trim(&mut self, len: usize) -> bool {
+        let Ok(len16) = u16::try_from(len) else {
+            return false;
+        };
+        // SAFETY: trim only shortens our mbuf's data length, or fails.
+        unsafe { dpdk_sys::rnic_pktmbuf_trim(self.ptr.as_ptr(), len16) == 0 }
+    }
+
     /// Whether the NIC flagged the frame's IPv4 checksum bad (with the RX
     /// checksum offload enabled).
     pub fn ip_checksum_bad(&self) -> bool {

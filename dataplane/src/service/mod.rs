@@ -17,6 +17,7 @@
 mod alloc;
 pub mod control;
 pub mod memory;
+mod qp_table;
 mod requests;
 
 use std::collections::{HashMap, VecDeque};
@@ -37,6 +38,7 @@ use crate::nic::{rx_pass, tx_pass, TxScratch};
 use alloc::SegmentAlloc;
 use control::{ConnId, Control, ToControl, ToDataplane};
 use memory::AppMemory;
+use qp_table::QpTable;
 
 /// Settings of the service.
 #[derive(Debug, Clone)]
@@ -129,7 +131,7 @@ struct Host {
     spec: HostSpec,
     engine: Engine<AppMemory>,
     /// QPs of applications on this host.
-    qps: HashMap<Qpn, QpRt>,
+    qps: QpTable<QpRt>,
     port: Port,
     tx: Vec<Mbuf>,
 }
@@ -139,6 +141,7 @@ pub struct Service {
     // Field order is drop order: ports and mbufs before their pool.
     hosts: Vec<Host>,
     apps: HashMap<ConnId, App>,
+    spare: Option<Mbuf>,
     pool: Mempool,
     clock: TscClock,
     scratch: Vec<u8>,
@@ -159,7 +162,7 @@ impl Service {
             hs.push(Host {
                 spec: spec.clone(),
                 engine: Engine::new(ec, AppMemory::default(), 0),
-                qps: HashMap::new(),
+                qps: QpTable::default(),
                 port: Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?,
                 tx: Vec::with_capacity(crate::dpdk::port::BURST),
             });
@@ -167,6 +170,7 @@ impl Service {
         Ok(Service {
             hosts: hs,
             apps: HashMap::new(),
+            spare: None,
             pool,
             clock: TscClock::new(eal),
             scratch: vec![0u8; 16 * 1024],
@@ -249,6 +253,8 @@ impl Service {
             let mut s = TxScratch {
                 pool: &self.pool,
                 buf: &mut self.scratch,
+                max_frame: self.cfg.max_mtu.bytes() as usize + crate::nic::MAX_HEADERS,
+                spare: &mut self.spare,
                 tap: None,
                 alloc_failures: &mut self.counters.tx_alloc_failures,
             };
@@ -263,7 +269,7 @@ impl Service {
         let host = &mut self.hosts[h];
         let mut moved = false;
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
-        for (&qpn, rt) in host.qps.iter_mut() {
+        for (qpn, rt) in host.qps.iter_mut() {
             if rt.broken {
                 continue;
             }
@@ -354,6 +360,8 @@ impl Service {
         moved
     }
 
+    /// Queues a CQE for an application's CQ; `deliver_completions` moves
+    /// it into the ring (in batches, one index store each).
     fn push_cqe(&mut self, app: ConnId, cq: u32, c: abi::Cqe) {
         let Some(a) = self.apps.get_mut(&app) else {
             return;
@@ -362,7 +370,6 @@ impl Service {
             return;
         };
         q.backlog.push_back(c);
-        drain_backlog(q, &a.seg, &mut self.counters);
         if q.backlog.len() > CQ_BACKLOG {
             // The application does not poll: stop its QPs on this CQ.
             self.counters.cq_overruns += q.backlog.len() as u64;
@@ -372,7 +379,7 @@ impl Service {
                 .qps
                 .iter()
                 .filter(|(_, r)| r.app == app && r.cq == cq)
-                .map(|(&q, _)| q)
+                .map(|(q, _)| q)
                 .collect();
             for qpn in qps {
                 let _ = self.hosts[host].engine.modify_to_err(qpn);
@@ -387,8 +394,7 @@ impl Service {
             ..Default::default()
         };
         for (i, h) in self.hosts.iter().enumerate() {
-            let mut qpns: Vec<Qpn> = h.qps.keys().copied().collect();
-            qpns.sort_unstable();
+            let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
             s.add_host(i, h.port.id, h.port.stats(), &h.engine, &qpns);
         }
         let mut c = self.counters.clone();
@@ -401,8 +407,9 @@ impl Service {
     }
 
     /// Mbufs of the pool in use.
+    /// (The spare mbuf kept for the next frame does not count.)
     pub fn mbufs_in_use(&self) -> u32 {
-        self.pool.in_use()
+        self.pool.in_use() - u32::from(self.spare.is_some())
     }
 
     /// Releases everything an application held: its QPs go to ERR and
@@ -428,26 +435,29 @@ impl Service {
     }
 }
 
-/// Moves held-back CQEs into the ring while it has room; signals the
-/// application's eventfd if it asked to be woken.
+/// Moves held-back CQEs into the ring while it has room, publishing the
+/// batch with one index store; signals the application's eventfd if it
+/// asked to be woken.
 fn drain_backlog(q: &mut CqRt, seg: &Segment, counters: &mut ServiceCounters) -> bool {
-    let mut moved = false;
-    while let Some(c) = q.backlog.front() {
-        match q.ring.push(seg, c) {
-            Ok(true) => {
-                q.backlog.pop_front();
-                counters.cqes_delivered += 1;
-                moved = true;
-            }
-            // Full, or the application scribbled the consumer index:
-            // hold the CQEs until it reads (or overruns).
-            Ok(false) | Err(_) => break,
-        }
+    // Full, or the application scribbled the consumer index: hold the
+    // CQEs until it reads (or overruns).
+    let want = u32::try_from(q.backlog.len()).unwrap_or(u32::MAX);
+    let Ok(free) = q.ring.free(seg, want) else {
+        return false;
+    };
+    let n = (free as usize).min(q.backlog.len());
+    if n == 0 {
+        return false;
     }
-    if moved && q.ring.take_armed(seg) {
+    for c in q.backlog.drain(..n) {
+        q.ring.write(seg, &c);
+    }
+    q.ring.publish(seg);
+    counters.cqes_delivered += n as u64;
+    if q.ring.take_armed(seg) {
         let _ = q.event.write(1);
     }
-    moved
+    true
 }
 
 /// Asks the daemon serving on `socket` for its counters.

@@ -27,29 +27,26 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
         return Err(WireError::Truncated(Layer::Icrc));
     }
 
+    // The masked prefix (ones, headers, the TLM block as ones) goes to the
+    // CRC in one piece and the payload in a second: crc32fast's fast path
+    // wants long inputs.
+    let mut pre = [0xFFu8; 8 + MAX_IP_HEADER + udp::HEADER_LEN + bth::HEADER_LEN + 256];
+    let mut n = 8;
+    pre[n..n + rest_at - tlm_len].copy_from_slice(&ip_packet[..tlm_at]);
+    pre[n + 1] = 0xFF; // TOS
+    pre[n + 8] = 0xFF; // TTL
+    pre[n + 10] = 0xFF; // header checksum
+    pre[n + 11] = 0xFF;
+    n += udp_at;
+    pre[n + 6] = 0xFF; // UDP checksum
+    pre[n + 7] = 0xFF;
+    n += udp::HEADER_LEN;
+    pre[n + 4] = 0xFF; // FECN, BECN, T, reserved
+    n += bth::HEADER_LEN;
+    // The TLM block stays as ones (the buffer's initial value).
+    n += tlm_len;
     let mut h = crc32fast::Hasher::new();
-    h.update(&ONES[..8]);
-
-    let mut ip = [0u8; MAX_IP_HEADER];
-    ip[..ihl].copy_from_slice(&ip_packet[..ihl]);
-    ip[1] = 0xFF; // TOS
-    ip[8] = 0xFF; // TTL
-    ip[10] = 0xFF; // header checksum
-    ip[11] = 0xFF;
-    h.update(&ip[..ihl]);
-
-    let mut u = [0u8; udp::HEADER_LEN];
-    u.copy_from_slice(&ip_packet[udp_at..bth_at]);
-    u[6] = 0xFF; // UDP checksum
-    u[7] = 0xFF;
-    h.update(&u);
-
-    let mut b = [0u8; bth::HEADER_LEN];
-    b.copy_from_slice(&ip_packet[bth_at..tlm_at]);
-    b[4] = 0xFF; // FECN, BECN, T, reserved
-    h.update(&b);
-
-    h.update(&ONES[..tlm_len]);
+    h.update(&pre[..n]);
     h.update(&ip_packet[rest_at..]);
     Ok(h.finalize())
 }

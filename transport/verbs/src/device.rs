@@ -401,7 +401,7 @@ impl Cq {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             {
-                let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+                let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
                 ring.arm(seg);
                 if ring.available(seg)? > 0 {
                     return Ok(true);
@@ -655,7 +655,7 @@ impl Qp {
     pub fn post(&self, wrs: &[WorkRequest]) -> Result<()> {
         let seg = &self.dev.inner.seg;
         let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
-        let free = sq.free(seg)?;
+        let free = sq.free(seg, wrs.len() as u32)?;
         if (free as usize) < wrs.len() {
             return Err(VerbsError::SendQueueFull {
                 qpn: self.qpn,
@@ -685,7 +685,7 @@ impl Qp {
     pub fn post_raw(&self, wqe: &abi::Wqe) -> Result<()> {
         let seg = &self.dev.inner.seg;
         let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
-        if sq.free(seg)? == 0 {
+        if sq.free(seg, 1)? == 0 {
             return Err(VerbsError::SendQueueFull {
                 qpn: self.qpn,
                 free: 0,
