@@ -159,6 +159,14 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
         "{r:?}"
     );
 
+    // Small messages in batches keep the send ring full: the posting side
+    // must see the room the daemon frees.
+    let t = ok(&bench(
+        &["write-bw", "--loopback", "-s", "64", "-n", "20000"],
+        sock,
+    ));
+    assert_eq!(row(&t, 64)[1], 20000.0);
+
     // read-bw with 4 READs outstanding, for a duration.
     let t = ok(&bench(
         &[

@@ -21,8 +21,10 @@ pub fn rx_pass<M: Memory>(
     rx.clear();
     port.rx_burst(rx);
     let moved = !rx.is_empty();
-    for m in rx.drain(..) {
-        engine.handle_packet(now, m.data());
+    if moved {
+        for m in rx.drain(..) {
+            engine.handle_packet(now, m.data());
+        }
     }
     if engine.poll_timeout().is_some_and(|t| t <= now) {
         engine.handle_timeout(now);

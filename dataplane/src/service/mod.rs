@@ -98,6 +98,8 @@ const CQ_BACKLOG: usize = 1 << 16;
 
 struct QpRt {
     app: ConnId,
+    /// The owner's segment (the SQ ring lives in it).
+    seg: Arc<Segment>,
     cq: u32,
     pd: u32,
     sq: Consumer<abi::Wqe>,
@@ -149,6 +151,8 @@ pub struct Service {
     cfg: ServiceConfig,
     next_pd: u32,
     counters: ServiceCounters,
+    /// CQs (application, CQ) with CQEs waiting to enter their ring.
+    pending: Vec<(ConnId, u32)>,
 }
 
 impl Service {
@@ -178,6 +182,7 @@ impl Service {
             cfg,
             next_pd: 1,
             counters: ServiceCounters::default(),
+            pending: Vec::new(),
         })
     }
 
@@ -192,11 +197,16 @@ impl Service {
         let control = Control::spawn(&self.cfg.socket)?;
         let mut idle = 0u32;
         let mut last_report = 0u64;
+        let mut pass = 0u32;
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
-            while let Ok(m) = control.requests.try_recv() {
-                busy = true;
-                self.on_control(&control, m);
+            pass = pass.wrapping_add(1);
+            // Control requests are rare: look every 64 passes.
+            if pass % 64 == 0 {
+                while let Ok(m) = control.requests.try_recv() {
+                    busy = true;
+                    self.on_control(&control, m);
+                }
             }
             busy |= self.poll();
             if busy {
@@ -273,10 +283,7 @@ impl Service {
             if rt.broken {
                 continue;
             }
-            let Some(app) = self.apps.get(&rt.app) else {
-                continue;
-            };
-            let seg = &*app.seg;
+            let seg = &*rt.seg;
             let n = match rt.sq.available(seg) {
                 Ok(n) => n as usize,
                 Err(_) => {
@@ -352,9 +359,23 @@ impl Service {
             let (app, cq) = (rt.app, rt.cq);
             self.push_cqe(app, cq, abi::Cqe::from_rc(&c));
         }
-        for app in self.apps.values_mut().filter(|a| a.host == h) {
-            for cq in app.cqs.values_mut().filter(|c| !c.backlog.is_empty()) {
-                moved |= drain_backlog(cq, &app.seg, &mut self.counters);
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (app, cq) = self.pending[i];
+            let drained = match self.apps.get_mut(&app) {
+                Some(App { cqs, seg, .. }) => match cqs.get_mut(&cq) {
+                    Some(q) => {
+                        moved |= drain_backlog(q, seg, &mut self.counters);
+                        q.backlog.is_empty()
+                    }
+                    None => true,
+                },
+                None => true,
+            };
+            if drained {
+                self.pending.swap_remove(i);
+            } else {
+                i += 1;
             }
         }
         moved
@@ -369,6 +390,9 @@ impl Service {
         let Some(q) = a.cqs.get_mut(&cq) else {
             return;
         };
+        if q.backlog.is_empty() {
+            self.pending.push((app, cq));
+        }
         q.backlog.push_back(c);
         if q.backlog.len() > CQ_BACKLOG {
             // The application does not poll: stop its QPs on this CQ.

@@ -362,6 +362,7 @@ impl Service {
             qpn,
             QpRt {
                 app: conn,
+                seg: self.apps[&conn].seg.clone(),
                 cq,
                 pd,
                 sq: Consumer::new(layout),
