@@ -34,11 +34,7 @@ pub fn run(
     iters: u64,
     started: Instant,
 ) -> Result<BwResult, String> {
-    let deadline = a.duration.map(|d| started + Duration::from_secs_f64(d));
-    let iters = if deadline.is_some() { u64::MAX } else { iters };
-    if conn.session.is_some() {
-        conn.sync(&format!("size {size}"))?;
-    }
+    let (deadline, iters) = conn.begin_size(a, size, iters, started)?;
     let Some(c) = conn.client.as_ref() else {
         // The server end only waits.
         conn.sync("size done")?;

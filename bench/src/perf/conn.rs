@@ -228,6 +228,28 @@ impl Conn {
         }
     }
 
+    /// Starts one size: agrees on it with the peer process, and turns
+    /// `-D` into a deadline (with unbounded iterations) or keeps `iters`.
+    pub fn begin_size(
+        &mut self,
+        a: &PerfArgs,
+        size: u32,
+        iters: u64,
+        started: std::time::Instant,
+    ) -> Result<(Option<std::time::Instant>, u64), String> {
+        let deadline = a.duration.map(|d| started + Duration::from_secs_f64(d));
+        if self.session.is_some() {
+            let mine = format!("size {size}");
+            let theirs = self.sync(&mine)?;
+            if theirs != mine {
+                return Err(format!(
+                    "this side runs {mine:?}, the peer {theirs:?}: give both the same -s/-a"
+                ));
+            }
+        }
+        Ok((deadline, if deadline.is_some() { u64::MAX } else { iters }))
+    }
+
     /// Tells the peer the run is over.
     pub fn finish(&mut self) -> Result<(), String> {
         self.sync("done").map(|_| ())

@@ -101,11 +101,7 @@ pub fn run(
     iters: u64,
     started: Instant,
 ) -> Result<LatResult, String> {
-    let deadline = a.duration.map(|d| started + Duration::from_secs_f64(d));
-    let iters = if deadline.is_some() { u64::MAX } else { iters };
-    if conn.session.is_some() {
-        conn.sync(&format!("size {size}"))?;
-    }
+    let (deadline, iters) = conn.begin_size(a, size, iters, started)?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
     let mut buf = [verbs::empty_completion(); 64];
     let (mut sum, mut sum2, mut n) = (0f64, 0f64, 0u64);

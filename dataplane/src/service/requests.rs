@@ -46,6 +46,43 @@ fn depth_ok(what: &str, d: u32) -> Result<(), ErrorReply> {
     Ok(())
 }
 
+/// Zeroes `[off, off + len)` of a segment (a reused block may hold an
+/// earlier object's bytes) without a buffer of that size.
+fn zero(seg: &Segment, off: u64, len: u64) {
+    const CHUNK: usize = 64 << 10;
+    static ZEROS: [u8; CHUNK] = [0; CHUNK];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(CHUNK as u64) as usize;
+        seg.write((off + done) as usize, &ZEROS[..n]);
+        done += n as u64;
+    }
+}
+
+impl App {
+    /// A zeroed ring of `depth` slots of `T` in the segment: its block
+    /// (offset, bytes) and layout.
+    fn alloc_ring<T>(
+        &mut self,
+        what: &str,
+        depth: u32,
+    ) -> Result<((u64, u64), RingLayout), ErrorReply> {
+        depth_ok(what, depth)?;
+        let slot = std::mem::size_of::<T>();
+        let bytes = RingLayout::bytes(depth, slot) as u64;
+        let off = self.alloc.alloc(bytes).ok_or_else(|| {
+            err(
+                ErrorKind::NoSpace,
+                format!("no {bytes} bytes left for a {what} of {depth}"),
+            )
+        })?;
+        zero(&self.seg, off, bytes);
+        let layout = RingLayout::new(off as usize, depth, slot)
+            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        Ok(((off, bytes), layout))
+    }
+}
+
 impl Service {
     pub(super) fn handle(&mut self, conn: ConnId, req: Request) -> Answer {
         if let Request::OpenDevice {
@@ -216,8 +253,7 @@ impl Service {
                 ),
             ));
         };
-        // A reused block may hold an earlier region's bytes.
-        a.seg.write(off as usize, &vec![0u8; len as usize]);
+        zero(&a.seg, off, len);
         let (host, slot) = (a.host, a.slot);
         let va = AppMemory::va(slot, off);
         let keys = self.hosts[host].engine.register_mr_in(
@@ -264,24 +300,24 @@ impl Service {
     }
 
     fn create_cq(&mut self, conn: ConnId, depth: u32) -> Answer {
-        depth_ok("CQ", depth)?;
         let a = self.app(conn);
-        let bytes = RingLayout::bytes(depth, std::mem::size_of::<abi::Cqe>()) as u64;
-        let off = a.alloc.alloc(bytes).ok_or_else(|| {
-            err(
-                ErrorKind::NoSpace,
-                format!("no {bytes} bytes left for a CQ of {depth}"),
-            )
-        })?;
-        a.seg.write(off as usize, &vec![0u8; bytes as usize]);
-        let layout = RingLayout::new(off as usize, depth, std::mem::size_of::<abi::Cqe>())
-            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
-        let event = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-            .map_err(|e| err(ErrorKind::NoSpace, format!("eventfd: {e}")))?;
-        let theirs: OwnedFd = event
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| err(ErrorKind::NoSpace, format!("dup: {e}")))?;
+        let ((off, bytes), layout) = a.alloc_ring::<abi::Cqe>("CQ", depth)?;
+        let fds = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(|e| format!("eventfd: {e}"))
+            .and_then(|ev| {
+                let theirs: OwnedFd = ev
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("dup: {e}"))?;
+                Ok((ev, theirs))
+            });
+        let (event, theirs) = match fds {
+            Ok(f) => f,
+            Err(e) => {
+                a.alloc.release(off, bytes);
+                return Err(err(ErrorKind::NoSpace, e));
+            }
+        };
         let cq = a.next_cq;
         a.next_cq += 1;
         a.cqs.insert(
@@ -325,7 +361,6 @@ impl Service {
 
     fn create_qp(&mut self, conn: ConnId, pd: u32, cq: u32, depth: u32) -> Answer {
         self.own_pd(conn, pd)?;
-        depth_ok("send queue", depth)?;
         let a = self.app(conn);
         if !a.cqs.contains_key(&cq) {
             return Err(err(
@@ -333,16 +368,7 @@ impl Service {
                 format!("no CQ {cq} on this device"),
             ));
         }
-        let bytes = RingLayout::bytes(depth, std::mem::size_of::<abi::Wqe>()) as u64;
-        let off = a.alloc.alloc(bytes).ok_or_else(|| {
-            err(
-                ErrorKind::NoSpace,
-                format!("no {bytes} bytes left for an SQ of {depth}"),
-            )
-        })?;
-        a.seg.write(off as usize, &vec![0u8; bytes as usize]);
-        let layout = RingLayout::new(off as usize, depth, std::mem::size_of::<abi::Wqe>())
-            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        let ((off, bytes), layout) = a.alloc_ring::<abi::Wqe>("send queue", depth)?;
         let host = a.host;
         let now = self.clock.now_ns();
         let qpn = match self.hosts[host]
