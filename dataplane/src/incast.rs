@@ -96,7 +96,8 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     };
     let n = cfg.senders;
     let recv = n;
-    let pool = Mempool::new(eal, &format!("{}_pool", cfg.name), cfg.mbufs, 0)?;
+    let frame = cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS;
+    let pool = Mempool::with_frames(eal, &format!("{}_pool", cfg.name), cfg.mbufs, 0, frame)?;
     let mut hosts = Vec::with_capacity(n + 1);
     let mut sw_ports = Vec::with_capacity(n + 1);
     for i in 0..=n {

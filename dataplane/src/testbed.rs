@@ -48,6 +48,13 @@ impl Default for LoopbackConfig {
     }
 }
 
+/// A number for this testbed's DPDK object names (pools and rings are
+/// named per EAL, and a process may build several testbeds).
+fn instance() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// VA of each host's registered memory.
 pub const MEM_BASE: u64 = 0x1000_0000;
 
@@ -133,9 +140,16 @@ impl Loopback {
     /// Creates the rings, ports, pool and both engines, with one QP on each
     /// host connected to the other (PSNs start at 0).
     pub fn new(eal: &Eal, cfg: &LoopbackConfig) -> Result<Loopback, DpdkError> {
-        let pool = Mempool::new(eal, "loopback_pool", cfg.mbufs, 0)?;
-        let (pa, pb) = ring_pair(eal, "loopback", 1024)?;
+        let n = instance();
+        let pool = Self::pool(eal, cfg, n)?;
+        let (pa, pb) = ring_pair(eal, &format!("loopback{n}"), 1024)?;
         Self::with_ports(eal, cfg, pool, pa, pb)
+    }
+
+    /// The pool, its mbufs sized for the path MTU's frames.
+    fn pool(eal: &Eal, cfg: &LoopbackConfig, n: u32) -> Result<Mempool, DpdkError> {
+        let frame = cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS;
+        Mempool::with_frames(eal, &format!("loopback_pool{n}"), cfg.mbufs, 0, frame)
     }
 
     /// The testbed on two existing ports that reach each other (a memif
@@ -146,7 +160,7 @@ impl Loopback {
         pa: u16,
         pb: u16,
     ) -> Result<Loopback, DpdkError> {
-        let pool = Mempool::new(eal, "loopback_pool", cfg.mbufs, 0)?;
+        let pool = Self::pool(eal, cfg, instance())?;
         Self::with_ports(eal, cfg, pool, pa, pb)
     }
 

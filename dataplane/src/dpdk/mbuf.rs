@@ -15,7 +15,25 @@ pub struct Mempool {
 
 impl Mempool {
     /// `n` mbufs of the default data room (2 KiB + headroom).
-    pub fn new(_eal: &Eal, name: &str, n: u32, socket: i32) -> Result<Mempool, DpdkError> {
+    pub fn new(eal: &Eal, name: &str, n: u32, socket: i32) -> Result<Mempool, DpdkError> {
+        Self::with_frames(eal, name, n, socket, 2048)
+    }
+
+    /// `n` mbufs whose data room holds a frame of `frame` bytes (at least
+    /// the default 2 KiB) after the headroom: one segment per frame even
+    /// at a 4096-byte path MTU.
+    pub fn with_frames(
+        _eal: &Eal,
+        name: &str,
+        n: u32,
+        socket: i32,
+        frame: usize,
+    ) -> Result<Mempool, DpdkError> {
+        let room = frame.max(2048) + dpdk_sys::consts::PKTMBUF_HEADROOM as usize;
+        let room = u16::try_from(room).map_err(|_| DpdkError {
+            what: "rte_pktmbuf_pool_create".into(),
+            reason: format!("frames of {frame} bytes do not fit an mbuf (at most 65535)"),
+        })?;
         let cname = CString::new(name).map_err(|_| DpdkError {
             what: "rte_pktmbuf_pool_create".into(),
             reason: format!("pool name {name:?} contains a NUL byte"),
@@ -23,14 +41,7 @@ impl Mempool {
         // SAFETY: the EAL is initialised; the name is a valid C string that
         // DPDK copies.
         let p = unsafe {
-            dpdk_sys::rte_pktmbuf_pool_create(
-                cname.as_ptr(),
-                n,
-                64.min(n / 2),
-                0,
-                dpdk_sys::consts::MBUF_DEFAULT_BUF_SIZE as u16,
-                socket,
-            )
+            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, 64.min(n / 2), 0, room, socket)
         };
         NonNull::new(p)
             .map(|ptr| Mempool { ptr })

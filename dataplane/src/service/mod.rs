@@ -158,7 +158,8 @@ pub struct Service {
 impl Service {
     /// Starts a port and an engine per host.
     pub fn new(eal: &Eal, cfg: ServiceConfig, hosts: &[HostSpec]) -> Result<Service, DpdkError> {
-        let pool = Mempool::new(eal, "service_pool", cfg.mbufs, 0)?;
+        let frame = cfg.max_mtu.bytes() as usize + crate::nic::MAX_HEADERS;
+        let pool = Mempool::with_frames(eal, "service_pool", cfg.mbufs, 0, frame)?;
         let mut hs = Vec::new();
         for spec in hosts {
             let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
