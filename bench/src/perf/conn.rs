@@ -49,6 +49,8 @@ pub struct Conn {
     pub cc: String,
     pub mtu: u32,
     pub device: String,
+    /// The main end's shared segment: bytes, and whether hugepages back it.
+    pub shm: (u64, bool),
 }
 
 const ALL: MrAccess = MrAccess {
@@ -160,6 +162,7 @@ impl Conn {
                 backend: info.backend,
                 cc: info.cc,
                 mtu: a.mtu,
+                shm: (info.shm_bytes, info.hugepages),
                 device: info.name,
             });
         }
@@ -194,6 +197,7 @@ impl Conn {
             backend: info.backend,
             cc: info.cc,
             mtu: a.mtu,
+            shm: (info.shm_bytes, info.hugepages),
             device: info.name,
         }
         .place(client))

@@ -32,6 +32,11 @@ pub fn settings(test: Test, a: &PerfArgs, c: &Conn) {
     }
     println!(" Device          : {}", c.device);
     println!(" Port backend    : {}", c.backend);
+    println!(
+        " Shared memory   : {} MiB, {}",
+        c.shm.0 >> 20,
+        if c.shm.1 { "hugepages" } else { "normal pages" }
+    );
     println!(" MTU             : {} B", c.mtu);
     println!(" Number of qps   : {}", a.qps);
     println!(" CC mode         : {}", c.cc);
