@@ -194,6 +194,65 @@ pub trait SharedMem {
     fn write_bytes(&self, off: usize, src: &[u8]);
 }
 
+/// A segment in this process's own memory (one thread), bounds-checked
+/// as [`SharedMem`] asks: for unit tests, property tests and fuzzing of
+/// the rings.
+#[derive(Debug, Clone, Default)]
+pub struct HeapSegment(core::cell::RefCell<Vec<u8>>);
+
+impl HeapSegment {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Self {
+        HeapSegment(core::cell::RefCell::new(vec![0; len]))
+    }
+
+    /// A segment holding these bytes.
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        HeapSegment(core::cell::RefCell::new(bytes))
+    }
+
+    fn word(&self, off: usize) -> u32 {
+        let b = self.0.borrow();
+        b.get(off..off.saturating_add(4))
+            .map_or(0, |w| u32::from_le_bytes(w.try_into().expect("4 bytes")))
+    }
+}
+
+impl SharedMem for HeapSegment {
+    fn load_acquire(&self, off: usize) -> u32 {
+        self.word(off)
+    }
+
+    fn store_release(&self, off: usize, v: u32) {
+        if let Some(w) = self.0.borrow_mut().get_mut(off..off.saturating_add(4)) {
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn swap(&self, off: usize, v: u32) -> u32 {
+        let old = self.word(off);
+        self.store_release(off, v);
+        old
+    }
+
+    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        match self.0.borrow().get(off..off.saturating_add(dst.len())) {
+            Some(src) => dst.copy_from_slice(src),
+            None => dst.fill(0),
+        }
+    }
+
+    fn write_bytes(&self, off: usize, src: &[u8]) {
+        if let Some(dst) = self
+            .0
+            .borrow_mut()
+            .get_mut(off..off.saturating_add(src.len()))
+        {
+            dst.copy_from_slice(src);
+        }
+    }
+}
+
 /// Where a ring lives in a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLayout {
@@ -406,40 +465,6 @@ impl<T: Pod> Consumer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
-
-    /// A segment in a `RefCell<Vec<u8>>` (one thread).
-    struct Seg(RefCell<Vec<u8>>);
-
-    impl Seg {
-        fn new(n: usize) -> Self {
-            Seg(RefCell::new(vec![0; n]))
-        }
-        fn word(&self, off: usize) -> u32 {
-            let b = self.0.borrow();
-            u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
-        }
-    }
-
-    impl SharedMem for Seg {
-        fn load_acquire(&self, off: usize) -> u32 {
-            self.word(off)
-        }
-        fn store_release(&self, off: usize, v: u32) {
-            self.0.borrow_mut()[off..off + 4].copy_from_slice(&v.to_le_bytes());
-        }
-        fn swap(&self, off: usize, v: u32) -> u32 {
-            let old = self.word(off);
-            self.store_release(off, v);
-            old
-        }
-        fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-            dst.copy_from_slice(&self.0.borrow()[off..off + dst.len()]);
-        }
-        fn write_bytes(&self, off: usize, src: &[u8]) {
-            self.0.borrow_mut()[off..off + src.len()].copy_from_slice(src);
-        }
-    }
 
     fn cqe(i: u64) -> Cqe {
         Cqe {
@@ -457,7 +482,7 @@ mod tests {
     #[test]
     fn a_ring_passes_entries_in_order_across_index_wrap() {
         let l = RingLayout::new(64, 8, 32).unwrap();
-        let seg = Seg::new(64 + RingLayout::bytes(8, 32));
+        let seg = HeapSegment::new(64 + RingLayout::bytes(8, 32));
         let mut p = Producer::<Cqe>::new(l);
         let mut c = Consumer::<Cqe>::new(l);
         // Start both sides just below the u32 wrap.
@@ -489,7 +514,7 @@ mod tests {
     #[test]
     fn a_scribbled_index_is_reported_not_trusted() {
         let l = RingLayout::new(0, 4, 64).unwrap();
-        let seg = Seg::new(RingLayout::bytes(4, 64));
+        let seg = HeapSegment::new(RingLayout::bytes(4, 64));
         let mut c = Consumer::<Wqe>::new(l);
         seg.store_release(l.prod(), 5);
         assert_eq!(c.available(&seg), Err(RingError::Corrupt(5)));
@@ -508,7 +533,7 @@ mod tests {
     #[test]
     fn wake_flag_is_taken_once() {
         let l = RingLayout::new(0, 4, 32).unwrap();
-        let seg = Seg::new(RingLayout::bytes(4, 32));
+        let seg = HeapSegment::new(RingLayout::bytes(4, 32));
         let p = Producer::<Cqe>::new(l);
         let c = Consumer::<Cqe>::new(l);
         assert!(!p.take_armed(&seg));

@@ -5,38 +5,8 @@
 //! what was published, in order; the producer never sees more room than
 //! there is, and sees all of it when it asks for it.
 
-use std::cell::RefCell;
-
 use proptest::prelude::*;
-use transport::abi::{Consumer, Cqe, Producer, RingLayout, SharedMem};
-
-struct Seg(RefCell<Vec<u8>>);
-
-impl Seg {
-    fn word(&self, off: usize) -> u32 {
-        u32::from_le_bytes(self.0.borrow()[off..off + 4].try_into().unwrap())
-    }
-}
-
-impl SharedMem for Seg {
-    fn load_acquire(&self, off: usize) -> u32 {
-        self.word(off)
-    }
-    fn store_release(&self, off: usize, v: u32) {
-        self.0.borrow_mut()[off..off + 4].copy_from_slice(&v.to_le_bytes());
-    }
-    fn swap(&self, off: usize, v: u32) -> u32 {
-        let old = self.word(off);
-        self.store_release(off, v);
-        old
-    }
-    fn read_bytes(&self, off: usize, dst: &mut [u8]) {
-        dst.copy_from_slice(&self.0.borrow()[off..off + dst.len()]);
-    }
-    fn write_bytes(&self, off: usize, src: &[u8]) {
-        self.0.borrow_mut()[off..off + src.len()].copy_from_slice(src);
-    }
-}
+use transport::abi::{Consumer, Cqe, HeapSegment, Producer, RingLayout};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -69,7 +39,7 @@ proptest! {
     ) {
         let cap = 1u32 << cap_log;
         let layout = RingLayout::new(0, cap, 32).unwrap();
-        let seg = Seg(RefCell::new(vec![0; RingLayout::bytes(cap, 32)]));
+        let seg = HeapSegment::new(RingLayout::bytes(cap, 32));
         let mut p = Producer::<Cqe>::new(layout);
         let mut c = Consumer::<Cqe>::new(layout);
         for _ in 0..warm {

@@ -165,12 +165,7 @@ pub struct Ratio {
 impl Ratio {
     pub fn of(name: &'static str, v: &[f64]) -> Ratio {
         let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-        s.sort_by(f64::total_cmp);
-        let median = match s.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => s[n / 2],
-            n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-        };
+        let median = super::baseline::median(&mut s); // sorts `s`
         Ratio {
             name,
             median,

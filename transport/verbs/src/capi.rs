@@ -431,28 +431,37 @@ pub extern "C" fn rnic_poll_cq(cq: *const RnicCq, n: c_int, wc: *mut RnicWc) -> 
     }
     // SAFETY: non-NULL, room for `n` structs (contract of the header).
     let out = unsafe { std::slice::from_raw_parts_mut(wc, n as usize) };
-    let mut tmp = vec![crate::device::empty_completion(); out.len()];
-    match cq.0.poll(&mut tmp) {
-        Ok(k) => {
-            for (o, c) in out.iter_mut().zip(&tmp[..k]) {
-                *o = RnicWc {
-                    wr_id: c.wr_id,
-                    qp_num: c.qpn,
-                    byte_len: c.byte_len,
-                    status: c_int::from(status_code(c.status)),
-                    opcode: match c.opcode {
-                        WcOpcode::RdmaWrite => 1,
-                        WcOpcode::RdmaRead => 2,
-                    },
-                };
+    // Completions pass through a small stack buffer: no allocation on the
+    // polling path.
+    let mut tmp = [crate::device::empty_completion(); 32];
+    let mut filled = 0;
+    while filled < out.len() {
+        let want = (out.len() - filled).min(tmp.len());
+        let k = match cq.0.poll(&mut tmp[..want]) {
+            Ok(k) => k,
+            Err(e) => {
+                set_error(e);
+                return -1;
             }
-            k as c_int
+        };
+        for (o, c) in out[filled..].iter_mut().zip(&tmp[..k]) {
+            *o = RnicWc {
+                wr_id: c.wr_id,
+                qp_num: c.qpn,
+                byte_len: c.byte_len,
+                status: c_int::from(status_code(c.status)),
+                opcode: match c.opcode {
+                    WcOpcode::RdmaWrite => 1,
+                    WcOpcode::RdmaRead => 2,
+                },
+            };
         }
-        Err(e) => {
-            set_error(e);
-            -1
+        filled += k;
+        if k < want {
+            break;
         }
     }
+    filled as c_int
 }
 
 /// Blocks until `cq` has a completion or `timeout_ms` passes; returns 1,
