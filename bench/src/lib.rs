@@ -11,7 +11,7 @@
 pub mod decode;
 pub mod perf;
 /// Pcap files, shared with the dataplane's tap.
-pub use dataplane::pcap;
+pub use nic::pcap;
 pub mod plot;
 pub mod replay;
 pub mod samples;

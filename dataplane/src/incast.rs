@@ -200,7 +200,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     let mut last_q = 0u64;
     let sent0 = switch.counters(recv).tx_bytes;
     let mut tap = match &cfg.tap {
-        Some(p) => Some(crate::pcap::Writer::create(p).map_err(|e| err("tap", e.to_string()))?),
+        Some(p) => Some(nic::pcap::Writer::create(p).map_err(|e| err("tap", e.to_string()))?),
         None => None,
     };
     let mut tapped = 0u64;

@@ -9,7 +9,6 @@
 //! - [`dpdk`]: safe wrappers over DPDK (EAL, mempools, mbufs, ports, rings).
 //! - [`incast`]: the incast testbed on DPDK ports with the INT switch.
 //! - [`nic`]: one engine <-> port pass (RX burst, timers, TX burst).
-//! - [`pcap`]: classic pcap files (the tap, `bench decode`).
 //! - [`stats`]: counter snapshots of a running testbed.
 //! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`service`]: the daemon's service for applications (control socket,
@@ -19,7 +18,6 @@
 pub mod dpdk;
 pub mod incast;
 pub mod nic;
-pub mod pcap;
 pub mod service;
 pub mod sim;
 pub mod stats;

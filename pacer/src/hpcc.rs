@@ -52,29 +52,86 @@ pub enum ParamError {
     ZeroRate(u64),
 }
 
+/// The HPCC++ settings a configuration chooses (T, N, eta, maxStage);
+/// the windows follow from the link. The one place HPCC++ parameters are
+/// built from a configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HpccSettings {
+    /// T: known base RTT, nanoseconds.
+    pub t_ns: u64,
+    /// N: expected flows per link (W_ai = W_init (1 - eta) / N).
+    pub n: u32,
+    pub eta: f64,
+    pub max_stage: u32,
+}
+
+impl Default for HpccSettings {
+    /// hpcc.md's defaults: T = 5 us, N = 16, eta = 0.95, maxStage = 5.
+    fn default() -> Self {
+        HpccSettings {
+            t_ns: 5_000,
+            n: 16,
+            eta: 0.95,
+            max_stage: 5,
+        }
+    }
+}
+
+impl HpccSettings {
+    /// The parameters for a NIC of `line_rate_bps` and path MTU `mtu`:
+    /// W_init = line rate x T, W_ai = W_init (1 - eta) / N, W_min = one
+    /// MTU. Errors name the bad value (a zero rate, N or T, eta outside
+    /// (0, 1], a BDP smaller than one MTU).
+    pub fn params(&self, line_rate_bps: u64, mtu: u32) -> Result<HpccParams, ParamError> {
+        self.build(line_rate_bps, mtu, false)
+    }
+
+    /// Like [`HpccSettings::params`], but a BDP smaller than one MTU
+    /// raises W_init to one MTU instead of failing (defaults that must
+    /// work on any link).
+    pub fn params_at_least_one_mtu(
+        &self,
+        line_rate_bps: u64,
+        mtu: u32,
+    ) -> Result<HpccParams, ParamError> {
+        self.build(line_rate_bps, mtu, true)
+    }
+
+    fn build(&self, line_rate_bps: u64, mtu: u32, raise: bool) -> Result<HpccParams, ParamError> {
+        if line_rate_bps == 0 {
+            return Err(ParamError::ZeroRate(line_rate_bps));
+        }
+        if self.n == 0 {
+            return Err(ParamError::ZeroN(self.n));
+        }
+        let mut w_init = line_rate_bps as f64 * self.t_ns as f64 / 8e9;
+        if raise {
+            w_init = w_init.max(f64::from(mtu));
+        }
+        let p = HpccParams {
+            t_ns: self.t_ns,
+            eta: self.eta,
+            max_stage: self.max_stage,
+            w_init,
+            w_ai: w_init * (1.0 - self.eta) / f64::from(self.n),
+            w_min: f64::from(mtu),
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
 impl HpccParams {
     /// Defaults of hpcc.md for a NIC of `line_rate_bps` and base RTT `t_ns`:
     /// eta 0.95, maxStage 5, W_init = line rate x T, W_ai = W_init (1 - eta)
     /// / N, W_min = one MTU.
     pub fn new(line_rate_bps: u64, t_ns: u64, n: u32, mtu: u32) -> Result<Self, ParamError> {
-        if line_rate_bps == 0 {
-            return Err(ParamError::ZeroRate(line_rate_bps));
-        }
-        if n == 0 {
-            return Err(ParamError::ZeroN(n));
-        }
-        let eta = 0.95;
-        let w_init = line_rate_bps as f64 * t_ns as f64 / 8e9;
-        let p = HpccParams {
+        HpccSettings {
             t_ns,
-            eta,
-            max_stage: 5,
-            w_init,
-            w_ai: w_init * (1.0 - eta) / f64::from(n),
-            w_min: f64::from(mtu),
-        };
-        p.validate()?;
-        Ok(p)
+            n,
+            ..HpccSettings::default()
+        }
+        .params(line_rate_bps, mtu)
     }
 
     /// Checks every parameter.

@@ -29,5 +29,5 @@ pub mod telemetry;
 pub mod trace;
 
 pub use controller::{CongestionControl, Controller};
-pub use hpcc::{Hpcc, HpccCore, HpccParams, ParamError, Update};
+pub use hpcc::{Hpcc, HpccCore, HpccParams, HpccSettings, ParamError, Update};
 pub use telemetry::{Hop, HopStack};

@@ -283,7 +283,7 @@ fn loopback(eal: &Eal, s: &LoopbackSection, stats: Option<&std::path::Path>) -> 
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
-        let mut w = dataplane::pcap::Writer::create(path).map_err(|e| e.to_string())?;
+        let mut w = nic::pcap::Writer::create(path).map_err(|e| e.to_string())?;
         for (i, f) in frames.iter().enumerate() {
             w.write(std::time::Duration::from_micros(i as u64), f)
                 .map_err(|e| e.to_string())?;

@@ -50,13 +50,13 @@ pub fn exchange(tb: &mut Loopback) -> (usize, usize) {
     // every frame read back must be RoCEv2 with a good ICRC.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tap.pcap");
-    let mut w = dataplane::pcap::Writer::create(&path).unwrap();
+    let mut w = nic::pcap::Writer::create(&path).unwrap();
     for (i, f) in tap.iter().enumerate() {
         w.write(std::time::Duration::from_nanos(i as u64), f)
             .unwrap();
     }
     w.finish().unwrap();
-    let mut r = dataplane::pcap::Reader::open(&path).unwrap();
+    let mut r = nic::pcap::Reader::open(&path).unwrap();
     let mut read = 0;
     while let Some(rec) = r.next_record() {
         let rec = rec.unwrap();

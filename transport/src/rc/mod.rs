@@ -25,15 +25,15 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::Ipv4Addr;
 
-use pacer::hpcc::HpccParams;
+use pacer::hpcc::{HpccParams, HpccSettings, ParamError};
 use pacer::scheduler::{FlowScheduler, SchedulerConfig};
 use pacer::CongestionControl;
 
 pub use counters::{EngineCounters, QpCounters};
-pub use qp::CcMode;
+pub use qp::{CcMode, UnknownCc};
 pub use types::{
-    Cqe, PathMtu, QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, SendWr, WcOpcode, WcStatus,
-    WrOp,
+    ConnectParams, Cqe, Endpoint, PathMtu, QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr,
+    SendWr, WcOpcode, WcStatus, WrOp,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -72,15 +72,9 @@ impl EngineConfig {
     /// with T = 5 us, N = 16 and 1 KiB MTU (W_init at least one MTU, for
     /// links whose BDP is smaller), a PSN window of 2^16.
     pub fn new(mac: MacAddr, ip: Ipv4Addr, line_rate_bps: u64) -> Self {
-        let w_init = (line_rate_bps as f64 * 5_000.0 / 8e9).max(1024.0);
-        let hpcc = HpccParams {
-            t_ns: 5_000,
-            eta: 0.95,
-            max_stage: 5,
-            w_init,
-            w_ai: w_init * 0.05 / 16.0,
-            w_min: 1024.0,
-        };
+        let hpcc = HpccSettings::default()
+            .params_at_least_one_mtu(line_rate_bps.max(1), 1024)
+            .expect("the default settings are valid on any link");
         EngineConfig {
             mac,
             ip,
@@ -92,6 +86,20 @@ impl EngineConfig {
             ack_req_every: requester::ACK_REQ_EVERY,
             dscp: 26,
         }
+    }
+
+    /// Congestion control `cc` for every QP, with HPCC++ `settings` for
+    /// this engine's line rate and a path MTU of `mtu` bytes. The one place
+    /// an engine's congestion control is set from a configuration.
+    pub fn with_cc(
+        mut self,
+        cc: CcMode,
+        settings: &HpccSettings,
+        mtu: u32,
+    ) -> Result<Self, ParamError> {
+        self.cc = cc;
+        self.hpcc = settings.params(self.line_rate_bps, mtu)?;
+        Ok(self)
     }
 }
 
@@ -288,6 +296,19 @@ impl<M: Memory> Engine<M> {
         self.modify_to_init(qpn, access)?;
         self.modify_to_rtr(qpn, rtr)?;
         self.modify_to_rts(qpn, rts)
+    }
+
+    /// RESET -> RTS towards `peer` with this QP's first PSN `sq_psn`: the
+    /// attributes come from [`ConnectParams::attrs`].
+    pub fn connect_to(
+        &mut self,
+        qpn: Qpn,
+        sq_psn: u32,
+        peer: &Endpoint,
+        params: &ConnectParams,
+    ) -> Result<(), RcError> {
+        let (rtr, rts) = params.attrs(sq_psn, peer);
+        self.connect(qpn, params.access, rtr, rts)
     }
 
     /// Any state -> ERR: every outstanding WR completes with WR_FLUSH_ERR.

@@ -36,6 +36,44 @@ pub enum CcMode {
     Dcqcn,
 }
 
+impl CcMode {
+    /// The names configurations and tables use, in this order.
+    pub const NAMES: [&'static str; 5] = ["hpcc", "hpcc-probe", "hpcc-rx", "dcqcn", "none"];
+
+    /// The mode a configuration names: HPCC++ modes carry telemetry for
+    /// `maxhop` hops, and a probe unanswered for three base RTTs is
+    /// replaced. The one place congestion-control names are parsed.
+    pub fn from_name(name: &str, maxhop: u8, base_rtt_ns: u64) -> Result<CcMode, UnknownCc> {
+        Ok(match name {
+            "hpcc" => CcMode::HpccInband { maxhop },
+            "hpcc-probe" => CcMode::HpccProbe {
+                maxhop,
+                timeout_ns: 3 * base_rtt_ns,
+            },
+            "hpcc-rx" => CcMode::RxHpcc { maxhop },
+            "dcqcn" => CcMode::Dcqcn,
+            "none" => CcMode::None,
+            other => return Err(UnknownCc(other.to_string())),
+        })
+    }
+
+    /// The mode's name in configurations and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            CcMode::HpccInband { .. } => "hpcc",
+            CcMode::HpccProbe { .. } => "hpcc-probe",
+            CcMode::RxHpcc { .. } => "hpcc-rx",
+            CcMode::Dcqcn => "dcqcn",
+            CcMode::None => "none",
+        }
+    }
+}
+
+/// A congestion-control name that is none of [`CcMode::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown congestion control {0:?} (hpcc, hpcc-probe, hpcc-rx, dcqcn, none)")]
+pub struct UnknownCc(pub String);
+
 /// What handling a packet did that the engine must act on.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {

@@ -82,6 +82,71 @@ pub struct RtsAttr {
     pub max_rd_atomic: u8,
 }
 
+/// The far end of an RC connection, as exchanged out of band (perftest
+/// exchanges these over TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub qpn: Qpn,
+    /// The first PSN the peer sends (our RQ PSN).
+    pub psn: u32,
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+}
+
+/// How a QP is brought up, apart from its peer: path MTU, what the peer
+/// may do, and how it retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectParams {
+    pub mtu: PathMtu,
+    pub access: QpAccess,
+    /// Local ACK timeout exponent: 4.096 us x 2^timeout.
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// READs outstanding each way (max_rd_atomic and max_dest_rd_atomic).
+    pub rd_atomic: u8,
+}
+
+impl ConnectParams {
+    /// Remote WRITE and READ allowed, timeout 14 (67 ms), 7 retries, RNR
+    /// retry 7 (infinite), 16 READs outstanding.
+    pub fn new(mtu: PathMtu) -> Self {
+        ConnectParams {
+            mtu,
+            access: QpAccess {
+                remote_write: true,
+                remote_read: true,
+            },
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            rd_atomic: 16,
+        }
+    }
+
+    /// The INIT -> RTR and RTR -> RTS attributes of a QP whose first PSN is
+    /// `sq_psn`, connecting to `peer`: the one place they are built.
+    pub fn attrs(&self, sq_psn: u32, peer: &Endpoint) -> (RtrAttr, RtsAttr) {
+        (
+            RtrAttr {
+                path_mtu: self.mtu,
+                dest_qpn: peer.qpn,
+                dest_mac: peer.mac,
+                dest_ip: peer.ip,
+                rq_psn: peer.psn,
+                max_dest_rd_atomic: self.rd_atomic,
+            },
+            RtsAttr {
+                sq_psn,
+                timeout: self.timeout,
+                retry_cnt: self.retry_cnt,
+                rnr_retry: self.rnr_retry,
+                max_rd_atomic: self.rd_atomic,
+            },
+        )
+    }
+}
+
 /// What a send work request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WrOp {

@@ -70,6 +70,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     pub fn set_ethertype(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 12, v);
     }
+
+    /// The bytes after the header, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[HEADER_LEN..]
+    }
 }
 
 /// The Ethernet header of a RoCEv2 frame (EtherType is always IPv4).

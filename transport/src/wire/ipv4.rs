@@ -143,6 +143,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         b[1] = (b[1] & !3) | (ecn & 3);
     }
 
+    /// The bytes between the header and the total length, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (hl, total) = (self.header_len(), usize::from(self.total_len()));
+        &mut self.bm()[hl..total]
+    }
+
     /// Recomputes the header checksum.
     pub fn fill_checksum(&mut self) {
         let hl = usize::from(self.bm()[0] & 0x0f) * 4;

@@ -1,0 +1,175 @@
+//! The pcap tap: a port wrapper that mirrors the frames it receives and/or
+//! sends into a capture (a classic pcap file, nanosecond timestamps from
+//! the `now` the pipeline passes). Several taps may share one capture, so
+//! that both ends of a testbed land in one file; the capture stops
+//! recording after a frame limit and counts what it left out.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use transport::wire::MacAddr;
+
+use crate::faults::Direction;
+use crate::pcap::{PcapFileError, Writer};
+use crate::port::FramePort;
+
+/// A pcap file being written, shared by the taps that feed it.
+pub struct Capture {
+    writer: Option<Writer>,
+    limit: u64,
+    written: u64,
+    /// Frames not recorded because the limit was reached.
+    pub skipped: u64,
+    error: Option<PcapFileError>,
+}
+
+/// A capture shared between taps (and threads).
+pub type SharedCapture = Arc<Mutex<Capture>>;
+
+impl Capture {
+    /// A capture into `path` (its directory is created) that records at
+    /// most `limit` frames.
+    pub fn create(path: &Path, limit: u64) -> Result<SharedCapture, PcapFileError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| PcapFileError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        Ok(Arc::new(Mutex::new(Capture {
+            writer: Some(Writer::create(path)?),
+            limit,
+            written: 0,
+            skipped: 0,
+            error: None,
+        })))
+    }
+
+    fn record(&mut self, now: u64, frame: &[u8]) {
+        if self.written >= self.limit {
+            self.skipped += 1;
+            return;
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        match w.write(Duration::from_nanos(now), frame) {
+            Ok(()) => self.written += 1,
+            Err(e) => {
+                // Keep the first error for `finish`; stop writing.
+                self.error = Some(e);
+                self.writer = None;
+            }
+        }
+    }
+
+    /// Frames recorded so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Flushes and closes the file; the first write error, if any.
+    pub fn finish(&mut self) -> Result<u64, PcapFileError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if let Some(w) = self.writer.take() {
+            w.finish()?;
+        }
+        Ok(self.written)
+    }
+}
+
+/// A port whose frames are mirrored into a capture.
+pub struct Tap<P> {
+    inner: P,
+    capture: SharedCapture,
+    direction: Direction,
+    /// Frames at the front of the last burst that the port refused, and
+    /// that were recorded already.
+    tx_recorded: usize,
+}
+
+impl<P: FramePort> Tap<P> {
+    /// Mirrors the frames `inner` handles in `direction` into `capture`.
+    pub fn new(inner: P, capture: SharedCapture, direction: Direction) -> Self {
+        Tap {
+            inner,
+            capture,
+            direction,
+            tx_recorded: 0,
+        }
+    }
+
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut P {
+        &mut self.inner
+    }
+
+    fn record(&self, now: u64, frames: &[P::Frame]) {
+        if frames.is_empty() {
+            return;
+        }
+        // A poisoned lock means another tap's thread panicked; its capture
+        // is still a valid file up to there, so keep recording.
+        let mut c = self.capture.lock().unwrap_or_else(|p| p.into_inner());
+        for f in frames {
+            c.record(now, f.as_ref());
+        }
+    }
+}
+
+impl<P: FramePort> FramePort for Tap<P> {
+    type Frame = P::Frame;
+
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
+        let start = out.len();
+        let n = self.inner.rx_burst(now, out, max);
+        if self.direction != Direction::Tx {
+            self.record(now, &out[start..]);
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
+        if self.direction == Direction::Rx {
+            return self.inner.tx_burst(now, frames);
+        }
+        // Frames are recorded when first offered (once the port takes them
+        // they are gone); those it refuses stay at the front of `frames`
+        // and are not recorded again when offered next.
+        let seen = self.tx_recorded.min(frames.len());
+        self.record(now, &frames[seen..]);
+        let sent = self.inner.tx_burst(now, frames);
+        self.tx_recorded = frames.len();
+        sent
+    }
+
+    fn alloc(&mut self) -> Option<P::Frame> {
+        self.inner.alloc()
+    }
+
+    fn tx_ready(&self, now: u64) -> usize {
+        self.inner.tx_ready(now)
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        self.inner.next_event()
+    }
+
+    fn mac(&self) -> MacAddr {
+        self.inner.mac()
+    }
+
+    fn mtu(&self) -> u32 {
+        self.inner.mtu()
+    }
+
+    fn link_up(&self) -> bool {
+        self.inner.link_up()
+    }
+}
