@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use dataplane::sim::SimResult;
+use netsim::sim::SimResult;
 
 const W: f64 = 900.0;
 const PANEL_H: f64 = 260.0;

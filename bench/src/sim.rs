@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use dataplane::sim::scenario::{cc_mode, Overrides, ScenarioSpec, BUILTIN};
-use dataplane::sim::SimResult;
+use netsim::sim::scenario::{Overrides, ScenarioSpec, BUILTIN};
+use netsim::sim::SimResult;
 
 /// Flags of `bench sim`.
 #[derive(Debug, Clone, clap::Args)]
@@ -70,7 +70,11 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
                 )
             })?,
     };
-    let spec = ScenarioSpec::parse(&text)?;
+    let source = match &args.config {
+        Some(p) => p.display().to_string(),
+        None => format!("scenario {}", args.scenario),
+    };
+    let spec = ScenarioSpec::parse(&text).map_err(|e| format!("{source}: {e}"))?;
     let ccs: Vec<&str> = if args.cc == "all" {
         vec!["hpcc", "hpcc-probe", "hpcc-rx", "dcqcn", "none"]
     } else {
@@ -91,8 +95,8 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
     };
     let mut runs = Vec::new();
     for name in ccs {
-        let cc = cc_mode(name, spec.sim.maxhop, spec.sim.base_rtt_ns)?;
-        let mut built = spec.build(cc, &o)?;
+        let cc = spec.sim.cc(name).map_err(|e| format!("--cc: {e}"))?;
+        let mut built = spec.build(cc, &o).map_err(|e| format!("{source}: {e}"))?;
         if let Some(id) = trace_id {
             if id >= built.flows {
                 return Err(format!(

@@ -14,7 +14,7 @@ use transport::rc::{
 use transport::wire::MacAddr;
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
-use crate::switch::{EcnConfig, PortConfig, Switch};
+use netsim::switch::{EcnConfig, PortConfig, Switch};
 
 /// Settings of one incast run.
 #[derive(Debug, Clone)]

@@ -10,16 +10,12 @@
 //! - [`incast`]: the incast testbed on DPDK ports with the INT switch.
 //! - [`nic`]: one engine <-> port pass (RX burst, timers, TX burst).
 //! - [`stats`]: counter snapshots of a running testbed.
-//! - [`switch`]: the software INT switch (pure logic, time passed in).
 //! - [`service`]: the daemon's service for applications (control socket,
 //!   shared-memory rings, the hosts' loop).
-//! - [`sim`]: the deterministic virtual-time network simulator.
 
 pub mod dpdk;
 pub mod incast;
 pub mod nic;
 pub mod service;
-pub mod sim;
 pub mod stats;
-pub mod switch;
 pub mod testbed;

@@ -135,7 +135,7 @@ impl Snapshot {
     }
 
     /// Adds every egress port of a switch.
-    pub fn add_switch<F: AsRef<[u8]> + AsMut<[u8]>>(&mut self, sw: &crate::switch::Switch<F>) {
+    pub fn add_switch<F: AsRef<[u8]> + AsMut<[u8]>>(&mut self, sw: &netsim::switch::Switch<F>) {
         for p in 0..sw.port_count() {
             let c = sw.counters(p);
             self.switch_ports.push(SwitchPortEntry {

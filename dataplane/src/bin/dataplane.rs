@@ -320,7 +320,7 @@ fn incast(eal: &Eal, s: &IncastSection, stats: Option<&std::path::Path>) -> Resu
             mtu: mtu(s.mtu)?,
             message_bytes: s.message_bytes,
             depth: s.depth.max(1),
-            ecn: (cc == CcMode::Dcqcn).then_some(dataplane::switch::EcnConfig {
+            ecn: (cc == CcMode::Dcqcn).then_some(netsim::switch::EcnConfig {
                 kmin: s.buffer_bytes / 10,
                 kmax: s.buffer_bytes / 2,
                 pmax: 0.2,

@@ -4,9 +4,10 @@
 //! and a propagation delay. Everything happens in one event queue ordered
 //! by (time, sequence), so a seed fixes the run exactly.
 //!
-//! A host's NIC puts a frame on its link whenever the link is free and the
-//! engine has one (`poll_transmit`), and sleeps until the engine's next
-//! timer otherwise. Flows are RDMA WRITEs over a QP pair made for the flow.
+//! A host is the one NIC pipeline (`nic::Nic::poll`) on a [`SimLink`]: it
+//! puts a frame on its link whenever the link is free and the engine has
+//! one, and sleeps until the engine's next timer otherwise. Flows are RDMA
+//! WRITEs over a QP pair made for the flow.
 
 mod metrics;
 pub mod scenario;
@@ -15,13 +16,17 @@ pub mod topology;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use nic::{Completions, Nic};
+use pacer::HpccSettings;
 use transport::mr::{Access, Memory, MrKeys};
 use transport::rc::{
-    CcMode, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WcStatus, WrOp,
+    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus,
+    WrOp,
 };
-use transport::wire::{bth, ethernet, ipv4, udp, Ipv4Packet, MacAddr};
+use transport::wire::{MacAddr, Opcode, RoceFrame};
 
-use crate::switch::{serialization_ns, EcnConfig, PortConfig, Switch};
+use crate::link::SimLink;
+use crate::switch::{EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
 pub use metrics::{Bucket, FlowResult, SimResult};
 use topology::{host_index, host_ip, End, NodeKind, Topology};
@@ -44,12 +49,8 @@ pub struct SimConfig {
     pub seed: u64,
     pub cc: CcMode,
     pub mtu: PathMtu,
-    /// HPCC++ T (known base RTT), ns.
-    pub base_rtt_ns: u64,
-    /// HPCC++ N (W_ai = W_init (1 - eta) / N) and eta, maxStage.
-    pub hpcc_n: u32,
-    pub eta: f64,
-    pub max_stage: u32,
+    /// HPCC++ T (known base RTT), N, eta and maxStage.
+    pub hpcc: HpccSettings,
     /// Switch ECN marking (used by DCQCN runs).
     pub ecn: Option<EcnConfig>,
     /// Local ACK timeout exponent of every QP.
@@ -73,10 +74,10 @@ impl SimConfig {
             seed: 1,
             cc,
             mtu: PathMtu::Mtu1024,
-            base_rtt_ns: 8_000,
-            hpcc_n: 16,
-            eta: 0.95,
-            max_stage: 5,
+            hpcc: HpccSettings {
+                t_ns: 8_000,
+                ..HpccSettings::default()
+            },
             ecn: None,
             timeout: 10,
             ack_req_every: 1,
@@ -86,6 +87,30 @@ impl SimConfig {
             monitor: None,
         }
     }
+}
+
+/// Why a simulation cannot be built, naming the bad value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error("host {host} has {links} links; a host has exactly one")]
+    HostLinks { host: usize, links: usize },
+    #[error("HPCC++ parameters of host {host}: {source}")]
+    Hpcc {
+        host: usize,
+        source: pacer::ParamError,
+    },
+    #[error("registering the hosts' memory: {0}")]
+    Memory(String),
+    #[error("the monitored node {0} is not a switch")]
+    MonitorNotSwitch(usize),
+    #[error("the monitored switch has no port {0}")]
+    MonitorPort(usize),
+    #[error("flow {src} -> {dst}: bad hosts (there are {hosts})")]
+    FlowHosts {
+        src: usize,
+        dst: usize,
+        hosts: usize,
+    },
 }
 
 /// A flow: `size` bytes written from host `src` to host `dst` at `start_ns`.
@@ -121,12 +146,10 @@ enum Event {
 
 struct Host {
     node: usize,
-    engine: Engine<NullMemory>,
+    nic: Nic<SimLink, NullMemory>,
     keys: MrKeys,
     peer: End,
-    rate_bps: u64,
     delay_ns: u64,
-    busy_until: u64,
     wake_at: Option<u64>,
     retransmitted: u64,
 }
@@ -161,7 +184,8 @@ pub struct Simulator {
     free_frames: Vec<usize>,
     now: u64,
     monitor: Option<Monitor>,
-    buf: Vec<u8>,
+    /// Completions of the host being polled.
+    cqes: Vec<Cqe>,
     events_run: u64,
     /// A flow whose telemetry events are recorded (hpcc-replay lines).
     trace: Option<(usize, Vec<String>)>,
@@ -169,6 +193,8 @@ pub struct Simulator {
     /// TLM_RESPONSE probes among them.
     host_tx_bytes: u64,
     probe_bytes: u64,
+    /// Frames a switch could not route (not RoCEv2, or to no host).
+    unroutable: u64,
 }
 
 fn mac_of(host: usize) -> MacAddr {
@@ -178,40 +204,33 @@ fn mac_of(host: usize) -> MacAddr {
 
 impl Simulator {
     /// Builds hosts (an RC engine each) and switches for `topo`.
-    pub fn new(cfg: SimConfig, topo: Topology, buffer_bytes: u64) -> Result<Self, String> {
+    pub fn new(cfg: SimConfig, topo: Topology, buffer_bytes: u64) -> Result<Self, SimError> {
         let routes = topo.routes();
         let host_nodes = topo.hosts();
         let mut hosts = Vec::with_capacity(host_nodes.len());
         for (i, &node) in host_nodes.iter().enumerate() {
             if topo.ports[node].len() != 1 {
-                return Err(format!(
-                    "host {i} has {} links; a host has exactly one",
-                    topo.ports[node].len()
-                ));
+                return Err(SimError::HostLinks {
+                    host: i,
+                    links: topo.ports[node].len(),
+                });
             }
             let (peer, link) = topo.peer(node, 0);
-            let mut ec = EngineConfig::new(mac_of(i), host_ip(i), link.rate_bps);
-            ec.cc = cfg.cc;
+            let mut ec = EngineConfig::new(mac_of(i), host_ip(i), link.rate_bps)
+                .with_cc(cfg.cc, &cfg.hpcc, cfg.mtu.bytes())
+                .map_err(|e| SimError::Hpcc { host: i, source: e })?;
             ec.ack_req_every = cfg.ack_req_every;
-            let mut hp =
-                pacer::HpccParams::new(link.rate_bps, cfg.base_rtt_ns, cfg.hpcc_n, cfg.mtu.bytes())
-                    .map_err(|e| e.to_string())?;
-            hp.eta = cfg.eta;
-            hp.max_stage = cfg.max_stage;
-            hp.w_ai = hp.w_init * (1.0 - cfg.eta) / f64::from(cfg.hpcc_n.max(1));
-            ec.hpcc = hp;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| SimError::Memory(e.to_string()))?;
+            let port = SimLink::new(mac_of(i), cfg.mtu.bytes(), link.rate_bps);
             hosts.push(Host {
                 node,
-                engine,
+                nic: Nic::new(engine, port, cfg.mtu.bytes()),
                 keys,
                 peer,
-                rate_bps: link.rate_bps,
                 delay_ns: link.delay_ns,
-                busy_until: 0,
                 wake_at: None,
                 retransmitted: 0,
             });
@@ -238,9 +257,9 @@ impl Simulator {
                 let sw = switches
                     .get(e.node)
                     .and_then(Option::as_ref)
-                    .ok_or("the monitored node is not a switch")?;
+                    .ok_or(SimError::MonitorNotSwitch(e.node))?;
                 if e.port >= sw.port_count() {
-                    return Err(format!("the monitored switch has no port {}", e.port));
+                    return Err(SimError::MonitorPort(e.port));
                 }
                 Some(Monitor::new(e, sw.port_config(e.port).rate_bps, &cfg))
             }
@@ -266,11 +285,12 @@ impl Simulator {
             free_frames: Vec::new(),
             now: 0,
             monitor,
-            buf: vec![0u8; 16 * 1024],
+            cqes: Vec::new(),
             events_run: 0,
             trace: None,
             host_tx_bytes: 0,
             probe_bytes: 0,
+            unroutable: 0,
         };
         if s.monitor.is_some() {
             s.push(s.cfg.sample_ns, Event::Sample);
@@ -295,14 +315,13 @@ impl Simulator {
     }
 
     /// Adds a flow.
-    pub fn add_flow(&mut self, spec: FlowSpec) -> Result<usize, String> {
+    pub fn add_flow(&mut self, spec: FlowSpec) -> Result<usize, SimError> {
         if spec.src >= self.hosts.len() || spec.dst >= self.hosts.len() || spec.src == spec.dst {
-            return Err(format!(
-                "flow {} -> {}: bad hosts (there are {})",
-                spec.src,
-                spec.dst,
-                self.hosts.len()
-            ));
+            return Err(SimError::FlowHosts {
+                src: spec.src,
+                dst: spec.dst,
+                hosts: self.hosts.len(),
+            });
         }
         let hops = self.hops(spec.src, spec.dst);
         let delay = self.hosts[spec.src].delay_ns;
@@ -359,9 +378,7 @@ impl Simulator {
                 Event::HostWake { host } => {
                     if self.hosts[host].wake_at == Some(t) {
                         self.hosts[host].wake_at = None;
-                        self.hosts[host].engine.handle_timeout(t);
-                        self.host_send(host);
-                        self.completions(host);
+                        self.poll_host(host);
                     }
                 }
                 Event::FlowStart { flow } => self.start_flow(flow),
@@ -394,47 +411,31 @@ impl Simulator {
     fn start_flow(&mut self, id: usize) {
         let spec = self.flows[id].spec;
         let now = self.now;
-        let mtu = self.cfg.mtu;
-        let timeout = self.cfg.timeout;
-        let (src_mac, dst_mac) = (mac_of(spec.src), mac_of(spec.dst));
         let qa = self.hosts[spec.src]
-            .engine
+            .nic
+            .engine_mut()
             .create_qp(1 + (spec.size / MAX_WRITE) as usize, now);
-        let qb = self.hosts[spec.dst].engine.create_qp(1, now);
+        let qb = self.hosts[spec.dst].nic.engine_mut().create_qp(1, now);
         let (Ok(qa), Ok(qb)) = (qa, qb) else {
             self.flows[id].done_ns = Some(now);
             self.flows_done += 1;
             return;
         };
-        let access = QpAccess {
-            remote_write: true,
-            remote_read: true,
+        let params = ConnectParams {
+            timeout: self.cfg.timeout,
+            ..ConnectParams::new(self.cfg.mtu)
         };
-        for (h, q, peer_q, peer_mac, peer) in [
-            (spec.src, qa, qb, dst_mac, spec.dst),
-            (spec.dst, qb, qa, src_mac, spec.src),
-        ] {
+        for (h, q, peer_q, peer) in [(spec.src, qa, qb, spec.dst), (spec.dst, qb, qa, spec.src)] {
+            let end = Endpoint {
+                qpn: peer_q,
+                psn: 0,
+                mac: mac_of(peer),
+                ip: host_ip(peer),
+            };
             let ok = self.hosts[h]
-                .engine
-                .connect(
-                    q,
-                    access,
-                    RtrAttr {
-                        path_mtu: mtu,
-                        dest_qpn: peer_q,
-                        dest_mac: peer_mac,
-                        dest_ip: host_ip(peer),
-                        rq_psn: 0,
-                        max_dest_rd_atomic: 16,
-                    },
-                    RtsAttr {
-                        sq_psn: 0,
-                        timeout,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 16,
-                    },
-                )
+                .nic
+                .engine_mut()
+                .connect_to(q, 0, &end, &params)
                 .is_ok();
             debug_assert!(ok, "QP bring-up of a fresh QP");
         }
@@ -442,6 +443,7 @@ impl Simulator {
             self.hosts[spec.src].keys.lkey,
             self.hosts[spec.dst].keys.rkey,
         );
+        let engine = self.hosts[spec.src].nic.engine_mut();
         let mut off = 0u64;
         loop {
             let len = (spec.size - off).min(MAX_WRITE);
@@ -456,7 +458,7 @@ impl Simulator {
                 remote_va: off,
                 signaled: last,
             };
-            if self.hosts[spec.src].engine.post_send(qa, wr, now).is_err() {
+            if engine.post_send(qa, wr, now).is_err() {
                 break;
             }
             off += len;
@@ -469,66 +471,65 @@ impl Simulator {
         self.wake(spec.src, now);
     }
 
-    fn host_send(&mut self, h: usize) {
+    /// One pass of host `h`'s NIC: what it put on its link travels to the
+    /// peer; it wakes again when its link frees, or at its next timer.
+    fn poll_host(&mut self, h: usize) {
         let now = self.now;
-        if self.hosts[h].busy_until > now {
-            let t = self.hosts[h].busy_until;
-            self.wake(h, t);
-            return;
-        }
-        let mut buf = std::mem::take(&mut self.buf);
-        let sent = self.hosts[h].engine.poll_transmit(now, &mut buf);
-        match sent {
-            Some(n) => {
-                self.host_tx_bytes += n as u64;
-                let opcode_at = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
-                if matches!(buf.get(opcode_at), Some(0xC0 | 0xC1)) {
-                    self.probe_bytes += n as u64;
-                }
-                let host = &mut self.hosts[h];
-                let done = now + serialization_ns(n, host.rate_bps);
-                host.busy_until = done;
-                let (peer, delay) = (host.peer, host.delay_ns);
-                let slot = self.store(buf[..n].to_vec());
-                self.push(
-                    done + delay,
-                    Event::Arrive {
-                        node: peer.node,
-                        frame: slot,
-                    },
-                );
-                self.wake(h, done);
+        let mut done = Completions(std::mem::take(&mut self.cqes));
+        let host = &mut self.hosts[h];
+        host.nic.poll(now, &mut done);
+        let (peer, delay) = (host.peer, host.delay_ns);
+        let sent: Vec<(u64, Vec<u8>)> = host.nic.port_mut().take_sent().collect();
+        for (left, frame) in sent {
+            self.host_tx_bytes += frame.len() as u64;
+            let probe = RoceFrame::new_checked(&frame[..]).is_ok_and(|f| {
+                [Opcode::TlmRequest as u8, Opcode::TlmResponse as u8].contains(&f.opcode_raw())
+            });
+            if probe {
+                self.probe_bytes += frame.len() as u64;
             }
-            None => {
-                if let Some(t) = self.hosts[h].engine.poll_timeout() {
-                    self.wake(h, t.max(now + 1));
-                }
-            }
+            let slot = self.store(frame);
+            self.push(
+                left + delay,
+                Event::Arrive {
+                    node: peer.node,
+                    frame: slot,
+                },
+            );
         }
-        self.buf = buf;
+        let nic = &self.hosts[h].nic;
+        let busy = nic.port().busy_until();
+        if busy > now {
+            self.wake(h, busy);
+        } else if let Some(t) = nic.engine().poll_timeout() {
+            self.wake(h, t.max(now + 1));
+        }
+        for c in done.0.drain(..) {
+            self.complete(c);
+        }
+        self.cqes = done.0;
     }
 
-    fn completions(&mut self, h: usize) {
-        while let Some(c) = self.hosts[h].engine.poll_completion() {
-            let id = c.wr_id as usize;
-            let Some(f) = self.flows.get_mut(id) else {
-                continue;
-            };
-            if f.done_ns.is_some() {
-                continue;
+    fn complete(&mut self, c: Cqe) {
+        let id = c.wr_id as usize;
+        let Some(f) = self.flows.get_mut(id) else {
+            return;
+        };
+        if f.done_ns.is_some() {
+            return;
+        }
+        f.done_ns = Some(self.now);
+        f.status = Some(c.status);
+        self.flows_done += 1;
+        if let Some((qa, qb)) = f.qps {
+            let (src, dst) = (f.spec.src, f.spec.dst);
+            let ea = self.hosts[src].nic.engine_mut();
+            if let Ok(cn) = ea.qp_counters(qa) {
+                self.hosts[src].retransmitted += cn.retransmitted;
             }
-            f.done_ns = Some(self.now);
-            f.status = Some(c.status);
-            self.flows_done += 1;
-            if let Some((qa, qb)) = f.qps {
-                let (src, dst) = (f.spec.src, f.spec.dst);
-                if let Ok(cn) = self.hosts[src].engine.qp_counters(qa) {
-                    self.hosts[src].retransmitted += cn.retransmitted;
-                }
-                let _ = self.hosts[src].engine.destroy_qp(qa);
-                let _ = self.hosts[dst].engine.destroy_qp(qb);
-                self.by_qp.remove(&(dst, qb));
-            }
+            let _ = self.hosts[src].nic.engine_mut().destroy_qp(qa);
+            let _ = self.hosts[dst].nic.engine_mut().destroy_qp(qb);
+            self.by_qp.remove(&(dst, qb));
         }
     }
 
@@ -537,20 +538,19 @@ impl Simulator {
         self.free_frames.push(slot);
         if self.topo.nodes[node] == NodeKind::Host {
             let h = self.node_host[node];
-            let now = self.now;
             if self.trace.is_some() {
                 self.record_trace(h, &frame);
             }
-            self.hosts[h].engine.handle_packet(now, &frame);
-            self.host_send(h);
-            self.completions(h);
+            self.hosts[h].nic.port_mut().deliver(frame);
+            self.poll_host(h);
             return;
         }
-        let Some(dst) = dst_host(&frame) else { return };
-        let Some(choices) = self.routes[node].get(dst) else {
+        let Some(choices) = dst_host(&frame).and_then(|dst| self.routes[node].get(dst)) else {
+            self.unroutable += 1;
             return;
         };
         let Some(out) = crate::switch::ecmp(&frame, choices) else {
+            self.unroutable += 1;
             return;
         };
         let sw = self.switches[node].as_mut().expect("switch node");
@@ -597,7 +597,7 @@ impl Simulator {
 
     /// Results of the run so far.
     pub fn result(&self, label: &str) -> SimResult {
-        let host_bps = self.hosts.first().map_or(1, |h| h.rate_bps);
+        let host_bps = self.hosts.first().map_or(1, |h| h.nic.port().rate_bps());
         let flows: Vec<FlowResult> = self
             .flows
             .iter()
@@ -633,8 +633,9 @@ impl Simulator {
                 .iter()
                 .filter(|f| f.done_ns.is_none())
                 .filter_map(|f| {
-                    f.qps
-                        .and_then(|(qa, _)| self.hosts[f.spec.src].engine.qp_counters(qa).ok())
+                    f.qps.and_then(|(qa, _)| {
+                        self.hosts[f.spec.src].nic.engine().qp_counters(qa).ok()
+                    })
                 })
                 .map(|c| c.retransmitted)
                 .sum::<u64>();
@@ -648,6 +649,7 @@ impl Simulator {
             self.events_run,
         );
         r.probe_overhead = self.probe_bytes as f64 / self.host_tx_bytes.max(1) as f64;
+        r.unroutable = self.unroutable;
         r
     }
 
@@ -683,7 +685,7 @@ impl Simulator {
             .repr
             .probe
             .map_or(p.repr.bth.psn, |pr| pr.snd_psn & 0x00FF_FFFF);
-        let Ok(snd_nxt) = self.hosts[h].engine.qp_snd_nxt(qa) else {
+        let Ok(snd_nxt) = self.hosts[h].nic.engine().qp_snd_nxt(qa) else {
             return;
         };
         let hops: Vec<pacer::Hop> = t
@@ -712,16 +714,15 @@ impl Simulator {
     }
 }
 
-/// Destination host of an IPv4 frame.
+/// Destination host of a frame.
 fn dst_host(frame: &[u8]) -> Option<usize> {
-    let ip = Ipv4Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
-    Some(host_index(ip.dst()))
+    RoceFrame::new_checked(frame)
+        .ok()
+        .map(|f| host_index(f.dst_ip()))
 }
 
 /// (destination host, DestQP) of a RoCEv2 frame.
 fn flow_key(frame: &[u8]) -> Option<(usize, Qpn)> {
-    let dst = dst_host(frame)?;
-    let at = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
-    let b = bth::Bth::new_checked(frame.get(at..)?).ok()?;
-    Some((dst, b.dest_qp()))
+    let f = RoceFrame::new_checked(frame).ok()?;
+    Some((host_index(f.dst_ip()), f.dest_qp()))
 }

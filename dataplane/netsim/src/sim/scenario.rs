@@ -2,37 +2,41 @@
 //! (`configs/sim/*.toml`, embedded here so that `bench sim` runs anywhere),
 //! turned into a [`Simulator`] with flows.
 
+use pacer::HpccSettings;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
-use transport::rc::{CcMode, PathMtu};
+use transport::rc::{CcMode, PathMtu, UnknownCc};
 
 use super::topology::{End, Topology, TopologySpec};
-use super::{FlowSpec, SimConfig, Simulator};
+use super::{FlowSpec, SimConfig, SimError, Simulator};
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
 pub const BUILTIN: [(&str, &str); 6] = [
-    ("incast", include_str!("../../../configs/sim/incast.toml")),
+    (
+        "incast",
+        include_str!("../../../../configs/sim/incast.toml"),
+    ),
     (
         "dumbbell",
-        include_str!("../../../configs/sim/dumbbell.toml"),
+        include_str!("../../../../configs/sim/dumbbell.toml"),
     ),
     (
         "converge",
-        include_str!("../../../configs/sim/converge.toml"),
+        include_str!("../../../../configs/sim/converge.toml"),
     ),
     (
         "fb_hadoop",
-        include_str!("../../../configs/sim/fb_hadoop.toml"),
+        include_str!("../../../../configs/sim/fb_hadoop.toml"),
     ),
     (
         "websearch",
-        include_str!("../../../configs/sim/websearch.toml"),
+        include_str!("../../../../configs/sim/websearch.toml"),
     ),
     (
         "paper-fig11a",
-        include_str!("../../../configs/sim/paper-fig11a.toml"),
+        include_str!("../../../../configs/sim/paper-fig11a.toml"),
     ),
 ];
 
@@ -40,11 +44,11 @@ pub const BUILTIN: [(&str, &str); 6] = [
 pub const CDFS: [(&str, &str); 2] = [
     (
         "fb_hadoop",
-        include_str!("../../../configs/workloads/fb_hadoop.cdf"),
+        include_str!("../../../../configs/workloads/fb_hadoop.cdf"),
     ),
     (
         "websearch",
-        include_str!("../../../configs/workloads/websearch.cdf"),
+        include_str!("../../../../configs/workloads/websearch.cdf"),
     ),
 ];
 
@@ -128,23 +132,42 @@ impl Default for RunSpec {
     }
 }
 
-/// Parses a congestion-control name of `bench sim --cc`.
-pub fn cc_mode(name: &str, maxhop: u8, base_rtt_ns: u64) -> Result<CcMode, String> {
-    Ok(match name {
-        "hpcc" => CcMode::HpccInband { maxhop },
-        "hpcc-probe" => CcMode::HpccProbe {
-            maxhop,
-            timeout_ns: 3 * base_rtt_ns,
-        },
-        "hpcc-rx" => CcMode::RxHpcc { maxhop },
-        "dcqcn" => CcMode::Dcqcn,
-        "none" => CcMode::None,
-        other => {
-            return Err(format!(
-                "unknown --cc {other:?} (hpcc, hpcc-probe, hpcc-rx, dcqcn, none, all)"
-            ))
-        }
-    })
+/// Why a scenario cannot be read or built, naming the bad value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScenarioError {
+    /// The TOML does not parse, or a key is unknown or of the wrong type
+    /// (toml's message names the key and the line).
+    #[error("{0}")]
+    Toml(String),
+    #[error("[sim] mtu = {0} is not 256, 512, 1024, 2048 or 4096")]
+    Mtu(u32),
+    #[error("[topology] {0}")]
+    Topology(String),
+    #[error("[workload] converge with {flows} flows needs {need} hosts, the topology has {hosts}")]
+    ConvergeHosts {
+        flows: usize,
+        need: usize,
+        hosts: usize,
+    },
+    #[error("[workload] dumbbell without a switch-to-switch link")]
+    DumbbellLink,
+    #[error("[workload] cdf {name:?}: {why}")]
+    Cdf { name: String, why: String },
+    #[error("[workload] load = {0} must be in (0, 1)")]
+    Load(f64),
+    #[error("[workload] kind = {0:?} is unknown (incast, dumbbell, converge, poisson)")]
+    UnknownWorkload(String),
+    #[error(transparent)]
+    Cc(#[from] UnknownCc),
+    #[error(transparent)]
+    Sim(#[from] SimError),
+}
+
+impl RunSpec {
+    /// The congestion control `name` with this run's maxhop and base RTT.
+    pub fn cc(&self, name: &str) -> Result<CcMode, UnknownCc> {
+        CcMode::from_name(name, self.maxhop, self.base_rtt_ns)
+    }
 }
 
 /// An empirical CDF: (size, cumulative fraction) points.
@@ -228,30 +251,32 @@ fn find(topo: &Topology, host: usize) -> usize {
 }
 
 impl ScenarioSpec {
-    pub fn parse(text: &str) -> Result<ScenarioSpec, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<ScenarioSpec, ScenarioError> {
+        toml::from_str(text).map_err(|e| ScenarioError::Toml(e.to_string()))
     }
 
     /// Builds the simulator for congestion control `cc`.
-    pub fn build(&self, cc: CcMode, o: &Overrides) -> Result<Built, String> {
+    pub fn build(&self, cc: CcMode, o: &Overrides) -> Result<Built, ScenarioError> {
         let mut topo_spec = self.topology.clone();
         let w = &self.workload;
         let senders = o.senders.or(w.senders);
         if w.kind == "incast" {
             topo_spec.hosts = senders.unwrap_or(topo_spec.hosts.saturating_sub(1)) + 1;
         }
-        let topo = topo_spec.build()?;
+        let topo = topo_spec.build().map_err(ScenarioError::Topology)?;
         let hosts = topo.hosts().len();
         let r = &self.sim;
         let seed = o.seed.unwrap_or(1);
         let duration_ns = o.duration_us.unwrap_or(r.duration_us) * 1_000;
         let mut cfg = SimConfig::new(cc, duration_ns);
         cfg.seed = seed;
-        cfg.mtu = PathMtu::from_bytes(r.mtu).ok_or(format!("mtu {} is not a path MTU", r.mtu))?;
-        cfg.base_rtt_ns = r.base_rtt_ns;
-        cfg.hpcc_n = r.hpcc_n;
-        cfg.eta = r.eta;
-        cfg.max_stage = r.max_stage;
+        cfg.mtu = PathMtu::from_bytes(r.mtu).ok_or(ScenarioError::Mtu(r.mtu))?;
+        cfg.hpcc = HpccSettings {
+            t_ns: r.base_rtt_ns,
+            n: r.hpcc_n,
+            eta: r.eta,
+            max_stage: r.max_stage,
+        };
         cfg.timeout = r.timeout;
         cfg.sample_ns = r.sample_us.max(1) * 1_000;
         cfg.measure_from_ns = r.measure_from_us * 1_000;
@@ -278,8 +303,7 @@ impl ScenarioSpec {
                 port: e.port,
             }
         };
-        let monitor;
-        match w.kind.as_str() {
+        let monitor = match w.kind.as_str() {
             "incast" => {
                 let recv = hosts - 1;
                 for s in 0..recv {
@@ -290,15 +314,16 @@ impl ScenarioSpec {
                         start_ns: 0,
                     });
                 }
-                monitor = towards(recv);
+                towards(recv)
             }
             "converge" => {
                 let n = w.flows.unwrap_or(2);
                 if n + 2 > hosts {
-                    return Err(format!(
-                        "converge with {n} flows needs {} hosts, the topology has {hosts}",
-                        n + 2
-                    ));
+                    return Err(ScenarioError::ConvergeHosts {
+                        flows: n,
+                        need: n + 2,
+                        hosts,
+                    });
                 }
                 let recv = hosts - 1;
                 for s in 0..=n {
@@ -310,7 +335,7 @@ impl ScenarioSpec {
                         start_ns,
                     });
                 }
-                monitor = towards(recv);
+                towards(recv)
             }
             "dumbbell" => {
                 let half = hosts.div_ceil(2);
@@ -328,8 +353,8 @@ impl ScenarioSpec {
                     .find(|&p| {
                         topo.nodes[topo.peer(left, p).0.node] == super::topology::NodeKind::Switch
                     })
-                    .ok_or("dumbbell without a switch-to-switch link")?;
-                monitor = End { node: left, port };
+                    .ok_or(ScenarioError::DumbbellLink)?;
+                End { node: left, port }
             }
             "poisson" => {
                 let name = w.cdf.as_deref().unwrap_or("fb_hadoop");
@@ -337,14 +362,18 @@ impl ScenarioSpec {
                     .iter()
                     .find(|c| c.0 == name)
                     .map(|c| c.1.to_string())
-                    .map_or_else(
-                        || std::fs::read_to_string(name).map_err(|e| format!("CDF {name}: {e}")),
-                        Ok,
-                    )?;
-                let cdf = Cdf::parse(&text)?;
+                    .map_or_else(|| std::fs::read_to_string(name), Ok)
+                    .map_err(|e| ScenarioError::Cdf {
+                        name: name.into(),
+                        why: e.to_string(),
+                    })?;
+                let cdf = Cdf::parse(&text).map_err(|why| ScenarioError::Cdf {
+                    name: name.into(),
+                    why,
+                })?;
                 let load = o.load.or(w.load).unwrap_or(0.3);
                 if !(load > 0.0 && load < 1.0) {
-                    return Err(format!("load {load} must be in (0, 1)"));
+                    return Err(ScenarioError::Load(load));
                 }
                 let bw = topo_spec.host_gbps * 1e9;
                 let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -394,14 +423,10 @@ impl ScenarioSpec {
                         }
                     }
                 }
-                monitor = towards(0);
+                towards(0)
             }
-            other => {
-                return Err(format!(
-                    "unknown workload kind {other:?} (incast, dumbbell, converge, poisson)"
-                ))
-            }
-        }
+            other => return Err(ScenarioError::UnknownWorkload(other.into())),
+        };
         cfg.monitor = Some(monitor);
         let buffer = topo_spec.buffer_bytes;
         let mut sim = Simulator::new(cfg, topo, buffer)?;
@@ -452,13 +477,20 @@ mod tests {
 
     #[test]
     fn unknown_names_are_refused_by_name() {
-        assert!(cc_mode("bbr", 5, 1).unwrap_err().contains("\"bbr\""));
+        let spec = ScenarioSpec::parse(BUILTIN[0].1).unwrap();
+        assert!(spec
+            .sim
+            .cc("bbr")
+            .unwrap_err()
+            .to_string()
+            .contains("\"bbr\""));
         let mut s = ScenarioSpec::parse(BUILTIN[0].1).unwrap();
         s.workload.kind = "alltoall".into();
         assert!(s
             .build(CcMode::None, &Overrides::default())
             .err()
             .unwrap()
+            .to_string()
             .contains("alltoall"));
     }
 }

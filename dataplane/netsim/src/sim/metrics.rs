@@ -137,7 +137,10 @@ pub struct SimResult {
     pub utilization: f64,
     /// Mean Jain index over the last quarter of the samples.
     pub jain_fairness: f64,
+    /// Frames the switches' buffers dropped.
     pub drops: u64,
+    /// Frames a switch could not route (not RoCEv2, or to no host).
+    pub unroutable: u64,
     pub retransmitted: u64,
     /// Share of the bytes hosts sent that were telemetry probes.
     pub probe_overhead: f64,
@@ -236,6 +239,7 @@ impl SimResult {
             utilization: util,
             jain_fairness,
             drops,
+            unroutable: 0,
             retransmitted,
             probe_overhead: 0.0,
             flows_total: flows.len(),

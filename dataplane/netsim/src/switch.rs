@@ -6,14 +6,14 @@
 //! Pure logic with time passed in: the simulator drives it in virtual time
 //! with `Vec<u8>` frames, the DPDK dataplane on real ports with wall time
 //! and mbufs (any `F: AsRef<[u8]> + AsMut<[u8]>`), so frames are queued
-//! and stamped in place, never copied. It parses no more than the headers
-//! it needs.
+//! and stamped in place, never copied. It reads and writes frames through
+//! the wire codec's in-flight view ([`RoceFrame`]) and no further.
 
 use std::collections::VecDeque;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use transport::wire::{ethernet, Bth, HopRecord, Ipv4Packet, Tlm, UdpPacket};
+use transport::wire::{HopRecord, RoceFrame};
 
 /// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
 /// of queue to `pmax` at `kmax`, and is 1 above `kmax`.
@@ -81,16 +81,10 @@ pub fn serialization_ns(bytes: usize, rate_bps: u64) -> u64 {
     (bytes as u64 * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
 }
 
-/// The UDP source port of an IPv4/UDP frame (0 for anything else): the
-/// ECMP entropy of RoCEv2.
+/// The UDP source port of a RoCEv2 frame (0 for anything else): its ECMP
+/// entropy.
 pub fn flow_entropy(frame: &[u8]) -> u16 {
-    let Some(l3) = frame.get(ethernet::HEADER_LEN..) else {
-        return 0;
-    };
-    let Ok(ip) = Ipv4Packet::new_checked(l3) else {
-        return 0;
-    };
-    UdpPacket::new_checked(ip.payload()).map_or(0, |u| u.src_port())
+    RoceFrame::new_checked(frame).map_or(0, |f| f.entropy())
 }
 
 /// Chooses among equal-cost egress ports by the frame's UDP source port.
@@ -244,22 +238,10 @@ pub enum Stamp {
 /// is not an echoed stack (ACKs, probe responses, CC_NOTIFY carry the
 /// forward path's telemetry back and are left alone).
 pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
-    let Some(l3) = frame.get(ethernet::HEADER_LEN..) else {
+    let Ok(mut f) = RoceFrame::new_checked(frame) else {
         return Stamp::NoTelemetry;
     };
-    let Ok(ip) = Ipv4Packet::new_checked(l3) else {
-        return Stamp::NoTelemetry;
-    };
-    let bth_at = ethernet::HEADER_LEN + ip.header_len() + transport::wire::udp::HEADER_LEN;
-    let has_tlm = frame
-        .get(bth_at..)
-        .and_then(|b| Bth::new_checked(b).ok())
-        .is_some_and(|b| b.has_tlm());
-    if !has_tlm {
-        return Stamp::NoTelemetry;
-    }
-    let tlm_at = bth_at + transport::wire::bth::HEADER_LEN;
-    let Some(Ok(mut t)) = frame.get_mut(tlm_at..).map(Tlm::new_checked) else {
+    let Some(mut t) = f.tlm_mut() else {
         return Stamp::NoTelemetry;
     };
     if t.echo() {
@@ -274,20 +256,9 @@ pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
     }
 }
 
-/// Sets ECN to CE on an ECN-capable IPv4 frame (and fixes the checksum).
+/// Sets ECN to CE on an ECN-capable RoCEv2 frame (and fixes the checksum).
 pub fn mark_ce(frame: &mut [u8]) -> bool {
-    let Some(l3) = frame.get_mut(ethernet::HEADER_LEN..) else {
-        return false;
-    };
-    let Ok(mut ip) = Ipv4Packet::new_checked(l3) else {
-        return false;
-    };
-    if ip.ecn() == 0 {
-        return false;
-    }
-    ip.set_ecn(3);
-    ip.fill_checksum();
-    true
+    RoceFrame::new_checked(frame).is_ok_and(|mut f| f.mark_ce())
 }
 
 #[cfg(test)]
@@ -417,7 +388,8 @@ mod tests {
         s.enqueue(0, g.clone());
         assert_eq!(s.dequeue(10_000, 0).unwrap().0, g);
         let mut e = frame(Some(3), 10, 1);
-        Tlm::new_checked(&mut e[54..]).unwrap().set_echo(true);
+        let mut v = RoceFrame::new_checked(&mut e[..]).unwrap();
+        v.tlm_mut().unwrap().set_echo(true);
         assert_eq!(stamp(&mut e, &HopRecord::default()), Stamp::NoTelemetry);
     }
 

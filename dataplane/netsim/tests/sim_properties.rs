@@ -2,15 +2,15 @@
 //! topologies: HPCC++ against DCQCN in an incast, reaction and fairness when
 //! a flow joins, and determinism.
 
-use dataplane::sim::scenario::{cc_mode, Overrides, ScenarioSpec, BUILTIN};
-use dataplane::sim::SimResult;
+use netsim::sim::scenario::{Overrides, ScenarioSpec, BUILTIN};
+use netsim::sim::SimResult;
 
 fn scenario(name: &str) -> ScenarioSpec {
     ScenarioSpec::parse(BUILTIN.iter().find(|s| s.0 == name).unwrap().1).unwrap()
 }
 
 fn run(s: &ScenarioSpec, cc: &str, o: &Overrides) -> SimResult {
-    let mode = cc_mode(cc, s.sim.maxhop, s.sim.base_rtt_ns).unwrap();
+    let mode = s.sim.cc(cc).unwrap();
     let mut b = s.build(mode, o).unwrap();
     b.sim.run();
     b.sim.result(cc)

@@ -1,0 +1,19 @@
+//! The network around the NICs, without DPDK: the software INT switch and
+//! the deterministic virtual-time simulator.
+//!
+//! - [`switch`]: the INT switch (per-port FIFO queues drained at capacity
+//!   B, drop-tail or ECN marking, telemetry stamping at dequeue, ECMP),
+//!   pure logic with time passed in. The simulator runs it in virtual time
+//!   on `Vec<u8>` frames; the DPDK incast testbed runs it on mbufs.
+//! - [`link`]: the simulator's link as a frame port, so the simulator's
+//!   hosts run the one NIC pipeline (`nic::Nic::poll`).
+//! - [`sim`]: the simulator, its topologies, scenarios and metrics.
+//!
+//! Switches and the simulator read and stamp frames through the wire
+//! codec's in-flight view (`transport::wire::RoceFrame`), never by byte
+//! offsets of their own.
+#![forbid(unsafe_code)]
+
+pub mod link;
+pub mod sim;
+pub mod switch;
