@@ -1,5 +1,7 @@
-//! `bench torture`: two RC engines joined by a seeded faulty wire in virtual
-//! time, running random WRITEs and READs and verifying every byte.
+//! `bench torture`: two NICs (`nic::Nic::poll`, the pipeline every driver
+//! runs) joined by the in-memory link in virtual time, each port wrapped in
+//! the seeded fault injector, running random WRITEs and READs and verifying
+//! every byte.
 //!
 //! Faults hit every packet kind in both directions: loss, duplication,
 //! reordering (extra delay) and corruption (one random bit flipped inside
@@ -9,17 +11,16 @@
 //! operation number, so a stale duplicate applied after a newer WRITE to
 //! the same slot is seen when the slot is checked again.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
 
+use nic::{mem_link, Completions, Direction, FaultConfig, FaultInjector, MemPort, Nic};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WcStatus, WrOp,
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus, WrOp,
 };
-use transport::wire::{MacAddr, Packet};
+use transport::wire::MacAddr;
 
 /// Flags of `bench torture`.
 #[derive(Debug, Clone, clap::Args)]
@@ -127,8 +128,7 @@ const BASE: u64 = 0x1000_0000;
 const DELAY_NS: u64 = 2_000;
 const LINE_BPS: u64 = 100_000_000_000;
 
-/// A frame on the wire: (arrival time, sequence x 2 + corrupted, from A, bytes).
-type InFlight = Reverse<(u64, u64, bool, Vec<u8>)>;
+type Port = FaultInjector<MemPort>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpState {
@@ -157,12 +157,18 @@ fn pattern(id: u64, len: usize) -> Vec<u8> {
 }
 
 struct Host {
-    engine: Engine<VecMemory>,
+    nic: Nic<Port, VecMemory>,
     mr: MrKeys,
     qpns: Vec<Qpn>,
 }
 
-fn host(mac: MacAddr, ip: Ipv4Addr, bytes: u64, args: &TortureArgs) -> Result<Host, String> {
+fn host(
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    bytes: u64,
+    args: &TortureArgs,
+    port: Port,
+) -> Result<Host, String> {
     let mut mem = VecMemory::new();
     mem.add(BASE, bytes as usize);
     let mut cfg = EngineConfig::new(mac, ip, LINE_BPS);
@@ -175,61 +181,47 @@ fn host(mac: MacAddr, ip: Ipv4Addr, bytes: u64, args: &TortureArgs) -> Result<Ho
         .map(|_| engine.create_qp(args.depth as usize * 2, 0))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    Ok(Host { engine, mr, qpns })
+    Ok(Host {
+        nic: Nic::new(engine, port, args.mtu),
+        mr,
+        qpns,
+    })
 }
 
-fn connect(
-    a: &mut Host,
-    b: &Host,
-    mac: MacAddr,
-    ip: Ipv4Addr,
-    args: &TortureArgs,
-    mtu: PathMtu,
-) -> Result<(), String> {
-    for (qa, qb) in a.qpns.iter().zip(&b.qpns) {
-        let e = &mut a.engine;
-        e.connect(
-            *qa,
-            QpAccess {
-                remote_write: true,
-                remote_read: true,
-            },
-            RtrAttr {
-                path_mtu: mtu,
-                dest_qpn: *qb,
-                dest_mac: mac,
-                dest_ip: ip,
-                rq_psn: args.start_psn,
-                max_dest_rd_atomic: 16,
-            },
-            RtsAttr {
-                sq_psn: args.start_psn,
-                timeout: args.timeout,
-                retry_cnt: args.retry_cnt,
-                rnr_retry: 7,
-                max_rd_atomic: 16,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Byte offsets the ICRC protects (and the engine does not ignore).
-fn corruptible(frame: &[u8]) -> Vec<usize> {
-    let Ok(p) = Packet::parse(frame) else {
-        return vec![];
+/// Brings up `a`'s QPs towards `b`'s (both start at `--start-psn`).
+fn connect(a: &mut Host, b: &Host, mac: MacAddr, ip: Ipv4Addr, args: &TortureArgs, mtu: PathMtu) {
+    let params = ConnectParams {
+        timeout: args.timeout,
+        retry_cnt: args.retry_cnt,
+        ..ConnectParams::new(mtu)
     };
-    let tlm = p.repr.tlm.map_or(0, |t| t.block_len());
-    let bth = 14 + 20 + 8;
-    (14..frame.len())
-        .filter(|&i| {
-            !matches!(i - 14, 1 | 8 | 10 | 11) // TOS, TTL, IP checksum
-                && !(34 + 6..34 + 8).contains(&i) // UDP checksum
-                && i != bth + 4 // FECN, BECN, T
-                && !(bth + 12..bth + 12 + tlm).contains(&i)
-        })
-        .collect()
+    for (qa, qb) in a.qpns.iter().zip(&b.qpns) {
+        let peer = Endpoint {
+            qpn: *qb,
+            psn: args.start_psn,
+            mac,
+            ip,
+        };
+        a.nic
+            .engine_mut()
+            .connect_to(*qa, args.start_psn, &peer, &params)
+            .expect("fresh QPs with checked attributes come up");
+    }
+}
+
+/// The seeded faults of one direction: frames are hit as the receiving
+/// port takes them off the link.
+fn faults(args: &TortureArgs, seed: u64) -> FaultConfig {
+    FaultConfig {
+        seed,
+        loss: args.loss,
+        duplicate: args.dup,
+        reorder: args.reorder,
+        corrupt: args.corrupt,
+        reorder_ns: 4 * DELAY_NS,
+        direction: Direction::Rx,
+        ..FaultConfig::default()
+    }
 }
 
 /// Runs the torture test; `progress` gets a line now and then.
@@ -264,10 +256,13 @@ pub fn run(
     let slot_bytes = (u64::from(args.max_msg) + 64).next_multiple_of(64);
     let slots_per_qp = args.depth as usize;
     let bytes = slot_bytes * u64::from(args.qps) * slots_per_qp as u64;
-    let mut a = host(MAC_A, IP_A, bytes, args)?;
-    let mut b = host(MAC_B, IP_B, bytes, args)?;
-    connect(&mut a, &b, MAC_B, IP_B, args, mtu)?;
-    connect(&mut b, &a, MAC_A, IP_A, args, mtu)?;
+    let (pa, pb) = mem_link([MAC_A, MAC_B], args.mtu, DELAY_NS);
+    let wrap = |p, seed| FaultInjector::new(p, faults(args, seed)).map_err(|e| format!("--{e}"));
+    let seeds = (args.seed.wrapping_mul(2), args.seed.wrapping_mul(2) + 1);
+    let mut a = host(MAC_A, IP_A, bytes, args, wrap(pa, seeds.0)?)?;
+    let mut b = host(MAC_B, IP_B, bytes, args, wrap(pb, seeds.1)?)?;
+    connect(&mut a, &b, MAC_B, IP_B, args, mtu);
+    connect(&mut b, &a, MAC_A, IP_A, args, mtu);
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut ops: Vec<Op> = Vec::with_capacity(args.ops as usize);
@@ -280,9 +275,7 @@ pub fn run(
     };
     let mut stats = WireStats::default();
     let mut now = 0u64;
-    let mut heap: BinaryHeap<InFlight> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut buf = vec![0u8; 16384];
+    let mut cqes = Completions::default();
     let limit = args.time_limit_ms.saturating_mul(1_000_000);
     let mut killed = false;
     let mut done = 0u64;
@@ -296,7 +289,11 @@ pub fn run(
             if let Some(id) = slot_last[s] {
                 let op = ops[id as usize];
                 if !op.read && op.state == OpState::Ok {
-                    let got = b.engine.mem().slice(va(op.qp, op.slot), op.len as usize);
+                    let got = b
+                        .nic
+                        .engine()
+                        .mem()
+                        .slice(va(op.qp, op.slot), op.len as usize);
                     if got != &pattern(id, op.len as usize)[..] {
                         report.dup_applied += 1;
                     }
@@ -327,17 +324,12 @@ pub fn run(
             };
             let data = pattern(id, len as usize);
             let addr = va(qp, slot);
-            if read {
-                b.engine
-                    .mem_mut()
-                    .slice_mut(addr, len as usize)
-                    .copy_from_slice(&data);
-            } else {
-                a.engine
-                    .mem_mut()
-                    .slice_mut(addr, len as usize)
-                    .copy_from_slice(&data);
-            }
+            let src = if read { &mut b } else { &mut a };
+            src.nic
+                .engine_mut()
+                .mem_mut()
+                .slice_mut(addr, len as usize)
+                .copy_from_slice(&data);
             ops.push(Op {
                 qp,
                 slot,
@@ -357,7 +349,7 @@ pub fn run(
                 remote_va: addr,
                 signaled: true,
             };
-            if a.engine.post_send(a.qpns[qp], wr, now).is_err() {
+            if a.nic.engine_mut().post_send(a.qpns[qp], wr, now).is_err() {
                 ops[id as usize].state = OpState::Failed;
                 slot_busy[s] = false;
                 report.failed += 1;
@@ -366,57 +358,15 @@ pub fn run(
             }
         }
 
-        // Put every frame either side wants to send on the faulty wire.
-        for from_a in [true, false] {
-            loop {
-                let e = if from_a { &mut a.engine } else { &mut b.engine };
-                let Some(n) = e.poll_transmit(now, &mut buf) else {
-                    break;
-                };
-                if killed && !from_a {
-                    continue;
-                }
-                stats.frames += 1;
-                if killed {
-                    continue;
-                }
-                if rng.gen_bool(args.loss) {
-                    stats.lost += 1;
-                    continue;
-                }
-                let mut frame = buf[..n].to_vec();
-                let mut corrupted = false;
-                if rng.gen_bool(args.corrupt) {
-                    let spots = corruptible(&frame);
-                    if !spots.is_empty() {
-                        let at = spots[rng.gen_range(0..spots.len())];
-                        frame[at] ^= 1 << rng.gen_range(0..8);
-                        stats.corrupted += 1;
-                        corrupted = true;
-                    }
-                }
-                let mut at = now + DELAY_NS;
-                if rng.gen_bool(args.reorder) {
-                    at += rng.gen_range(1..=4 * DELAY_NS);
-                    stats.reordered += 1;
-                }
-                if rng.gen_bool(args.dup) {
-                    stats.duplicated += 1;
-                    seq += 1;
-                    heap.push(Reverse((
-                        at + rng.gen_range(1..=2 * DELAY_NS),
-                        seq * 2 + u64::from(corrupted),
-                        from_a,
-                        frame.clone(),
-                    )));
-                }
-                seq += 1;
-                heap.push(Reverse((at, seq * 2 + u64::from(corrupted), from_a, frame)));
-            }
+        // One pass of each NIC: RX, timers, TX onto the faulty link; a
+        // dead peer is no longer polled.
+        a.nic.poll(now, &mut cqes);
+        if !killed {
+            b.nic.poll(now, &mut Completions::default());
         }
 
         // Completions.
-        while let Some(c) = a.engine.poll_completion() {
+        for c in cqes.0.drain(..) {
             let id = c.wr_id;
             let Some(op) = ops.get(id as usize).copied() else {
                 return Err(format!("completion for unknown operation {id}"));
@@ -429,11 +379,8 @@ pub fn run(
             done += 1;
             let good = c.status == WcStatus::Success && {
                 let addr = va(op.qp, op.slot);
-                let got = if op.read {
-                    a.engine.mem().slice(addr, op.len as usize)
-                } else {
-                    b.engine.mem().slice(addr, op.len as usize)
-                };
+                let dst = if op.read { &a } else { &b };
+                let got = dst.nic.engine().mem().slice(addr, op.len as usize);
                 got == &pattern(id, op.len as usize)[..]
             };
             if good {
@@ -472,13 +419,8 @@ pub fn run(
 
         // Next event.
         let next = [
-            heap.peek().map(|r| r.0 .0),
-            a.engine.poll_timeout(),
-            if killed {
-                None
-            } else {
-                b.engine.poll_timeout()
-            },
+            a.nic.next_wakeup(now),
+            if killed { None } else { b.nic.next_wakeup(now) },
         ]
         .into_iter()
         .flatten()
@@ -499,23 +441,6 @@ pub fn run(
             break;
         }
         now = now.max(t);
-        while heap.peek().is_some_and(|r| r.0 .0 <= now) {
-            let Reverse((_, tag, from_a, frame)) = heap.pop().expect("peeked");
-            let rx = if from_a { &mut b.engine } else { &mut a.engine };
-            if killed && from_a {
-                continue;
-            }
-            let before: u64 = rx.counters().wire_drops.iter().sum();
-            rx.handle_packet(now, &frame);
-            let after: u64 = rx.counters().wire_drops.iter().sum();
-            if tag % 2 == 1 && after == before {
-                report.corrupted_accepted += 1;
-            }
-        }
-        a.engine.handle_timeout(now);
-        if !killed {
-            b.engine.handle_timeout(now);
-        }
     }
 
     for s in 0..slot_last.len() {
@@ -523,10 +448,23 @@ pub fn run(
     }
     report.hung = ops.iter().filter(|o| o.state == OpState::Pending).count() as u64
         + (args.ops - ops.len() as u64);
+    let (fa, fb) = (a.nic.port().counters(), b.nic.port().counters());
+    stats.frames = fa.frames + fb.frames;
+    stats.lost = fa.lost + fb.lost;
+    stats.duplicated = fa.duplicated + fb.duplicated;
+    stats.reordered = fa.reordered + fb.reordered;
+    stats.corrupted = fa.corrupted + fb.corrupted;
+    // Every corrupted frame an engine received must have been refused.
+    let refused: u64 = [&a, &b]
+        .iter()
+        .map(|h| h.nic.engine().counters().wire_drops.iter().sum::<u64>())
+        .sum();
+    report.corrupted_accepted =
+        (fa.corrupted_delivered + fb.corrupted_delivered).saturating_sub(refused);
     for h in [&a, &b] {
-        stats.icrc_drops += h.engine.counters().icrc_drops();
+        stats.icrc_drops += h.nic.engine().counters().icrc_drops();
         for q in &h.qpns {
-            if let Ok(c) = h.engine.qp_counters(*q) {
+            if let Ok(c) = h.nic.engine().qp_counters(*q) {
                 stats.retransmitted += c.retransmitted;
                 stats.timeouts += c.timeouts;
             }
