@@ -99,7 +99,12 @@ fn interleaved_reads_and_writes_all_complete() {
     }
     p.run(1_000_000_000);
     let cqes = p.completions_a();
-    assert_eq!(cqes.len(), 40, "{:?}", p.a.engine.qp_counters(p.a.qpn));
+    assert_eq!(
+        cqes.len(),
+        40,
+        "{:?}",
+        p.a.nic.engine_mut().qp_counters(p.a.qpn)
+    );
     for (i, c) in cqes.iter().enumerate() {
         assert_eq!((c.wr_id, c.status), (i as u64, WcStatus::Success));
         let len = [0usize, 5, 1024, 3000, 70_000][i % 5];

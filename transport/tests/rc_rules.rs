@@ -13,7 +13,7 @@ use transport::wire::{AethRepr, Opcode, Packet, RethRepr};
 fn in_order_exactly_once_duplicates_are_never_applied_twice() {
     let mut p = Pair::new(Setup::default());
     // Every frame in both directions is delivered twice.
-    p.hook = Box::new(|_, _, _| Fate::Duplicate);
+    p.set_hook(Box::new(|_, _, _| Fate::Duplicate));
     p.fill_a(0, 5000, 1);
     let first = p.wr(1, WrOp::Write, 0, 0, 5000);
     p.post(first);
@@ -30,31 +30,48 @@ fn in_order_exactly_once_duplicates_are_never_applied_twice() {
         [(1, WcStatus::Success), (2, WcStatus::Success)]
     );
     assert_eq!(p.b_bytes(0, 5000), p.a_bytes(0, 5000));
-    assert!(p.b.engine.qp_counters(p.b.qpn).unwrap().duplicates > 0);
+    assert!(
+        p.b.nic
+            .engine_mut()
+            .qp_counters(p.b.qpn)
+            .unwrap()
+            .duplicates
+            > 0
+    );
 }
 
 #[test]
 fn no_silent_corruption_bad_icrc_is_dropped_and_recovered() {
     let mut p = Pair::new(Setup::default());
     // Corrupt the payload of the second data packet once.
-    p.hook = Box::new(|dir, pk, i| {
+    p.set_hook(Box::new(|dir, pk, i| {
         if dir == Dir::AtoB && pk.repr.bth.opcode == Opcode::RdmaWriteMiddle && i < 3 {
             Fate::Corrupt(100)
         } else {
             Fate::Deliver
         }
-    });
+    }));
     p.fill_a(0, 3000, 9);
     let wr = p.wr(1, WrOp::Write, 0, 0, 3000);
     p.post(wr);
     p.run(100_000_000);
     assert_eq!(p.completions_a()[0].status, WcStatus::Success);
     assert_eq!(p.b_bytes(0, 3000), p.a_bytes(0, 3000));
-    assert_eq!(p.b.engine.counters().icrc_drops(), 1);
-    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().icrc_drops, 1);
+    assert_eq!(p.b.nic.engine_mut().counters().icrc_drops(), 1);
+    assert_eq!(
+        p.b.nic
+            .engine_mut()
+            .qp_counters(p.b.qpn)
+            .unwrap()
+            .icrc_drops,
+        1
+    );
     // Dropped silently: no NAK for the bad frame itself; the gap it left
     // gets the one sequence NAK.
-    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().naks_sent[0], 1);
+    assert_eq!(
+        p.b.nic.engine_mut().qp_counters(p.b.qpn).unwrap().naks_sent[0],
+        1
+    );
 }
 
 #[test]
@@ -64,7 +81,7 @@ fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
         retry_cnt: 3,
         ..Setup::default()
     });
-    p.hook = rc_util::cut(Dir::AtoB);
+    p.set_hook(rc_util::cut(Dir::AtoB));
     for i in 0..3 {
         let mut wr = p.wr(i, WrOp::Write, 0, 0, 100);
         wr.signaled = false;
@@ -80,7 +97,10 @@ fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
             (2, WcStatus::WrFlushErr)
         ]
     );
-    assert_eq!(p.a.engine.qp_state(p.a.qpn).unwrap(), QpState::Err);
+    assert_eq!(
+        p.a.nic.engine_mut().qp_state(p.a.qpn).unwrap(),
+        QpState::Err
+    );
     // Within the configured timeout x (retries + 1): 65.5 us x 4.
     assert!(
         p.now <= 4 * 65_536 + 10 * DELAY_NS,
@@ -89,7 +109,7 @@ fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
     );
     let wr = p.wr(9, WrOp::Write, 0, 0, 1);
     assert!(matches!(
-        p.a.engine.post_send(p.a.qpn, wr, p.now),
+        p.a.nic.engine_mut().post_send(p.a.qpn, wr, p.now),
         Err(RcError::WrongState {
             state: QpState::Err,
             ..
@@ -103,7 +123,7 @@ fn failure_is_reported_retry_exhaustion_then_flush_even_unsignaled() {
 fn posting_to_a_qp_not_in_rts_is_an_immediate_error() {
     let mut p = Pair::new(Setup::default());
     let wr = p.wr(1, WrOp::Write, 0, 0, 1);
-    let e = &mut p.a.engine;
+    let e = p.a.nic.engine_mut();
     let q = e.create_qp(4, 0).unwrap();
     for step in 0..3 {
         match step {
@@ -136,7 +156,7 @@ fn posting_to_a_qp_not_in_rts_is_an_immediate_error() {
 #[test]
 fn states_go_reset_init_rtr_rts_and_attributes_are_checked() {
     let mut p = Pair::new(Setup::default());
-    let e = &mut p.a.engine;
+    let e = p.a.nic.engine_mut();
     let q = e.create_qp(4, 0).unwrap();
     assert_eq!(e.qp_state(q).unwrap(), QpState::Reset);
     let rts = RtsAttr {
@@ -248,8 +268,8 @@ fn pad_is_zeroed_and_counted_in_padcnt() {
         p.post(wr);
     }
     p.run(10_000_000);
-    for (_, f) in p.log.iter().filter(|(d, _)| *d == Dir::AtoB) {
-        let k = Packet::parse(f).unwrap();
+    for f in p.frames(Dir::AtoB) {
+        let k = Packet::parse(&f).unwrap();
         assert_eq!(usize::from(k.pad), (4 - k.payload.len() % 4) % 4);
         let pad_at = f.len() - 4 - usize::from(k.pad);
         assert!(
@@ -284,7 +304,7 @@ fn at_most_a_bounded_number_of_unacknowledged_psns() {
         },
         ..Setup::default()
     });
-    p.hook = rc_util::cut(Dir::BtoA);
+    p.set_hook(rc_util::cut(Dir::BtoA));
     let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
     p.post(wr);
     p.run(100_000); // less than one ACK timeout
@@ -303,8 +323,8 @@ fn at_most_w_bytes_in_flight_under_hpcc() {
         },
         ..Setup::default()
     });
-    assert_eq!(p.a.engine.qp_cc(p.a.qpn).unwrap().0, 4096);
-    p.hook = rc_util::cut(Dir::BtoA);
+    assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, 4096);
+    p.set_hook(rc_util::cut(Dir::BtoA));
     let wr = p.wr(1, WrOp::Write, 0, 0, 20 * 1024);
     p.post(wr);
     p.run(100_000);
@@ -325,13 +345,13 @@ fn at_most_w_bytes_in_flight_under_hpcc() {
 fn go_back_n_on_nak_psn_sequence_error() {
     let mut p = Pair::new(Setup::default());
     let mut dropped = false;
-    p.hook = Box::new(move |dir, k, _| {
+    p.set_hook(Box::new(move |dir, k, _| {
         if dir == Dir::AtoB && k.repr.bth.psn == 102 && !dropped {
             dropped = true;
             return Fate::Drop;
         }
         Fate::Deliver
-    });
+    }));
     p.fill_a(0, 6 * 1024, 3);
     let wr = p.wr(1, WrOp::Write, 0, 0, 6 * 1024);
     p.post(wr);
@@ -344,8 +364,18 @@ fn go_back_n_on_nak_psn_sequence_error() {
         [100, 101, 102, 103, 104, 105, 102, 103, 104, 105],
         "restart at the NAKed PSN"
     );
-    assert_eq!(p.a.engine.qp_counters(p.a.qpn).unwrap().naks_received[0], 1);
-    assert_eq!(p.a.engine.qp_counters(p.a.qpn).unwrap().timeouts, 0);
+    assert_eq!(
+        p.a.nic
+            .engine_mut()
+            .qp_counters(p.a.qpn)
+            .unwrap()
+            .naks_received[0],
+        1
+    );
+    assert_eq!(
+        p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap().timeouts,
+        0
+    );
 }
 
 #[test]
@@ -355,18 +385,18 @@ fn go_back_n_on_local_ack_timeout() {
         ..Setup::default()
     });
     let mut dropped = false;
-    p.hook = Box::new(move |dir, k, _| {
+    p.set_hook(Box::new(move |dir, k, _| {
         if dir == Dir::AtoB && k.repr.bth.psn == 101 && !dropped {
             dropped = true; // the last packet: no later packet reveals the gap
             return Fate::Drop;
         }
         Fate::Deliver
-    });
+    }));
     let wr = p.wr(1, WrOp::Write, 0, 0, 2048);
     p.post(wr);
     p.run(10_000_000);
     assert_eq!(p.completions_a()[0].status, WcStatus::Success);
-    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert_eq!(c.timeouts, 1);
     // Nothing was acknowledged (only the lost LAST asked for an ACK), so
     // both packets go again, from the oldest unacknowledged PSN; after a
@@ -385,23 +415,31 @@ fn local_ack_timeout_is_4_096_us_times_2_pow_timeout_and_0_disables_it() {
             timeout,
             ..Setup::default()
         });
-        p.hook = rc_util::cut(Dir::AtoB);
+        p.set_hook(rc_util::cut(Dir::AtoB));
         let wr = p.wr(1, WrOp::Write, 0, 0, 10);
         p.post(wr);
         let rto = 4096u64 << timeout;
-        assert_eq!(p.a.engine.poll_timeout(), Some(0), "a packet to send now");
+        assert_eq!(
+            p.a.nic.engine_mut().poll_timeout(),
+            Some(0),
+            "a packet to send now"
+        );
         p.step(0);
-        assert_eq!(p.a.engine.poll_timeout(), Some(rto), "then the ACK timeout");
+        assert_eq!(
+            p.a.nic.engine_mut().poll_timeout(),
+            Some(rto),
+            "then the ACK timeout"
+        );
     }
     let mut p = Pair::new(Setup {
         timeout: 0,
         ..Setup::default()
     });
-    p.hook = rc_util::cut(Dir::AtoB);
+    p.set_hook(rc_util::cut(Dir::AtoB));
     let wr = p.wr(1, WrOp::Write, 0, 0, 10);
     p.post(wr);
     p.run(1_000_000_000);
-    assert_eq!(p.a.engine.poll_timeout(), None);
+    assert_eq!(p.a.nic.engine_mut().poll_timeout(), None);
     assert!(p.completions_a().is_empty(), "timeout 0: waits forever");
 }
 
@@ -409,13 +447,13 @@ fn local_ack_timeout_is_4_096_us_times_2_pow_timeout_and_0_disables_it() {
 fn a_read_reissues_a_request_for_the_bytes_not_yet_received() {
     let mut p = Pair::new(Setup::default());
     let mut dropped = false;
-    p.hook = Box::new(move |dir, k, _| {
+    p.set_hook(Box::new(move |dir, k, _| {
         if dir == Dir::BtoA && k.repr.bth.psn == 102 && !dropped {
             dropped = true;
             return Fate::Drop;
         }
         Fate::Deliver
-    });
+    }));
     p.fill_b(0, 5000, 7);
     let wr = p.wr(1, WrOp::Read, 0, 0, 5000);
     p.post(wr);
@@ -432,7 +470,14 @@ fn a_read_reissues_a_request_for_the_bytes_not_yet_received() {
         reqs,
         [(100, Some((0, 5000))), (102, Some((2048, 5000 - 2048)))]
     );
-    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().read_replays, 1);
+    assert_eq!(
+        p.b.nic
+            .engine_mut()
+            .qp_counters(p.b.qpn)
+            .unwrap()
+            .read_replays,
+        1
+    );
 }
 
 #[test]
@@ -442,13 +487,13 @@ fn an_ack_past_a_read_whose_responses_were_lost_retries_the_read() {
         ..Setup::default()
     }); // 67 ms: no timeout here
     let mut dropped = 0;
-    p.hook = Box::new(move |dir, k, _| {
+    p.set_hook(Box::new(move |dir, k, _| {
         if dir == Dir::BtoA && k.repr.bth.opcode == Opcode::RdmaReadResponseOnly && dropped == 0 {
             dropped += 1;
             return Fate::Drop;
         }
         Fate::Deliver
-    });
+    }));
     p.fill_b(0, 100, 5);
     let wr = p.wr(1, WrOp::Read, 0, 0, 100);
     p.post(wr);
@@ -462,7 +507,7 @@ fn an_ack_past_a_read_whose_responses_were_lost_retries_the_read() {
     );
     assert_eq!(p.a_bytes(0, 100), p.b_bytes(0, 100));
     assert_eq!(
-        p.a.engine.qp_counters(p.a.qpn).unwrap().timeouts,
+        p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap().timeouts,
         0,
         "retried on the ACK, not a timeout"
     );
@@ -477,7 +522,7 @@ fn nak_codes_map_to_completion_statuses_and_the_qp_goes_to_err() {
         (0x63, WcStatus::RemOpErr),
     ] {
         let mut p = Pair::new(Setup::default());
-        p.hook = rc_util::cut(Dir::AtoB);
+        p.set_hook(rc_util::cut(Dir::AtoB));
         let wr = p.wr(1, WrOp::Write, 0, 0, 10);
         p.post(wr);
         let wr = p.wr(2, WrOp::Write, 0, 0, 10);
@@ -489,13 +534,16 @@ fn nak_codes_map_to_completion_statuses_and_the_qp_goes_to_err() {
             Some(AethRepr { syndrome, msn: 0 }),
         );
         let now = p.now;
-        p.a.engine.handle_packet(now, &nak);
+        p.a.nic.engine_mut().handle_packet(now, &nak);
         let c = p.completions_a();
         assert_eq!(
             c.iter().map(|c| c.status).collect::<Vec<_>>(),
             [status, WcStatus::WrFlushErr]
         );
-        assert_eq!(p.a.engine.qp_state(p.a.qpn).unwrap(), QpState::Err);
+        assert_eq!(
+            p.a.nic.engine_mut().qp_state(p.a.qpn).unwrap(),
+            QpState::Err
+        );
     }
 }
 
@@ -519,7 +567,7 @@ fn psn_greater_than_epsn_gets_one_nak_per_episode_then_silence() {
     };
     let (f101, f102, f103, f100) = (f(101), f(102), f(103), f(100));
     for fr in [&f101, &f102, &f103] {
-        p.b.engine.handle_packet(0, fr);
+        p.b.nic.engine_mut().handle_packet(0, fr);
     }
     let out = p.drain_b();
     assert_eq!(
@@ -539,8 +587,8 @@ fn psn_greater_than_epsn_gets_one_nak_per_episode_then_silence() {
         "nothing out of order is applied"
     );
     // ePSN arrives: accepted, ACKed, and the next gap gets a new NAK.
-    p.b.engine.handle_packet(0, &f100);
-    p.b.engine.handle_packet(0, &f102);
+    p.b.nic.engine_mut().handle_packet(0, &f100);
+    p.b.nic.engine_mut().handle_packet(0, &f102);
     let out = p.drain_b();
     assert_eq!(out[0].0, Opcode::Acknowledge);
     assert!(out
@@ -558,10 +606,10 @@ fn duplicates_are_re_acked_and_never_re_applied() {
     });
     let first = p.frame_to_b(Opcode::RdmaWriteOnly, 100, true, reth, &[1, 1, 1, 1]);
     let second = p.frame_to_b(Opcode::RdmaWriteOnly, 101, true, reth, &[2, 2, 2, 2]);
-    p.b.engine.handle_packet(0, &first);
-    p.b.engine.handle_packet(0, &second);
+    p.b.nic.engine_mut().handle_packet(0, &first);
+    p.b.nic.engine_mut().handle_packet(0, &second);
     p.drain_b();
-    p.b.engine.handle_packet(0, &first); // a late duplicate
+    p.b.nic.engine_mut().handle_packet(0, &first); // a late duplicate
     assert_eq!(p.b_bytes(0, 4), [2, 2, 2, 2]);
     // The ACK answers a retransmission (its predecessor was probably lost),
     // so it goes twice.
@@ -574,7 +622,14 @@ fn duplicates_are_re_acked_and_never_re_applied() {
         }),
     );
     assert_eq!(p.drain_b(), [ack, ack]);
-    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().duplicates, 1);
+    assert_eq!(
+        p.b.nic
+            .engine_mut()
+            .qp_counters(p.b.qpn)
+            .unwrap()
+            .duplicates,
+        1
+    );
 }
 
 #[test]
@@ -587,7 +642,7 @@ fn a_duplicate_read_request_is_replayed_from_memory() {
         dma_len: 3000,
     };
     let req = p.frame_to_b(Opcode::RdmaReadRequest, 100, false, Some(reth), &[]);
-    p.b.engine.handle_packet(0, &req);
+    p.b.nic.engine_mut().handle_packet(0, &req);
     let first: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
     assert_eq!(
         first,
@@ -604,7 +659,7 @@ fn a_duplicate_read_request_is_replayed_from_memory() {
         dma_len: 3000 - 1024,
     };
     let again = p.frame_to_b(Opcode::RdmaReadRequest, 101, false, Some(tail), &[]);
-    p.b.engine.handle_packet(0, &again);
+    p.b.nic.engine_mut().handle_packet(0, &again);
     let replay: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
     assert_eq!(
         replay,
@@ -613,7 +668,14 @@ fn a_duplicate_read_request_is_replayed_from_memory() {
             (Opcode::RdmaReadResponseLast, 102)
         ]
     );
-    assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().read_replays, 1);
+    assert_eq!(
+        p.b.nic
+            .engine_mut()
+            .qp_counters(p.b.qpn)
+            .unwrap()
+            .read_replays,
+        1
+    );
 }
 
 #[test]
@@ -634,7 +696,7 @@ fn length_rules_refuse_bad_first_middle_last_only_and_dma_length() {
             dma_len,
         });
         let f = p.frame_to_b(op, 100, true, reth, &vec![7u8; len]);
-        p.b.engine.handle_packet(0, &f);
+        p.b.nic.engine_mut().handle_packet(0, &f);
         let out = p.drain_b();
         assert_eq!(
             out,
@@ -648,7 +710,10 @@ fn length_rules_refuse_bad_first_middle_last_only_and_dma_length() {
             )],
             "{op} {len} {dma_len}"
         );
-        assert_eq!(p.b.engine.qp_state(p.b.qpn).unwrap(), QpState::Err);
+        assert_eq!(
+            p.b.nic.engine_mut().qp_state(p.b.qpn).unwrap(),
+            QpState::Err
+        );
         assert!(p.b_bytes(0, 8).iter().all(|&b| b == 0));
     }
     // LAST with no payload, and MIDDLE shorter than MTU, inside a message.
@@ -660,9 +725,9 @@ fn length_rules_refuse_bad_first_middle_last_only_and_dma_length() {
             dma_len: 3 * 1024,
         });
         let first = p.frame_to_b(Opcode::RdmaWriteFirst, 100, false, reth, &[1u8; 1024]);
-        p.b.engine.handle_packet(0, &first);
+        p.b.nic.engine_mut().handle_packet(0, &first);
         let bad = p.frame_to_b(op, 101, true, None, &vec![2u8; len]);
-        p.b.engine.handle_packet(0, &bad);
+        p.b.nic.engine_mut().handle_packet(0, &bad);
         assert_eq!(
             p.drain_b(),
             [(
@@ -683,7 +748,7 @@ fn opcode_sequence_and_qp_access_are_checked() {
     // MIDDLE without FIRST.
     let mut p = Pair::new(Setup::default());
     let f = p.frame_to_b(Opcode::RdmaWriteMiddle, 100, true, None, &[0u8; 1024]);
-    p.b.engine.handle_packet(0, &f);
+    p.b.nic.engine_mut().handle_packet(0, &f);
     assert_eq!(p.drain_b()[0].2.unwrap().syndrome, 0x61);
     // A QP without remote write access refuses WRITEs with invalid request.
     let mut p = Pair::new(Setup {
@@ -705,7 +770,8 @@ fn bad_rkey_out_of_bounds_and_missing_access_give_rem_access_err_with_memory_unt
     for case in 0..3 {
         let mut p = Pair::new(Setup::default());
         let ro =
-            p.b.engine
+            p.b.nic
+                .engine_mut()
                 .register_mr(
                     MR_BASE + (8 << 20),
                     4096,
@@ -738,8 +804,14 @@ fn bad_rkey_out_of_bounds_and_missing_access_give_rem_access_err_with_memory_unt
             .b_bytes((16 << 20) as u64 - 10, 10)
             .iter()
             .all(|&b| b == 0));
-        assert_eq!(p.b.engine.qp_state(p.b.qpn).unwrap(), QpState::Err);
-        assert_eq!(p.b.engine.qp_counters(p.b.qpn).unwrap().naks_sent[2], 1);
+        assert_eq!(
+            p.b.nic.engine_mut().qp_state(p.b.qpn).unwrap(),
+            QpState::Err
+        );
+        assert_eq!(
+            p.b.nic.engine_mut().qp_counters(p.b.qpn).unwrap().naks_sent[2],
+            1
+        );
     }
 }
 
@@ -757,7 +829,7 @@ fn msn_increments_per_completed_message_and_per_accepted_read() {
     let rd = p.frame_to_b(Opcode::RdmaReadRequest, 101, false, reth(4), &[]);
     let w2 = p.frame_to_b(Opcode::RdmaWriteOnly, 102, true, reth(4), &[2; 4]);
     for f in [&w1, &rd, &w2] {
-        p.b.engine.handle_packet(0, f);
+        p.b.nic.engine_mut().handle_packet(0, f);
     }
     let out = p.drain_b();
     assert_eq!(
@@ -795,10 +867,10 @@ fn acks_are_coalesced_and_only_for_packets_that_ask() {
     let frames: Vec<Vec<u8>> = (100..105)
         .map(|psn| p.frame_to_b(Opcode::RdmaWriteOnly, psn, psn != 100, reth, &[1; 4]))
         .collect();
-    p.b.engine.handle_packet(0, &frames[0]);
+    p.b.nic.engine_mut().handle_packet(0, &frames[0]);
     assert_eq!(p.drain_b(), [], "no AckReq, no ACK");
     for f in &frames[1..] {
-        p.b.engine.handle_packet(0, f);
+        p.b.nic.engine_mut().handle_packet(0, f);
     }
     assert_eq!(
         p.drain_b(),
@@ -868,6 +940,6 @@ fn messages_of_0_1_mtu_minus_1_mtu_mtu_plus_1_and_8_mib() {
             "read {len}"
         );
     }
-    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert_eq!(c.retransmitted, 0);
 }

@@ -61,7 +61,7 @@ fn congested_switch() -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) ->
 
 /// Twenty 8 KiB WRITEs through the congested switch; all must succeed.
 fn write_through_congestion(p: &mut Pair) {
-    p.hook = Box::new(congested_switch());
+    p.set_hook(Box::new(congested_switch()));
     for i in 0..20 {
         let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
         p.post(wr);
@@ -76,7 +76,7 @@ fn write_through_congestion(p: &mut Pair) {
 #[test]
 fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
     let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
-    let (w0, r0) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    let (w0, r0) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     assert_eq!(r0, LINE);
     write_through_congestion(&mut p);
     // ACKs carry the echoed stack with the switch's hop.
@@ -86,7 +86,7 @@ fn inband_acks_echo_the_stack_and_hpcc_cuts_the_window() {
             .map(|t| (t.echo, t.nhop, t.filled().first().map(|h| h.switch_id)))
     });
     assert!(echoed.contains(&Some((true, 1, Some(7)))), "{echoed:?}");
-    let (w1, r1) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    let (w1, r1) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     assert!(
         w1 < w0 && r1 < r0,
         "a standing queue shrinks W and R: {w0} -> {w1}, {r0} -> {r1}"
@@ -109,14 +109,14 @@ fn probe_mode_sends_tlm_requests_and_feeds_responses_to_hpcc() {
             && k.repr.tlm.is_some())
         .iter()
         .all(|&x| !x));
-    let c = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert!(c.probes_sent >= 2 && c.probe_responses >= 2, "{c:?}");
     assert!(
         c.probes_sent <= c.probe_responses + 1,
         "one probe outstanding at a time"
     );
     assert!(c.last_probe_rtt_ns >= 2 * rc_util::DELAY_NS);
-    let (w, _) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    let (w, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     assert!(w < 62_500, "HPCC++ reacted to the probed queue: W = {w}");
 }
 
@@ -131,7 +131,7 @@ fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
         .collect();
     assert!(!notifies.is_empty());
     let last = notifies.last().unwrap();
-    let (w, r) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    let (w, r) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     assert_eq!(
         w,
         u64::from(last.window_bytes).max(1024),
@@ -139,7 +139,11 @@ fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
     );
     assert!(r < LINE);
     assert_eq!(
-        p.a.engine.qp_counters(p.a.qpn).unwrap().notifies_received,
+        p.a.nic
+            .engine_mut()
+            .qp_counters(p.a.qpn)
+            .unwrap()
+            .notifies_received,
         notifies.len() as u64
     );
 }
@@ -147,23 +151,23 @@ fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
 #[test]
 fn dcqcn_ce_marks_bring_cnps_and_a_lower_rate() {
     let mut p = Pair::new(setup(CcMode::Dcqcn));
-    p.hook = Box::new(|dir, k, _| {
+    p.set_hook(Box::new(|dir, k, _| {
         if dir == Dir::AtoB && !k.payload.is_empty() {
             Fate::MarkCe
         } else {
             Fate::Deliver
         }
-    });
+    }));
     for i in 0..10 {
         let wr = p.wr(i, WrOp::Write, 0, 0, 4096);
         p.post(wr);
     }
     p.run(20_000);
-    let (_, rate) = p.a.engine.qp_cc(p.a.qpn).unwrap();
+    let (_, rate) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     assert!(rate < LINE, "a CNP cut the rate: {rate}");
     p.run(10_000_000);
-    let b = p.b.engine.qp_counters(p.b.qpn).unwrap();
-    let a = p.a.engine.qp_counters(p.a.qpn).unwrap();
+    let b = p.b.nic.engine_mut().qp_counters(p.b.qpn).unwrap();
+    let a = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert!(b.cnps_sent >= 1 && a.cnps_received == b.cnps_sent);
     assert!(p.ops(Dir::BtoA).contains(&Opcode::Cnp));
     // At most one CNP per 50 us per flow.
@@ -182,7 +186,10 @@ fn without_congestion_control_flows_run_at_line_rate() {
     p.post(wr);
     p.run(100_000_000);
     assert_eq!(p.completions_a()[0].status, WcStatus::Success);
-    assert_eq!(p.a.engine.qp_cc(p.a.qpn).unwrap(), (u64::MAX, LINE));
+    assert_eq!(
+        p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap(),
+        (u64::MAX, LINE)
+    );
     // 1 MiB at 100 Gb/s is about 84 us on the wire (headers included).
     assert!(p.now > 80_000 && p.now < 100_000, "{}", p.now);
 }

@@ -1,18 +1,22 @@
-//! Fuzz the RC engine with sequences of QP operations (posts, deliveries,
-//! drops, time steps, QP errors, MR deregistration) and arbitrary packets
-//! (raw bytes, and well-formed frames with fuzz-chosen headers, so that
-//! they pass the ICRC and reach the QP logic). Nothing may panic, and every
-//! work request completes at most once.
+//! Fuzz the RC engine with sequences of QP operations (posts, NIC passes,
+//! per-frame wire faults, time steps, QP errors, MR deregistration) and
+//! arbitrary packets (raw bytes, and well-formed frames with fuzz-chosen
+//! headers, so that they pass the ICRC and reach the QP logic). The two
+//! engines run in the one NIC pipeline (`nic::Nic::poll`) over the
+//! in-memory link, each port wrapped in the fault injector whose script
+//! the input drives. Nothing may panic, and every work request completes
+//! at most once.
 #![no_main]
 
+use std::cell::RefCell;
 use std::collections::{HashSet, VecDeque};
 use std::net::Ipv4Addr;
+use std::rc::Rc;
 
 use libfuzzer_sys::fuzz_target;
+use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, VecMemory};
-use transport::rc::{
-    Engine, EngineConfig, PathMtu, QpAccess, RtrAttr, RtsAttr, SendWr, WrOp,
-};
+use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, WrOp};
 use transport::wire::{AethRepr, MacAddr, Opcode, PacketRepr, RethRepr};
 
 const BASE: u64 = 0x1_0000;
@@ -43,6 +47,22 @@ fn engine(mac: MacAddr, ip: Ipv4Addr) -> Engine<VecMemory> {
     Engine::new(EngineConfig::new(mac, ip, 10_000_000_000), mem, 0)
 }
 
+/// Fates of frames, as the input chooses them (delivered once used up).
+type Fates = Rc<RefCell<VecDeque<u8>>>;
+
+fn fate(b: u8) -> Fault {
+    match b % 6 {
+        0 | 1 => Fault::Deliver,
+        2 => Fault::Drop,
+        3 => Fault::Duplicate,
+        4 => Fault::Delay(u64::from(b) * 1000),
+        _ => Fault::FlipBit {
+            at: usize::from(b) % 80,
+            bit: b % 8,
+        },
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);
     let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
@@ -54,26 +74,34 @@ fuzz_target!(|data: &[u8]| {
     ];
     let q = [e[0].create_qp(8, 0).unwrap(), e[1].create_qp(8, 0).unwrap()];
     let mtu = [PathMtu::Mtu256, PathMtu::Mtu1024][usize::from(input.u8().unwrap_or(0) & 1)];
+    let params = ConnectParams {
+        timeout: 3,
+        retry_cnt: 2,
+        rnr_retry: 1,
+        rd_atomic: 4,
+        ..ConnectParams::new(mtu)
+    };
     for (i, (mac, ip)) in [(mb, ib), (ma, ia)].into_iter().enumerate() {
-        e[i].modify_to_init(q[i], QpAccess { remote_write: true, remote_read: true }).unwrap();
-        let rtr = RtrAttr {
-            path_mtu: mtu,
-            dest_qpn: q[1 - i],
-            dest_mac: mac,
-            dest_ip: ip,
-            rq_psn: 0xFF_FFF0,
-            max_dest_rd_atomic: 4,
-        };
-        e[i].modify_to_rtr(q[i], rtr).unwrap();
-        let rts = RtsAttr { sq_psn: 0xFF_FFF0, timeout: 3, retry_cnt: 2, rnr_retry: 1, max_rd_atomic: 4 };
-        e[i].modify_to_rts(q[i], rts).unwrap();
+        let peer = Endpoint { qpn: q[1 - i], psn: 0xFF_FFF0, mac, ip };
+        e[i].connect_to(q[i], 0xFF_FFF0, &peer, &params).unwrap();
     }
-    let mut wire: [VecDeque<Vec<u8>>; 2] = [VecDeque::new(), VecDeque::new()];
+    let fates: Fates = Rc::new(RefCell::new(VecDeque::new()));
+    let wrap = |p: MemPort| {
+        let f = fates.clone();
+        FaultInjector::scripted(
+            p,
+            Direction::Rx,
+            Box::new(move |_, _, _| f.borrow_mut().pop_front().map_or(Fault::Deliver, fate)),
+        )
+    };
+    let (pa, pb) = mem_link([ma, mb], 1500, 0);
+    let [ea, eb] = e;
+    let mut nics = [Nic::new(ea, wrap(pa), 1024), Nic::new(eb, wrap(pb), 1024)];
     let mut now = 0u64;
     let mut posted = HashSet::new();
     let mut completed = HashSet::new();
     let mut next_id = 0u64;
-    let mut buf = vec![0u8; 9000];
+    let mut cqes = [Completions::default(), Completions::default()];
     while let Some(op) = input.u8() {
         let side = usize::from(op >> 7);
         match op & 0x0f {
@@ -90,23 +118,21 @@ fuzz_target!(|data: &[u8]| {
                     remote_va: BASE + u64::from(input.u32().unwrap_or(0) % (SIZE as u32)),
                     signaled: op & 0x20 == 0,
                 };
-                if e[side].post_send(q[side], wr, now).is_ok() {
+                if nics[side].engine_mut().post_send(q[side], wr, now).is_ok() {
                     posted.insert((side, next_id));
                 }
                 next_id += 1;
             }
             2 | 3 => {
-                // Deliver (2) or drop (3) the oldest frame towards `side`.
-                if let Some(f) = wire[side].pop_front() {
-                    if op & 0x0f == 2 {
-                        e[side].handle_packet(now, &f);
-                    }
-                }
+                // The fates of the next frames, then one pass of `side`.
+                let n = usize::from(input.u8().unwrap_or(0) % 8);
+                fates.borrow_mut().extend(input.take(n));
+                nics[side].poll(now, &mut cqes[side]);
             }
             4 => {
                 let n = usize::from(input.u8().unwrap_or(0));
                 let raw = input.take(n).to_vec();
-                e[side].handle_packet(now, &raw);
+                nics[side].port().inner().inject(now, raw);
             }
             5 => {
                 // A well-formed frame with fuzz-chosen headers.
@@ -144,37 +170,32 @@ fuzz_target!(|data: &[u8]| {
                 let payload = vec![0xA5u8; n];
                 let mut f = vec![0u8; r.frame_len(n)];
                 if r.emit(&payload, &mut f).is_ok() {
-                    e[side].handle_packet(now, &f);
+                    nics[side].port().inner().inject(now, f);
                 }
             }
             6 => {
                 now += u64::from(input.u32().unwrap_or(0) % 1_000_000);
-                e[0].handle_timeout(now);
-                e[1].handle_timeout(now);
             }
             7 => {
-                let _ = e[side].modify_to_err(q[side]);
+                let _ = nics[side].engine_mut().modify_to_err(q[side]);
             }
             8 => {
-                let _ = e[side].deregister_mr(keys[side].lkey);
+                let _ = nics[side].engine_mut().deregister_mr(keys[side].lkey);
             }
             _ => {
-                // Transmit everything both sides want to send.
-                for s in 0..2 {
-                    let mut n = 0;
-                    while let Some(len) = e[s].poll_transmit(now, &mut buf) {
-                        wire[1 - s].push_back(buf[..len].to_vec());
-                        n += 1;
-                        if n > 10_000 {
-                            break;
-                        }
+                // Passes of both NICs until neither moves (bounded).
+                for _ in 0..64 {
+                    let a = nics[0].poll(now, &mut cqes[0]);
+                    let b = nics[1].poll(now, &mut cqes[1]);
+                    if !a && !b {
+                        break;
                     }
                 }
             }
         }
         for s in 0..2 {
-            let _ = e[s].poll_timeout();
-            while let Some(c) = e[s].poll_completion() {
+            let _ = nics[s].next_wakeup(now);
+            for c in cqes[s].0.drain(..) {
                 assert!(posted.contains(&(s, c.wr_id)), "completion for a WR never posted");
                 assert!(completed.insert((s, c.wr_id)), "WR {} completed twice", c.wr_id);
             }

@@ -1,17 +1,22 @@
-//! Two engines joined by a wire stepped in virtual time, with a hook that
-//! may drop, duplicate or rewrite each frame (quinn-proto's `Pair`).
+//! Two NICs (the one pipeline, `nic::Nic::poll`) joined by the in-memory
+//! link and stepped in virtual time, each port wrapped in the fault
+//! injector whose script is a hook that may drop, duplicate or rewrite each
+//! frame (quinn-proto's `Pair`). Rule tests that hand-craft frames call
+//! the engine directly.
 
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::net::Ipv4Addr;
+use std::rc::Rc;
 
+use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    Cqe, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WrOp,
+    ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, Qpn, SendWr, WrOp,
 };
 use transport::wire::{
-    AethRepr, HopRecord, Ipv4Packet, MacAddr, Opcode, Packet, PacketRepr, RethRepr, Tlm,
+    AethRepr, HopRecord, MacAddr, Opcode, Packet, PacketRepr, RethRepr, RoceFrame,
 };
 
 pub const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -58,22 +63,36 @@ pub fn cut(lost: Dir) -> Hook {
     })
 }
 
+type Port = FaultInjector<MemPort>;
+
 pub struct Side {
-    pub engine: Engine<VecMemory>,
+    pub nic: Nic<Port, VecMemory>,
     pub qpn: Qpn,
     pub mr: MrKeys,
+    pub cqes: Completions,
+}
+
+impl Side {
+    pub fn engine(&self) -> &Engine<VecMemory> {
+        self.nic.engine()
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine<VecMemory> {
+        self.nic.engine_mut()
+    }
+}
+
+/// What the wire saw: every frame sent, in order, and the hook.
+struct Wire {
+    hook: Hook,
+    log: Vec<(Dir, Vec<u8>)>,
 }
 
 pub struct Pair {
     pub a: Side,
     pub b: Side,
     pub now: u64,
-    /// (arrival time, direction, frame)
-    pub in_flight: VecDeque<(u64, Dir, Vec<u8>)>,
-    /// Frames seen on the wire, for inspection.
-    pub log: Vec<(Dir, Vec<u8>)>,
-    pub hook: Hook,
-    pub frames_sent: usize,
+    wire: Rc<RefCell<Wire>>,
 }
 
 pub struct Setup {
@@ -103,7 +122,7 @@ impl Default for Setup {
     }
 }
 
-fn side(mac: MacAddr, ip: Ipv4Addr, s: &Setup) -> Side {
+fn engine(mac: MacAddr, ip: Ipv4Addr, s: &Setup) -> (Engine<VecMemory>, MrKeys, Qpn) {
     let mut mem = VecMemory::new();
     mem.add(MR_BASE, MR_LEN);
     let mut engine = Engine::new((s.cfg)(mac, ip), mem, 0);
@@ -111,52 +130,97 @@ fn side(mac: MacAddr, ip: Ipv4Addr, s: &Setup) -> Side {
         .register_mr(MR_BASE, MR_LEN as u64, Access::ALL)
         .unwrap();
     let qpn = engine.create_qp(1024, 0).unwrap();
-    Side { engine, qpn, mr }
+    (engine, mr, qpn)
+}
+
+/// The fault a hook's fate becomes in the injector.
+fn fault(f: Fate) -> Fault {
+    match f {
+        Fate::Deliver => Fault::Deliver,
+        Fate::Drop => Fault::Drop,
+        Fate::Duplicate => Fault::Duplicate,
+        Fate::Corrupt(at) => Fault::FlipBit { at, bit: 0 },
+        Fate::PushHop(hop) => Fault::Rewrite(Box::new(move |f| {
+            if let Some(mut t) = RoceFrame::new_checked(f)
+                .ok()
+                .as_mut()
+                .and_then(|v| v.tlm_mut())
+            {
+                t.push_hop(&hop);
+            }
+        })),
+        Fate::MarkCe => Fault::Rewrite(Box::new(|f| {
+            if let Ok(mut v) = RoceFrame::new_checked(f) {
+                v.mark_ce();
+            }
+        })),
+    }
 }
 
 impl Pair {
     pub fn new(s: Setup) -> Pair {
-        let mut a = side(MAC_A, IP_A, &s);
-        let mut b = side(MAC_B, IP_B, &s);
-        let rtr = |qpn, mac, ip, psn| RtrAttr {
-            path_mtu: s.mtu,
-            dest_qpn: qpn,
-            dest_mac: mac,
-            dest_ip: ip,
-            rq_psn: psn,
-            max_dest_rd_atomic: 16,
-        };
-        let rts = |psn| RtsAttr {
-            sq_psn: psn,
+        let (mut ea, ka, qa) = engine(MAC_A, IP_A, &s);
+        let (mut eb, kb, qb) = engine(MAC_B, IP_B, &s);
+        let params = ConnectParams {
             timeout: s.timeout,
             retry_cnt: s.retry_cnt,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
+            ..ConnectParams::new(s.mtu)
         };
-        let all = QpAccess {
-            remote_write: true,
-            remote_read: true,
+        let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };
+        ea.connect_to(qa, s.psn_a, &end(qb, MAC_B, IP_B, s.psn_b), &params)
+            .unwrap();
+        let pb = ConnectParams {
+            access: s.access_b,
+            ..params
         };
-        a.engine
-            .connect(a.qpn, all, rtr(b.qpn, MAC_B, IP_B, s.psn_b), rts(s.psn_a))
+        eb.connect_to(qb, s.psn_b, &end(qa, MAC_A, IP_A, s.psn_a), &pb)
             .unwrap();
-        b.engine
-            .connect(
-                b.qpn,
-                s.access_b,
-                rtr(a.qpn, MAC_A, IP_A, s.psn_a),
-                rts(s.psn_b),
-            )
-            .unwrap();
-        Pair {
-            a,
-            b,
-            now: 0,
-            in_flight: VecDeque::new(),
-            log: Vec::new(),
+        let wire = Rc::new(RefCell::new(Wire {
             hook: Box::new(|_, _, _| Fate::Deliver),
-            frames_sent: 0,
+            log: Vec::new(),
+        }));
+        // Each port's injector sees what its NIC sends; frames are numbered
+        // in the order they went on the wire, both directions together.
+        let script = |dir: Dir| -> nic::faults::Script {
+            let wire = wire.clone();
+            Box::new(move |_, frame: &[u8], _| {
+                let mut w = wire.borrow_mut();
+                let idx = w.log.len();
+                w.log.push((dir, frame.to_vec()));
+                let p = Packet::parse(frame).expect("engines emit valid frames");
+                fault((w.hook)(dir, &p, idx))
+            })
+        };
+        let (pa, pb) = mem_link([MAC_A, MAC_B], 9000, DELAY_NS);
+        let pa = FaultInjector::scripted(pa, Direction::Tx, script(Dir::AtoB));
+        let pb = FaultInjector::scripted(pb, Direction::Tx, script(Dir::BtoA));
+        let mtu = s.mtu.bytes().max(4096);
+        Pair {
+            a: Side {
+                nic: Nic::new(ea, pa, mtu),
+                qpn: qa,
+                mr: ka,
+                cqes: Completions::default(),
+            },
+            b: Side {
+                nic: Nic::new(eb, pb, mtu),
+                qpn: qb,
+                mr: kb,
+                cqes: Completions::default(),
+            },
+            now: 0,
+            wire,
         }
+    }
+
+    /// Sets what the wire does with each frame from now on.
+    pub fn set_hook(&mut self, hook: Hook) {
+        self.wire.borrow_mut().hook = hook;
+    }
+
+    /// Frames sent so far (both directions).
+    pub fn frames_sent(&self) -> usize {
+        self.wire.borrow().log.len()
     }
 
     /// A WRITE (or READ) from A's region at `local` to B's at `remote`.
@@ -175,90 +239,31 @@ impl Pair {
 
     pub fn post(&mut self, wr: SendWr) {
         let now = self.now;
-        self.a.engine.post_send(self.a.qpn, wr, now).unwrap();
+        self.a
+            .nic
+            .engine_mut()
+            .post_send(self.a.qpn, wr, now)
+            .unwrap();
     }
 
-    fn transmit(&mut self) {
-        let mut buf = vec![0u8; 9000];
-        for dir in [Dir::AtoB, Dir::BtoA] {
-            loop {
-                let e = match dir {
-                    Dir::AtoB => &mut self.a.engine,
-                    Dir::BtoA => &mut self.b.engine,
-                };
-                let Some(n) = e.poll_transmit(self.now, &mut buf) else {
-                    break;
-                };
-                let frame = buf[..n].to_vec();
-                let p = Packet::parse(&frame).expect("engines emit valid frames");
-                let idx = self.frames_sent;
-                self.frames_sent += 1;
-                let fate = (self.hook)(dir, &p, idx);
-                self.log.push((dir, frame.clone()));
-                match fate {
-                    Fate::Deliver => self.in_flight.push_back((self.now + DELAY_NS, dir, frame)),
-                    Fate::Drop => {}
-                    Fate::Duplicate => {
-                        self.in_flight
-                            .push_back((self.now + DELAY_NS, dir, frame.clone()));
-                        self.in_flight
-                            .push_back((self.now + DELAY_NS + 10, dir, frame));
-                    }
-                    Fate::Corrupt(at) => {
-                        let mut f = frame;
-                        f[at] ^= 1;
-                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
-                    }
-                    Fate::PushHop(hop) => {
-                        let mut f = frame;
-                        if let Ok(mut t) = Tlm::new_checked(&mut f[54..]) {
-                            t.push_hop(&hop);
-                        }
-                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
-                    }
-                    Fate::MarkCe => {
-                        let mut f = frame;
-                        let mut ip = Ipv4Packet::new_checked(&mut f[14..]).unwrap();
-                        ip.set_ecn(3);
-                        ip.fill_checksum();
-                        self.in_flight.push_back((self.now + DELAY_NS, dir, f));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Advances to the next event (arrival, timer or pacing); false when
-    /// nothing is left to happen before `limit`.
+    /// One pass of each NIC at `now` (A first), then on to the next event
+    /// (arrival, timer or pacing); false when nothing is left to happen
+    /// before `limit`.
     pub fn step(&mut self, limit: u64) -> bool {
-        self.transmit();
-        let next_arrival = self.in_flight.iter().map(|f| f.0).min();
-        let next_timer = [self.a.engine.poll_timeout(), self.b.engine.poll_timeout()]
+        let now = self.now;
+        self.a.nic.poll(now, &mut self.a.cqes);
+        self.b.nic.poll(now, &mut self.b.cqes);
+        let next = [self.a.nic.next_wakeup(now), self.b.nic.next_wakeup(now)]
             .into_iter()
             .flatten()
             .min();
-        let Some(t) = [next_arrival, next_timer].into_iter().flatten().min() else {
+        let Some(t) = next else {
             return false;
         };
         if t > limit {
             return false;
         }
         self.now = self.now.max(t);
-        let now = self.now;
-        let mut i = 0;
-        while i < self.in_flight.len() {
-            if self.in_flight[i].0 <= now {
-                let (_, dir, f) = self.in_flight.remove(i).unwrap();
-                match dir {
-                    Dir::AtoB => self.b.engine.handle_packet(now, &f),
-                    Dir::BtoA => self.a.engine.handle_packet(now, &f),
-                }
-            } else {
-                i += 1;
-            }
-        }
-        self.a.engine.handle_timeout(now);
-        self.b.engine.handle_timeout(now);
         true
     }
 
@@ -269,29 +274,43 @@ impl Pair {
     }
 
     pub fn completions_a(&mut self) -> Vec<Cqe> {
-        std::iter::from_fn(|| self.a.engine.poll_completion()).collect()
+        let mut out = std::mem::take(&mut self.a.cqes.0);
+        out.extend(std::iter::from_fn(|| {
+            self.a.nic.engine_mut().poll_completion()
+        }));
+        out
     }
 
     pub fn fill_a(&mut self, off: u64, len: usize, seed: u8) {
-        let s = self.a.engine.mem_mut().slice_mut(MR_BASE + off, len);
+        let s = self
+            .a
+            .nic
+            .engine_mut()
+            .mem_mut()
+            .slice_mut(MR_BASE + off, len);
         for (i, b) in s.iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(7) ^ seed;
         }
     }
 
     pub fn fill_b(&mut self, off: u64, len: usize, seed: u8) {
-        let s = self.b.engine.mem_mut().slice_mut(MR_BASE + off, len);
+        let s = self
+            .b
+            .nic
+            .engine_mut()
+            .mem_mut()
+            .slice_mut(MR_BASE + off, len);
         for (i, b) in s.iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(13) ^ seed;
         }
     }
 
     pub fn a_bytes(&self, off: u64, len: usize) -> Vec<u8> {
-        self.a.engine.mem().slice(MR_BASE + off, len).to_vec()
+        self.a.nic.engine().mem().slice(MR_BASE + off, len).to_vec()
     }
 
     pub fn b_bytes(&self, off: u64, len: usize) -> Vec<u8> {
-        self.b.engine.mem().slice(MR_BASE + off, len).to_vec()
+        self.b.nic.engine().mem().slice(MR_BASE + off, len).to_vec()
     }
 
     /// A frame from A's QP to B's QP, as A would send it.
@@ -333,16 +352,29 @@ impl Pair {
     pub fn drain_b(&mut self) -> Vec<(Opcode, u32, Option<AethRepr>)> {
         let mut out = vec![];
         let mut buf = vec![0u8; 9000];
-        while let Some(n) = self.b.engine.poll_transmit(self.now, &mut buf) {
+        while let Some(n) = self.b.nic.engine_mut().poll_transmit(self.now, &mut buf) {
             let p = Packet::parse(&buf[..n]).unwrap();
             out.push((p.repr.bth.opcode, p.repr.bth.psn, p.repr.aeth));
         }
         out
     }
 
+    /// Every frame logged in one direction, raw.
+    pub fn frames(&self, dir: Dir) -> Vec<Vec<u8>> {
+        self.wire
+            .borrow()
+            .log
+            .iter()
+            .filter(|(d, _)| *d == dir)
+            .map(|(_, f)| f.clone())
+            .collect()
+    }
+
     /// Frames logged in one direction, parsed by `f`.
     pub fn logged<T>(&self, dir: Dir, f: impl Fn(&Packet<'_>) -> T) -> Vec<T> {
-        self.log
+        self.wire
+            .borrow()
+            .log
             .iter()
             .filter(|(d, _)| *d == dir)
             .map(|(_, fr)| f(&Packet::parse(fr).unwrap()))
@@ -351,7 +383,9 @@ impl Pair {
 
     /// Opcodes of the frames logged in one direction.
     pub fn ops(&self, dir: Dir) -> Vec<Opcode> {
-        self.log
+        self.wire
+            .borrow()
+            .log
             .iter()
             .filter(|(d, _)| *d == dir)
             .map(|(_, f)| Packet::parse(f).unwrap().repr.bth.opcode)
