@@ -1,20 +1,27 @@
 //! The incast testbed on DPDK: N sender hosts and one receiver, each an RC
-//! engine on its own port, all joined to one software INT switch by
-//! net_ring pairs; the switch port towards the receiver drains at a
-//! configured bottleneck rate (wall time), so congestion is real on this
-//! machine. Everything runs to completion on the calling lcore.
+//! engine in the one NIC pipeline (`nic::Nic::poll`) on its own port, all
+//! joined to one software INT switch by net_ring pairs; the switch port
+//! towards the receiver drains at a configured bottleneck rate (wall
+//! time), so congestion is real on this machine. The switch forwards by
+//! destination address, read through the wire codec's in-flight view.
+//! Everything runs to completion on the calling lcore.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use hdrhistogram::Histogram;
+use netsim::switch::{EcnConfig, PortConfig, Switch};
+use nic::{Completions, FramePort, Nic};
+use pacer::HpccSettings;
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    CcMode, Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WcStatus, WrOp,
+    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus,
+    WrOp,
 };
-use transport::wire::MacAddr;
+use transport::wire::{MacAddr, RoceFrame};
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
-use netsim::switch::{EcnConfig, PortConfig, Switch};
+use crate::host_port::HostPort;
 
 /// Settings of one incast run.
 #[derive(Debug, Clone)]
@@ -63,19 +70,88 @@ pub struct IncastReport {
     pub goodput_bps: f64,
     /// Bytes the bottleneck port sent per second / its capacity.
     pub utilization: f64,
+    /// Frames the switch's buffers dropped.
     pub drops: u64,
+    /// Frames the switch could not route (not RoCEv2, or to no host).
+    pub unroutable: u64,
+    /// Frames the hosts' pipelines lost for want of an mbuf.
+    pub tx_no_buffer: u64,
     pub retransmitted: u64,
     pub completed: u64,
     pub failed: u64,
 }
 
+/// Why an incast run could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum IncastError {
+    #[error(transparent)]
+    Dpdk(#[from] DpdkError),
+    #[error("HPCC++ parameters (is host rate x T at least one MTU?): {0}")]
+    Hpcc(#[from] pacer::ParamError),
+    #[error("host setup: {0}")]
+    Host(String),
+    #[error("tap: {0}")]
+    Tap(#[from] nic::pcap::PcapFileError),
+    #[error("stats {path}: {source}")]
+    Stats {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A sender's application: it keeps `depth` WRITEs of `message_bytes`
+/// outstanding and counts what completes.
+struct Writer {
+    qpn: Qpn,
+    lkey: u32,
+    rkey: u32,
+    message_bytes: u32,
+    depth: usize,
+    outstanding: usize,
+    completed: u64,
+    failed: u64,
+    bytes_done: u64,
+}
+
+impl nic::Host<VecMemory> for Writer {
+    fn doorbells(&mut self, engine: &mut Engine<VecMemory>, now: u64) -> bool {
+        let mut posted = false;
+        while self.outstanding < self.depth {
+            let slot = self.outstanding as u64 * u64::from(self.message_bytes);
+            let wr = SendWr {
+                wr_id: 0,
+                op: WrOp::Write,
+                lkey: self.lkey,
+                local_va: MEM + slot,
+                len: self.message_bytes,
+                rkey: self.rkey,
+                remote_va: MEM,
+                signaled: true,
+            };
+            if engine.post_send(self.qpn, wr, now).is_err() {
+                break;
+            }
+            self.outstanding += 1;
+            posted = true;
+        }
+        posted
+    }
+
+    fn completion(&mut self, _: &mut Engine<VecMemory>, c: Cqe) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if c.status == WcStatus::Success {
+            self.completed += 1;
+            self.bytes_done += u64::from(c.byte_len);
+        } else {
+            self.failed += 1;
+        }
+    }
+}
+
 struct Host {
-    engine: Engine<VecMemory>,
+    nic: Nic<HostPort, VecMemory>,
     mr: MrKeys,
     qpns: Vec<Qpn>,
-    port: Port,
-    tx: Vec<Mbuf>,
-    outstanding: usize,
 }
 
 const MEM: u64 = 0x1000_0000;
@@ -88,91 +164,103 @@ fn ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 1, 0, i as u8 + 1)
 }
 
+/// The switch port towards a host address (host `i` hangs off port `i`).
+fn route(frame: &[u8], hosts: usize) -> Option<usize> {
+    let dst = RoceFrame::new_checked(frame).ok()?.dst_ip().octets();
+    let i = usize::from(dst[3]).checked_sub(1)?;
+    (dst[..3] == [10, 1, 0] && i < hosts).then_some(i)
+}
+
 /// Runs the incast for `seconds` of wall time.
-pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, DpdkError> {
-    let err = |what: &str, e: String| DpdkError {
-        what: what.into(),
-        reason: e,
-    };
+pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, IncastError> {
     let n = cfg.senders;
     let recv = n;
-    let frame = cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS;
-    let pool = Mempool::with_frames(eal, &format!("{}_pool", cfg.name), cfg.mbufs, 0, frame)?;
+    let frame = cfg.mtu.bytes() as usize + nic::MAX_HEADERS;
+    let pool = Arc::new(Mempool::with_frames(
+        eal,
+        &format!("{}_pool", cfg.name),
+        cfg.mbufs,
+        0,
+        frame,
+    )?);
+    let hpcc = HpccSettings {
+        t_ns: cfg.base_rtt_ns,
+        n: n.max(1) as u32,
+        ..HpccSettings::default()
+    };
+    let host_err = |e: &dyn std::fmt::Display| IncastError::Host(e.to_string());
     let mut hosts = Vec::with_capacity(n + 1);
     let mut sw_ports = Vec::with_capacity(n + 1);
     for i in 0..=n {
         let (h, s) = ring_pair(eal, &format!("{}_{i}", cfg.name), 4096)?;
-        let mut ec = EngineConfig::new(mac(i), ip(i), cfg.host_bps);
-        ec.cc = cfg.cc;
-        ec.ack_req_every = 1;
-        let hp = pacer::HpccParams::new(
-            cfg.host_bps,
-            cfg.base_rtt_ns,
-            n.max(1) as u32,
+        let mut ec = EngineConfig::new(mac(i), ip(i), cfg.host_bps).with_cc(
+            cfg.cc,
+            &hpcc,
             cfg.mtu.bytes(),
-        )
-        .map_err(|e| {
-            err(
-                "HPCC++ parameters (is host rate x T at least one MTU?)",
-                e.to_string(),
-            )
-        })?;
-        ec.hpcc = hp;
+        )?;
+        ec.ack_req_every = 1;
         let mut mem = VecMemory::new();
         let bytes = cfg.message_bytes as usize * cfg.depth.max(1);
         mem.add(MEM, bytes.max(4096));
         let mut engine = Engine::new(ec, mem, 0);
         let mr = engine
             .register_mr(MEM, bytes.max(4096) as u64, Access::ALL)
-            .map_err(|e| err("register", e.to_string()))?;
+            .map_err(|e| host_err(&e))?;
+        let port = crate::testbed::host_port(Port::start(eal, h, &pool, 1024)?, None, None)
+            .map_err(|e| host_err(&e))?;
         hosts.push(Host {
-            engine,
+            nic: Nic::new(engine, port, cfg.mtu.bytes()),
             mr,
             qpns: Vec::new(),
-            port: Port::start(eal, h, &pool, 1024)?,
-            tx: Vec::new(),
-            outstanding: 0,
         });
         sw_ports.push(Port::start(eal, s, &pool, 1024)?);
     }
     // QP i on sender i <-> QP i on the receiver.
+    let params = ConnectParams {
+        timeout: 10,
+        ..ConnectParams::new(cfg.mtu)
+    };
     for s in 0..n {
         let qs = hosts[s]
-            .engine
+            .nic
+            .engine_mut()
             .create_qp(cfg.depth * 2 + 2, 0)
-            .map_err(|e| err("create QP", e.to_string()))?;
+            .map_err(|e| host_err(&e))?;
         let qr = hosts[recv]
-            .engine
+            .nic
+            .engine_mut()
             .create_qp(2, 0)
-            .map_err(|e| err("create QP", e.to_string()))?;
+            .map_err(|e| host_err(&e))?;
         for (h, q, peer, pq) in [(s, qs, recv, qr), (recv, qr, s, qs)] {
-            let e = &mut hosts[h].engine;
-            e.connect(
-                q,
-                QpAccess {
-                    remote_write: true,
-                    remote_read: true,
-                },
-                RtrAttr {
-                    path_mtu: cfg.mtu,
-                    dest_qpn: pq,
-                    dest_mac: mac(peer),
-                    dest_ip: ip(peer),
-                    rq_psn: 0,
-                    max_dest_rd_atomic: 16,
-                },
-                RtsAttr {
-                    sq_psn: 0,
-                    timeout: 10,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: 16,
-                },
-            )
-            .map_err(|e| err("QP bring-up", e.to_string()))?;
+            let end = Endpoint {
+                qpn: pq,
+                psn: 0,
+                mac: mac(peer),
+                ip: ip(peer),
+            };
+            hosts[h]
+                .nic
+                .engine_mut()
+                .connect_to(q, 0, &end, &params)
+                .map_err(|e| host_err(&e))?;
             hosts[h].qpns.push(q);
         }
     }
+    let rkey = hosts[recv].mr.rkey;
+    let mut writers: Vec<Writer> = (0..n)
+        .map(|s| Writer {
+            qpn: hosts[s].qpns[0],
+            lkey: hosts[s].mr.lkey,
+            rkey,
+            message_bytes: cfg.message_bytes,
+            depth: cfg.depth,
+            outstanding: 0,
+            completed: 0,
+            failed: 0,
+            bytes_done: 0,
+        })
+        .collect();
+    let mut receiver = Completions::default();
     let port_cfg: Vec<PortConfig> = (0..=n)
         .map(|i| PortConfig {
             rate_bps: if i == recv {
@@ -190,17 +278,16 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     // catch up by up to 200 us so they keep their rate.
     switch.set_catch_up(200_000);
     let mut sw_tx: Vec<Vec<Mbuf>> = (0..=n).map(|_| Vec::new()).collect();
+    let mut unroutable = 0u64;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 1 << 40, 3).expect("valid bounds");
     let clock = TscClock::new(eal);
-    let mut scratch = vec![0u8; 16 * 1024];
     let mut rx = Vec::with_capacity(64);
-    let (mut completed, mut failed, mut bytes_done) = (0u64, 0u64, 0u64);
     let end = (seconds * 1e9) as u64;
     let mut last_t = 0u64;
     let mut last_q = 0u64;
     let sent0 = switch.counters(recv).tx_bytes;
     let mut tap = match &cfg.tap {
-        Some(p) => Some(nic::pcap::Writer::create(p).map_err(|e| err("tap", e.to_string()))?),
+        Some(p) => Some(nic::pcap::Writer::create(p)?),
         None => None,
     };
     let mut tapped = 0u64;
@@ -215,77 +302,24 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             hist.saturating_record_n(last_q, now - last_t);
             last_t = now;
         }
-        // Senders keep `depth` WRITEs in flight.
-        for s in 0..n {
-            while hosts[s].outstanding < cfg.depth {
-                let h = &mut hosts[s];
-                let slot = h.outstanding as u64 * u64::from(cfg.message_bytes);
-                let wr = SendWr {
-                    wr_id: 0,
-                    op: WrOp::Write,
-                    lkey: h.mr.lkey,
-                    local_va: MEM + slot,
-                    len: cfg.message_bytes,
-                    rkey: 0,
-                    remote_va: MEM,
-                    signaled: true,
-                };
-                let rkey = hosts[recv].mr.rkey;
-                let h = &mut hosts[s];
-                let q = h.qpns[0];
-                if h.engine.post_send(q, SendWr { rkey, ..wr }, now).is_err() {
-                    break;
-                }
-                h.outstanding += 1;
-            }
-        }
-        // Hosts: RX, timers, TX.
+        // Hosts: the pipeline; senders keep `depth` WRITEs in flight.
         for (i, h) in hosts.iter_mut().enumerate() {
-            rx.clear();
-            h.port.rx_burst(&mut rx);
-            for m in rx.drain(..) {
-                h.engine.handle_packet(now, m.data());
-            }
-            if h.engine.poll_timeout().is_some_and(|t| t <= now) {
-                h.engine.handle_timeout(now);
-            }
-            while h.tx.len() < 32 {
-                let Some(len) = h.engine.poll_transmit(now, &mut scratch) else {
-                    break;
-                };
-                if let Some(mut m) = pool.alloc() {
-                    if let Some(dst) = m.append(len) {
-                        dst.copy_from_slice(&scratch[..len]);
-                        h.tx.push(m);
-                    }
-                }
-            }
-            if !h.tx.is_empty() {
-                h.port.tx_burst(&mut h.tx);
-            }
-            if i < n {
-                while let Some(c) = h.engine.poll_completion() {
-                    h.outstanding = h.outstanding.saturating_sub(1);
-                    if c.status == WcStatus::Success {
-                        completed += 1;
-                        bytes_done += u64::from(c.byte_len);
-                    } else {
-                        failed += 1;
-                    }
-                }
-            }
+            match writers.get_mut(i) {
+                Some(w) => h.nic.poll(now, w),
+                None => h.nic.poll(now, &mut receiver),
+            };
         }
+        receiver.0.clear();
         // The switch: RX on every port, forward by destination address.
-        for port in &sw_ports {
+        for port in sw_ports.iter_mut() {
             rx.clear();
-            port.rx_burst(&mut rx);
+            port.rx_burst(now, &mut rx, crate::dpdk::port::BURST);
             for m in rx.drain(..) {
-                let dst = m
-                    .data()
-                    .get(33)
-                    .map_or(usize::MAX, |&b| usize::from(b).wrapping_sub(1));
-                if dst <= n {
-                    switch.enqueue(dst, m); // dropped frames are freed here
+                match route(m.data(), n + 1) {
+                    Some(dst) => {
+                        switch.enqueue(dst, m); // dropped frames are freed and counted
+                    }
+                    None => unroutable += 1,
                 }
             }
         }
@@ -293,15 +327,14 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             while let Some((m, _)) = switch.dequeue(now, p) {
                 if p == recv && tapped < TAP_FRAMES {
                     if let Some(w) = tap.as_mut() {
-                        w.write(std::time::Duration::from_nanos(now), m.data())
-                            .map_err(|e| err("tap", e.to_string()))?;
+                        w.write(std::time::Duration::from_nanos(now), m.data())?;
                         tapped += 1;
                     }
                 }
                 sw_tx[p].push(m);
             }
             if !sw_tx[p].is_empty() {
-                sw_ports[p].tx_burst(&mut sw_tx[p]);
+                sw_ports[p].tx_burst(now, &mut sw_tx[p]);
             }
         }
         last_q = switch.qlen(recv);
@@ -312,21 +345,23 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
                 ..Default::default()
             };
             for (k, h) in hosts.iter().enumerate() {
-                snap.add_host(k, h.port.id, h.port.stats(), &h.engine, &h.qpns);
+                snap.add_nic(k, &h.nic, &h.qpns);
             }
             snap.add_switch(&switch);
-            snap.write(path)
-                .map_err(|e| err("stats", format!("{}: {e}", path.display())))?;
+            snap.write(path).map_err(|source| IncastError::Stats {
+                path: path.to_owned(),
+                source,
+            })?;
         }
     }
     if let Some(w) = tap {
-        w.finish().map_err(|e| err("tap", e.to_string()))?;
+        w.finish()?;
     }
     let t = clock.now_ns() as f64 / 1e9;
     let retransmitted = hosts
         .iter()
         .flat_map(|h| h.qpns.iter().map(move |q| (h, q)))
-        .filter_map(|(h, q)| h.engine.qp_counters(*q).ok())
+        .filter_map(|(h, q)| h.nic.engine().qp_counters(*q).ok())
         .map(|c| c.retransmitted)
         .sum();
     let c = switch.counters(recv);
@@ -338,11 +373,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         queue_p95: hist.value_at_quantile(0.95),
         queue_p99: hist.value_at_quantile(0.99),
         queue_max: c.max_qlen,
-        goodput_bps: bytes_done as f64 * 8.0 / t,
+        goodput_bps: writers.iter().map(|w| w.bytes_done).sum::<u64>() as f64 * 8.0 / t,
         utilization: (c.tx_bytes - sent0) as f64 * 8.0 / t / cfg.bottleneck_bps as f64,
         drops,
+        unroutable,
+        tx_no_buffer: hosts.iter().map(|h| h.nic.counters().tx_no_buffer).sum(),
         retransmitted,
-        completed,
-        failed,
+        completed: writers.iter().map(|w| w.completed).sum(),
+        failed: writers.iter().map(|w| w.failed).sum(),
     })
 }

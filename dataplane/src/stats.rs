@@ -5,24 +5,15 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use nic::Nic;
 use serde::{Deserialize, Serialize};
 use transport::mr::Memory;
-use transport::rc::{CcMode, Engine, Qpn};
+use transport::rc::Qpn;
 
 use crate::dpdk::PortStats;
+use crate::host_port::{link, HostPort};
 
-/// The name configs and tables use for a congestion-control mode.
-pub fn cc_name(cc: CcMode) -> &'static str {
-    match cc {
-        CcMode::None => "none",
-        CcMode::HpccInband { .. } => "hpcc",
-        CcMode::HpccProbe { .. } => "hpcc-probe",
-        CcMode::RxHpcc { .. } => "hpcc-rx",
-        CcMode::Dcqcn => "dcqcn",
-    }
-}
-
-/// One port and the engine behind it.
+/// One port, the pipeline and the engine behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PortEntry {
     pub host: usize,
@@ -35,6 +26,22 @@ pub struct PortEntry {
     pub icrc_drops: u64,
     pub unknown_qp: u64,
     pub wrong_state: u64,
+    /// Frames the pipeline lost for want of a buffer.
+    #[serde(default)]
+    pub tx_no_buffer: u64,
+    /// What the port's fault injector did (all zero without faults).
+    #[serde(default)]
+    pub faults: FaultEntry,
+}
+
+/// The fault injector's counters, by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FaultEntry {
+    pub frames: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
 }
 
 /// One QP.
@@ -87,26 +94,31 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Adds a host: its port counters, its engine's and its QPs'.
-    pub fn add_host<M: Memory>(
-        &mut self,
-        host: usize,
-        port: u16,
-        ps: PortStats,
-        e: &Engine<M>,
-        qpns: &[Qpn],
-    ) {
+    /// Adds a host: its port's counters, its pipeline's and fault
+    /// injector's, its engine's and its QPs'.
+    pub fn add_nic<M: Memory>(&mut self, host: usize, nic: &Nic<HostPort, M>, qpns: &[Qpn]) {
+        let e = nic.engine();
         let c = e.counters();
+        let dev = link(nic.port()).port();
+        let f = nic.port().inner().counters();
         self.ports.push(PortEntry {
             host,
-            port,
-            stats: ps,
+            port: dev.map_or(u16::MAX, |p| p.id),
+            stats: dev.map(|p| p.stats()).unwrap_or_default(),
             wire_drops: c.wire_drops.iter().sum(),
             icrc_drops: c.icrc_drops(),
             unknown_qp: c.unknown_qp,
             wrong_state: c.wrong_state,
+            tx_no_buffer: nic.counters().tx_no_buffer + nic.counters().tx_buffer_too_small,
+            faults: FaultEntry {
+                frames: f.frames,
+                lost: f.lost,
+                duplicated: f.duplicated,
+                reordered: f.reordered,
+                corrupted: f.corrupted,
+            },
         });
-        let cc = cc_name(e.config().cc);
+        let cc = e.config().cc.name();
         for &q in qpns {
             let (Ok(k), Ok(state), Ok((w, r))) = (e.qp_counters(q), e.qp_state(q), e.qp_cc(q))
             else {
@@ -201,6 +213,18 @@ impl Snapshot {
                 p.wire_drops,
                 p.icrc_drops
             );
+        }
+        for p in &self.ports {
+            let (f, d) = (&p.faults, p.stats.rx_bad_checksum + p.tx_no_buffer);
+            if f.frames > 0 || d > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {}",
+                    p.host, f.lost, f.duplicated, f.reordered, f.corrupted, f.frames,
+                    p.stats.rx_bad_checksum, p.tx_no_buffer, p.wire_drops, p.icrc_drops,
+                    p.unknown_qp, p.wrong_state
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -305,6 +329,8 @@ mod tests {
             icrc_drops: 1,
             unknown_qp: 0,
             wrong_state: 0,
+            tx_no_buffer: 0,
+            faults: FaultEntry::default(),
         });
         s.write(&path).unwrap();
         assert_eq!(Snapshot::read(&path).unwrap(), s);

@@ -1,22 +1,32 @@
 //! The embedded loopback testbed: two hosts in one process, each an RC
 //! engine on its own DPDK port, the ports joined back to back by net_ring
-//! rings, with an optional tap that keeps a copy of every frame. Two
-//! layouts: run-to-completion on the calling lcore ([`Loopback::poll`]: RX
-//! burst -> engine -> timers -> TX burst), or pipelined over three threads
-//! joined by bounded crossbeam queues ([`Loopback::run_pipelined`]: RX pipe
-//! -> engines with congestion control and the flow scheduler -> TX pipe),
+//! rings (or any two ports that reach each other). Each host is the one
+//! NIC pipeline (`nic::Nic::poll`) over its [`HostPort`], optionally
+//! lossy (the fault injector) and tapped (a pcap capture of what both
+//! hosts send). Two layouts: run-to-completion on the calling lcore
+//! ([`Loopback::poll`]), or pipelined over three threads joined by bounded
+//! crossbeam queues ([`Loopback::run_pipelined`]: RX pipe -> the NIC
+//! pipelines with congestion control and the flow scheduler -> TX pipe),
 //! as in the HPCC++ drafts' NIC figure.
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use transport::mr::{Access, MrKeys, VecMemory};
+use nic::pcap::PcapFileError;
+use nic::{
+    Capture, Completions, Direction, FaultConfig, FaultCounters, FaultInjector, FramePort, Nic,
+    SharedCapture, Tap,
+};
+use transport::mr::{Access, MrError, MrKeys, VecMemory};
 use transport::rc::{
-    Engine, EngineConfig, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr, SendWr, WcStatus, WrOp,
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, RcError, SendWr, WcStatus, WrOp,
 };
 use transport::wire::MacAddr;
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, LcoreGuard, Mbuf, Mempool, Port, TscClock};
-use crate::nic::{rx_pass, tx_pass, TxScratch};
+use crate::host_port::{link, link_mut, DpdkLink, HostPort};
+use crate::pipe::PipePort;
 
 /// Settings of the loopback testbed.
 #[derive(Debug, Clone)]
@@ -28,11 +38,13 @@ pub struct LoopbackConfig {
     pub mbufs: u32,
     /// Line rate the engines pace at, b/s.
     pub line_rate_bps: u64,
-    /// Keep a copy of every frame sent (the tap).
-    pub tap: bool,
+    /// Mirror every frame either host sends into this pcap file.
+    pub tap: Option<PathBuf>,
     /// RX/TX queues per port (up to what the device offers; RSS when it
     /// hashes UDP).
     pub queues: u16,
+    /// Seeded faults on one host's port: (host, faults).
+    pub faults: Option<(usize, FaultConfig)>,
 }
 
 impl Default for LoopbackConfig {
@@ -42,10 +54,41 @@ impl Default for LoopbackConfig {
             mtu: PathMtu::Mtu1024,
             mbufs: 4095,
             line_rate_bps: 10_000_000_000,
-            tap: false,
+            tap: None,
             queues: 1,
+            faults: None,
         }
     }
+}
+
+/// Why the testbed could not be built or an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    #[error(transparent)]
+    Dpdk(#[from] DpdkError),
+    #[error("QP bring-up: {0}")]
+    Qp(#[from] RcError),
+    #[error("registering host memory: {0}")]
+    Memory(#[from] MrError),
+    #[error("tap: {0}")]
+    Tap(#[from] PcapFileError),
+    #[error("faults of host {host}: {source}")]
+    Faults {
+        host: usize,
+        source: nic::faults::BadProbability,
+    },
+    #[error("faults on host {0}: the testbed has hosts 0 and 1")]
+    FaultHost(usize),
+    #[error("{len} bytes exceed half of the memory ({half})")]
+    TooLong { len: u32, half: u64 },
+    #[error("{op:?} of {len} bytes completed with {status:?}")]
+    Completion {
+        op: WrOp,
+        len: u32,
+        status: WcStatus,
+    },
+    #[error("{op:?} of {len} bytes: the two ends differ")]
+    Mismatch { op: WrOp, len: u32 },
 }
 
 /// A number for this testbed's DPDK object names (pools and rings are
@@ -60,11 +103,31 @@ pub const MEM_BASE: u64 = 0x1000_0000;
 
 /// One host of the testbed.
 pub struct Host {
-    pub engine: Engine<VecMemory>,
+    pub nic: Nic<HostPort, VecMemory>,
     pub qpn: Qpn,
     pub mr: MrKeys,
-    port: Port,
-    tx: Vec<Mbuf>,
+    /// Completions of the host's QP, oldest first.
+    pub cqes: Completions,
+}
+
+impl Host {
+    pub fn engine(&self) -> &Engine<VecMemory> {
+        self.nic.engine()
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine<VecMemory> {
+        self.nic.engine_mut()
+    }
+
+    /// The DPDK port (`None` while the pipelined layout runs).
+    pub fn port(&self) -> Option<&Port> {
+        link(self.nic.port()).port()
+    }
+
+    /// What the host's fault injector did.
+    pub fn faults(&self) -> &FaultCounters {
+        self.nic.port().inner().counters()
+    }
 }
 
 /// Where a testbed WRITE or READ moves bytes: a WRITE copies host 0's
@@ -99,27 +162,14 @@ impl OpPlan {
     }
 }
 
-/// A host as the pipelined layout's application step sees it.
-pub struct HostView<'a> {
-    pub engine: &'a mut Engine<VecMemory>,
-    pub qpn: Qpn,
-    pub mr: MrKeys,
-}
-
-/// Two hosts joined by net_ring ports.
+/// Two hosts joined by their ports.
 pub struct Loopback {
-    // Field order is drop order: ports and mbufs before their pool.
+    // Field order is drop order: the hosts (their mbufs and ports) before
+    // the pool.
     pub hosts: [Host; 2],
-    spare: Option<Mbuf>,
-    pool: Mempool,
+    pool: Arc<Mempool>,
     clock: TscClock,
-    scratch: Vec<u8>,
-    rx: Vec<Mbuf>,
-    /// Frames sent by either host, when the tap is on.
-    pub tap: Option<Vec<Vec<u8>>>,
-    /// Frames that could not get an mbuf (pool empty) and were dropped.
-    pub tx_alloc_failures: u64,
-    max_frame: usize,
+    capture: Option<SharedCapture>,
     /// The lcore ids the RX and TX pipe threads of the last pipelined run
     /// registered as (they are DPDK lcores, with mempool caches).
     pub pipeline_lcores: Vec<u32>,
@@ -136,10 +186,20 @@ pub fn host_ip(i: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, i + 1)
 }
 
+/// A host's port: the DPDK port inside its faults (if any) and its tap.
+pub fn host_port(
+    port: Port,
+    faults: Option<FaultConfig>,
+    capture: Option<SharedCapture>,
+) -> Result<HostPort, nic::faults::BadProbability> {
+    let f = FaultInjector::maybe(DpdkLink::Port(port), faults)?;
+    Ok(Tap::new(f, capture, Direction::Tx))
+}
+
 impl Loopback {
     /// Creates the rings, ports, pool and both engines, with one QP on each
     /// host connected to the other (PSNs start at 0).
-    pub fn new(eal: &Eal, cfg: &LoopbackConfig) -> Result<Loopback, DpdkError> {
+    pub fn new(eal: &Eal, cfg: &LoopbackConfig) -> Result<Loopback, TestbedError> {
         let n = instance();
         let pool = Self::pool(eal, cfg, n)?;
         let (pa, pb) = ring_pair(eal, &format!("loopback{n}"), 1024)?;
@@ -147,9 +207,9 @@ impl Loopback {
     }
 
     /// The pool, its mbufs sized for the path MTU's frames.
-    fn pool(eal: &Eal, cfg: &LoopbackConfig, n: u32) -> Result<Mempool, DpdkError> {
-        let frame = cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS;
-        Mempool::with_frames(eal, &format!("loopback_pool{n}"), cfg.mbufs, 0, frame)
+    fn pool(eal: &Eal, cfg: &LoopbackConfig, n: u32) -> Result<Arc<Mempool>, DpdkError> {
+        let frame = cfg.mtu.bytes() as usize + nic::MAX_HEADERS;
+        Mempool::with_frames(eal, &format!("loopback_pool{n}"), cfg.mbufs, 0, frame).map(Arc::new)
     }
 
     /// The testbed on two existing ports that reach each other (a memif
@@ -159,7 +219,7 @@ impl Loopback {
         cfg: &LoopbackConfig,
         pa: u16,
         pb: u16,
-    ) -> Result<Loopback, DpdkError> {
+    ) -> Result<Loopback, TestbedError> {
         let pool = Self::pool(eal, cfg, instance())?;
         Self::with_ports(eal, cfg, pool, pa, pb)
     }
@@ -167,15 +227,18 @@ impl Loopback {
     fn with_ports(
         eal: &Eal,
         cfg: &LoopbackConfig,
-        pool: Mempool,
+        pool: Arc<Mempool>,
         pa: u16,
         pb: u16,
-    ) -> Result<Loopback, DpdkError> {
-        let rc_err = |e: transport::rc::RcError| DpdkError {
-            what: "QP bring-up".into(),
-            reason: e.to_string(),
+    ) -> Result<Loopback, TestbedError> {
+        if let Some((h, _)) = cfg.faults.filter(|f| f.0 > 1) {
+            return Err(TestbedError::FaultHost(h));
+        }
+        let capture = match &cfg.tap {
+            Some(path) => Some(Capture::create(path, u64::MAX)?),
+            None => None,
         };
-        let mk = |i: u8, port_id: u16| -> Result<Host, DpdkError> {
+        let mk = |i: u8, port_id: u16| -> Result<Host, TestbedError> {
             let mut mem = VecMemory::new();
             mem.add(MEM_BASE, cfg.mem_bytes);
             let mut engine = Engine::new(
@@ -183,61 +246,42 @@ impl Loopback {
                 mem,
                 0,
             );
-            let mr = engine
-                .register_mr(MEM_BASE, cfg.mem_bytes as u64, Access::ALL)
-                .map_err(|e| DpdkError {
-                    what: "register memory".into(),
-                    reason: e.to_string(),
-                })?;
-            let qpn = engine.create_qp(256, 0).map_err(rc_err)?;
+            let mr = engine.register_mr(MEM_BASE, cfg.mem_bytes as u64, Access::ALL)?;
+            let qpn = engine.create_qp(256, 0)?;
             let port = Port::start_queues(eal, port_id, &pool, 1024, cfg.queues)?;
+            let faults = cfg.faults.filter(|f| f.0 == usize::from(i)).map(|f| f.1);
+            let port = host_port(port, faults, capture.clone()).map_err(|source| {
+                TestbedError::Faults {
+                    host: usize::from(i),
+                    source,
+                }
+            })?;
             Ok(Host {
-                engine,
+                nic: Nic::new(engine, port, cfg.mtu.bytes()),
                 qpn,
                 mr,
-                port,
-                tx: Vec::with_capacity(64),
+                cqes: Completions::default(),
             })
         };
         let mut hosts = [mk(0, pa)?, mk(1, pb)?];
         let qpns = [hosts[0].qpn, hosts[1].qpn];
+        let params = ConnectParams::new(cfg.mtu);
         for (i, h) in hosts.iter_mut().enumerate() {
             let peer = 1 - i;
-            let e = &mut h.engine;
-            e.connect(
-                h.qpn,
-                QpAccess {
-                    remote_write: true,
-                    remote_read: true,
-                },
-                RtrAttr {
-                    path_mtu: cfg.mtu,
-                    dest_qpn: qpns[peer],
-                    dest_mac: host_mac(peer as u8),
-                    dest_ip: host_ip(peer as u8),
-                    rq_psn: 0,
-                    max_dest_rd_atomic: 16,
-                },
-                RtsAttr {
-                    sq_psn: 0,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: 16,
-                },
-            )
-            .map_err(rc_err)?;
+            let end = Endpoint {
+                qpn: qpns[peer],
+                psn: 0,
+                mac: host_mac(peer as u8),
+                ip: host_ip(peer as u8),
+            };
+            let q = h.qpn;
+            h.engine_mut().connect_to(q, 0, &end, &params)?;
         }
         Ok(Loopback {
             hosts,
-            spare: None,
             pool,
             clock: TscClock::new(eal),
-            scratch: vec![0u8; 16 * 1024],
-            rx: Vec::with_capacity(crate::dpdk::port::BURST),
-            tap: cfg.tap.then(Vec::new),
-            tx_alloc_failures: 0,
-            max_frame: cfg.mtu.bytes() as usize + crate::nic::MAX_HEADERS,
+            capture,
             pipeline_lcores: Vec::new(),
             mem_bytes: cfg.mem_bytes,
         })
@@ -248,155 +292,138 @@ impl Loopback {
         self.clock.now_ns()
     }
 
-    /// One run-to-completion pass over both hosts; returns whether any
-    /// frame moved.
+    /// One run-to-completion pass of both hosts' pipelines; returns
+    /// whether anything moved.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
         let mut moved = false;
         for h in self.hosts.iter_mut() {
-            moved |= rx_pass(&h.port, &mut self.rx, &mut h.engine, now);
-            let mut s = TxScratch {
-                pool: &self.pool,
-                buf: &mut self.scratch,
-                max_frame: self.max_frame,
-                spare: &mut self.spare,
-                tap: self.tap.as_mut(),
-                alloc_failures: &mut self.tx_alloc_failures,
-            };
-            moved |= tx_pass(&mut h.engine, &h.port, &mut h.tx, &mut s, now);
+            moved |= h.nic.poll(now, &mut h.cqes);
         }
         moved
     }
 
     /// Runs the pipelined layout until `app` returns false: an RX thread
-    /// bursts frames off both ports, the calling thread runs both engines
-    /// (handle_packet, timers, poll_transmit) and then `app` (post work,
-    /// poll completions), a TX thread bursts frames out. Queues are bounded
-    /// (backpressure, never dropping); leftover frames are freed at the end.
-    pub fn run_pipelined(&mut self, mut app: impl FnMut(&mut [HostView<'_>; 2], u64) -> bool) {
+    /// bursts frames off both ports, the calling thread runs both hosts'
+    /// pipelines over the engine side of the pipes and then `app` (post
+    /// work, read completions), a TX thread bursts frames out. Queues are
+    /// bounded (backpressure, never dropping); frames still queued at the
+    /// end are freed, and the ports go back to run-to-completion.
+    pub fn run_pipelined(&mut self, mut app: impl FnMut(&mut [Host; 2], u64) -> bool) {
         use crossbeam_channel::bounded;
         use std::sync::atomic::{AtomicBool, Ordering};
 
         const DEPTH: usize = 4096;
-        let (rx_send, rx_recv) = bounded::<(usize, Mbuf)>(DEPTH);
-        let (tx_send, tx_recv) = bounded::<(usize, Mbuf)>(DEPTH);
+        let mut rx_halves = Vec::new();
+        let mut tx_halves = Vec::new();
+        let mut rx_sends = Vec::new();
+        let mut tx_recvs = Vec::new();
+        for h in self.hosts.iter_mut() {
+            let (rx_send, rx_recv) = bounded::<Mbuf>(DEPTH);
+            let (tx_send, tx_recv) = bounded::<Mbuf>(DEPTH);
+            let l = link_mut(h.nic.port_mut());
+            let DpdkLink::Port(p) = l else {
+                unreachable!("run-to-completion between pipelined runs")
+            };
+            let pipe = PipePort::new(
+                rx_recv,
+                tx_send,
+                self.pool.clone(),
+                FramePort::mac(p),
+                FramePort::mtu(p),
+            );
+            let DpdkLink::Port(port) = std::mem::replace(l, DpdkLink::Pipe(pipe)) else {
+                unreachable!("matched above")
+            };
+            let (rx, tx) = port.split();
+            rx_halves.push(rx);
+            tx_halves.push(tx);
+            rx_sends.push(rx_send);
+            tx_recvs.push(tx_recv);
+        }
         let stop = AtomicBool::new(false);
-        // The engine thread needs the engines mutably, the pipes only the
-        // ports: borrow the fields apart.
-        let [h0, h1] = &mut self.hosts;
-        let ports: [&Port; 2] = [&h0.port, &h1.port];
-        let mut hosts = [
-            HostView {
-                engine: &mut h0.engine,
-                qpn: h0.qpn,
-                mr: h0.mr,
-            },
-            HostView {
-                engine: &mut h1.engine,
-                qpn: h1.qpn,
-                mr: h1.mr,
-            },
-        ];
-        let hosts = &mut hosts;
-        let pool = &self.pool;
+        let pool = &*self.pool;
         let clock = self.clock;
-        let tap = &mut self.tap;
-        let failures = &mut self.tx_alloc_failures;
-        let scratch = &mut self.scratch;
+        let hosts = &mut self.hosts;
         let lcores = std::sync::Mutex::new(Vec::new());
         let lcores = &lcores;
-        std::thread::scope(|s| {
+        let (rx_halves, tx_halves) = std::thread::scope(|s| {
             let stop_rx = &stop;
-            s.spawn(move || {
+            let rx = s.spawn(move || {
                 let lcore = LcoreGuard::register(pool);
                 if let Ok(g) = &lcore {
                     lcores.lock().expect("lcores").push(g.lcore_id);
                 }
-                let mut rx = Vec::with_capacity(crate::dpdk::port::BURST);
-                while !stop_rx.load(Ordering::Relaxed) {
-                    for (i, p) in ports.iter().enumerate() {
-                        p.rx_burst(&mut rx);
-                        for m in rx.drain(..) {
-                            if rx_send.send((i, m)).is_err() {
-                                return;
+                let mut got = Vec::with_capacity(crate::dpdk::port::BURST);
+                'run: while !stop_rx.load(Ordering::Relaxed) {
+                    for (half, send) in rx_halves.iter_mut().zip(&rx_sends) {
+                        half.rx_burst(&mut got);
+                        for m in got.drain(..) {
+                            if send.send(m).is_err() {
+                                break 'run;
                             }
                         }
                     }
                 }
+                rx_halves
             });
             let stop_tx = &stop;
-            s.spawn(move || {
+            let tx = s.spawn(move || {
                 let lcore = LcoreGuard::register(pool);
                 if let Ok(g) = &lcore {
                     lcores.lock().expect("lcores").push(g.lcore_id);
                 }
-                let mut out: [Vec<Mbuf>; 2] = [Vec::new(), Vec::new()];
+                let mut out: Vec<Vec<Mbuf>> = tx_halves.iter().map(|_| Vec::new()).collect();
                 loop {
-                    while let Ok((i, m)) = tx_recv.try_recv() {
-                        out[i].push(m);
-                        if out[i].len() >= crate::dpdk::port::BURST {
-                            break;
+                    for (i, recv) in tx_recvs.iter().enumerate() {
+                        while out[i].len() < crate::dpdk::port::BURST {
+                            let Ok(m) = recv.try_recv() else {
+                                break;
+                            };
+                            out[i].push(m);
+                        }
+                        if !out[i].is_empty() {
+                            tx_halves[i].tx_burst(&mut out[i]);
                         }
                     }
-                    for (i, o) in out.iter_mut().enumerate() {
-                        if !o.is_empty() {
-                            ports[i].tx_burst(o);
-                        }
-                    }
-                    if stop_tx.load(Ordering::Relaxed) && tx_recv.is_empty() {
+                    if stop_tx.load(Ordering::Relaxed) && tx_recvs.iter().all(|r| r.is_empty()) {
                         break;
                     }
                 }
                 // Frames the ports never took are freed here (Drop).
+                tx_halves
             });
             loop {
                 let now = clock.now_ns();
-                while let Ok((i, m)) = rx_recv.try_recv() {
-                    hosts[i].engine.handle_packet(now, m.data());
-                }
-                for (i, h) in hosts.iter_mut().enumerate() {
-                    if h.engine.poll_timeout().is_some_and(|t| t <= now) {
-                        h.engine.handle_timeout(now);
-                    }
-                    while tx_send.len() < DEPTH - crate::dpdk::port::BURST {
-                        let Some(n) = h.engine.poll_transmit(now, scratch) else {
-                            break;
-                        };
-                        if let Some(t) = tap.as_mut() {
-                            t.push(scratch[..n].to_vec());
-                        }
-                        match pool.alloc() {
-                            Some(mut m) => match m.append(n) {
-                                Some(dst) => {
-                                    dst.copy_from_slice(&scratch[..n]);
-                                    let _ = tx_send.send((i, m));
-                                }
-                                None => *failures += 1,
-                            },
-                            None => *failures += 1,
-                        }
-                    }
+                for h in hosts.iter_mut() {
+                    h.nic.poll(now, &mut h.cqes);
                 }
                 if !app(hosts, now) {
                     break;
                 }
             }
             stop.store(true, Ordering::Relaxed);
-            drop(tx_send);
-            // Frames still queued towards the engines are freed with rx_recv.
-            drop(rx_recv);
+            (
+                rx.join().expect("RX pipe thread"),
+                tx.join().expect("TX pipe thread"),
+            )
         });
+        // Back to run-to-completion; frames still queued towards the
+        // engines are freed with the pipes.
+        for ((h, rx), tx) in self.hosts.iter_mut().zip(rx_halves).zip(tx_halves) {
+            *link_mut(h.nic.port_mut()) = DpdkLink::Port(rx.join(tx));
+        }
         self.pipeline_lcores = lcores.lock().expect("lcores").clone();
     }
 
-    /// Counters of both ports, engines and QPs now.
+    /// Counters of both ports, pipelines, engines and QPs now.
     pub fn snapshot(&self) -> crate::stats::Snapshot {
         let mut s = crate::stats::Snapshot {
             at_ns: self.clock.now_ns(),
             ..Default::default()
         };
         for (i, h) in self.hosts.iter().enumerate() {
-            s.add_host(i, h.port.id, h.port.stats(), &h.engine, &[h.qpn]);
+            s.add_nic(i, &h.nic, &[h.qpn]);
         }
         s
     }
@@ -405,15 +432,15 @@ impl Loopback {
     /// or READ (host 1's first half into host 0's second half) of `len`
     /// bytes, run-to-completion: the source is filled with a pattern from
     /// `seed`, the operation posted and polled to completion, and both ends
-    /// compared. Errors name what went wrong.
-    pub fn verified_op(&mut self, op: WrOp, len: u32, seed: u8) -> Result<(), String> {
+    /// compared.
+    pub fn verified_op(&mut self, op: WrOp, len: u32, seed: u8) -> Result<(), TestbedError> {
         let half = (self.mem_bytes / 2) as u64;
         if u64::from(len) > half {
-            return Err(format!("{len} bytes exceed half of the memory ({half})"));
+            return Err(TestbedError::TooLong { len, half });
         }
         let OpPlan { local, remote, src } = OpPlan::new(op, self.mem_bytes);
         let mem = self.hosts[src]
-            .engine
+            .engine_mut()
             .mem_mut()
             .slice_mut(MEM_BASE, len as usize);
         for (k, b) in mem.iter_mut().enumerate() {
@@ -430,49 +457,65 @@ impl Loopback {
             signaled: true,
         };
         let (qpn, now) = (self.hosts[0].qpn, self.now());
-        self.hosts[0]
-            .engine
-            .post_send(qpn, wr, now)
-            .map_err(|e| e.to_string())?;
+        self.hosts[0].engine_mut().post_send(qpn, wr, now)?;
         let c = loop {
             self.poll();
-            if let Some(c) = self.hosts[0].engine.poll_completion() {
-                break c;
+            if !self.hosts[0].cqes.0.is_empty() {
+                break self.hosts[0].cqes.0.remove(0);
             }
         };
         if c.status != WcStatus::Success {
-            return Err(format!(
-                "{op:?} of {len} bytes completed with {:?}",
-                c.status
-            ));
+            return Err(TestbedError::Completion {
+                op,
+                len,
+                status: c.status,
+            });
         }
         let a = self.hosts[0]
-            .engine
+            .engine()
             .mem()
             .slice(MEM_BASE + local, len as usize);
         let b = self.hosts[1]
-            .engine
+            .engine()
             .mem()
             .slice(MEM_BASE + remote, len as usize);
         if a != b {
-            return Err(format!("{op:?} of {len} bytes: the two ends differ"));
+            return Err(TestbedError::Mismatch { op, len });
         }
         Ok(())
     }
 
-    /// Host `i`'s port.
-    pub fn port(&self, i: usize) -> &Port {
-        &self.hosts[i].port
+    /// Host `i`'s port (`None` while pipelined).
+    pub fn port(&self, i: usize) -> Option<&Port> {
+        self.hosts[i].port()
     }
 
     /// Whether both hosts' links are up.
     pub fn links_up(&self) -> bool {
-        self.hosts.iter().all(|h| h.port.link_up())
+        self.hosts.iter().all(|h| h.nic.port().link_up())
     }
 
-    /// Mbufs of the pool in use (frames in rings and queues).
-    /// (The spare mbuf kept for the next frame does not count.)
+    /// Frames the pipelines could not send for want of a buffer.
+    pub fn tx_alloc_failures(&self) -> u64 {
+        self.hosts
+            .iter()
+            .map(|h| h.nic.counters().tx_no_buffer + h.nic.counters().tx_buffer_too_small)
+            .sum()
+    }
+
+    /// Mbufs of the pool in use (frames in rings and queues), not counting
+    /// those the pipelines hold for their next frames.
     pub fn mbufs_in_use(&self) -> u32 {
-        self.pool.in_use() - u32::from(self.spare.is_some())
+        let held: usize = self.hosts.iter().map(|h| h.nic.buffers_held()).sum();
+        self.pool.in_use().saturating_sub(held as u32)
+    }
+
+    /// Closes the tap's pcap file; the frames it recorded.
+    pub fn finish_tap(&mut self) -> Result<Option<u64>, TestbedError> {
+        let Some(c) = self.capture.take() else {
+            return Ok(None);
+        };
+        let written = c.lock().unwrap_or_else(|p| p.into_inner()).finish()?;
+        Ok(Some(written))
     }
 }

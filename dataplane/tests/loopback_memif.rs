@@ -16,11 +16,10 @@ fn main() {
             format!("--vdev=net_memif1,role=client,id=0,socket={sock}"),
         ],
     );
-    let cfg = LoopbackConfig {
-        tap: true,
+    let (cfg, dir) = loopback_util::tapped(LoopbackConfig {
         queues: 2,
         ..LoopbackConfig::default()
-    };
+    });
     assert_eq!(eal.port_count(), 2, "two memif ports");
     let mut tb = Loopback::on_ports(&eal, &cfg, 0, 1).expect("testbed");
     let t0 = std::time::Instant::now();
@@ -30,9 +29,10 @@ fn main() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     // memif offers several queues (no RSS): both are set up and polled.
-    assert_eq!(tb.port(0).driver, "net_memif");
-    assert_eq!((tb.port(0).queues, tb.port(1).queues), (2, 2));
-    let (sizes, frames) = loopback_util::exchange(&mut tb);
+    let port = |i| tb.port(i).expect("run-to-completion");
+    assert_eq!(port(0).driver, "net_memif");
+    assert_eq!((port(0).queues, port(1).queues), (2, 2));
+    let (sizes, frames) = loopback_util::exchange(&mut tb, &dir.path().join("tap.pcap"));
     drop(tb);
     drop(eal);
     println!(

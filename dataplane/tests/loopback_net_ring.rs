@@ -12,13 +12,12 @@ use transport::rc::PathMtu;
 fn main() {
     let eal = loopback_util::eal("loopback-ring", &[]);
     for mtu in [PathMtu::Mtu1024, PathMtu::Mtu4096, PathMtu::Mtu256] {
-        let cfg = LoopbackConfig {
-            tap: true,
+        let (cfg, dir) = loopback_util::tapped(LoopbackConfig {
             mtu,
             ..LoopbackConfig::default()
-        };
+        });
         let mut tb = Loopback::new(&eal, &cfg).expect("testbed");
-        let (sizes, frames) = loopback_util::exchange(&mut tb);
+        let (sizes, frames) = loopback_util::exchange(&mut tb, &dir.path().join("tap.pcap"));
         drop(tb);
         println!(
             "loopback_net_ring: MTU {}: WRITE and READ of {sizes} sizes (0 B .. 1 MiB) verified, {frames} tapped frames all icrc=ok, no mbuf leaked",

@@ -27,7 +27,7 @@ fn main() {
             };
             let OpPlan { local, remote, src } = OpPlan::new(op, cfg.mem_bytes);
             for (k, b) in hosts[src]
-                .engine
+                .engine_mut()
                 .mem_mut()
                 .slice_mut(MEM_BASE, len as usize)
                 .iter_mut()
@@ -46,15 +46,21 @@ fn main() {
                 signaled: true,
             };
             let q = hosts[0].qpn;
-            hosts[0].engine.post_send(q, wr, now).expect("post");
+            hosts[0].engine_mut().post_send(q, wr, now).expect("post");
             posted = true;
         }
-        if let Some(c) = hosts[0].engine.poll_completion() {
+        if let Some(c) = hosts[0].cqes.0.pop() {
             let (len, op) = ops[next];
             assert_eq!(c.status, WcStatus::Success, "{op:?} {len}");
             let OpPlan { local, remote, .. } = OpPlan::new(op, cfg.mem_bytes);
-            let a = hosts[0].engine.mem().slice(MEM_BASE + local, len as usize);
-            let b = hosts[1].engine.mem().slice(MEM_BASE + remote, len as usize);
+            let a = hosts[0]
+                .engine()
+                .mem()
+                .slice(MEM_BASE + local, len as usize);
+            let b = hosts[1]
+                .engine()
+                .mem()
+                .slice(MEM_BASE + remote, len as usize);
             assert_eq!(a, b, "{op:?} of {len} bytes");
             verified += 1;
             next += 1;
@@ -74,7 +80,7 @@ fn main() {
     for _ in 0..1000 {
         tb.poll();
     }
-    assert_eq!(tb.tx_alloc_failures, 0);
+    assert_eq!(tb.tx_alloc_failures(), 0);
     assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
     drop(tb);
     drop(eal);

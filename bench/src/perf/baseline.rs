@@ -12,7 +12,11 @@
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use dataplane::dpdk::port::BURST;
 use dataplane::dpdk::{ring_pair, Eal, Mbuf, Mempool, Port};
+use nic::FramePort;
 
 /// Bytes of headers around a WRITE's payload on the wire (Ethernet, IPv4,
 /// UDP, BTH, RETH, ICRC).
@@ -37,7 +41,7 @@ pub struct Dpdk {
     // Drop order: ports, then the pool, then the EAL.
     a: Port,
     b: Port,
-    pool: Mempool,
+    pool: Arc<Mempool>,
     _eal: Eal,
 }
 
@@ -76,7 +80,7 @@ impl Dpdk {
             args.push(format!("--vdev=net_memif1,role=client,id=0,socket={sock}"));
         }
         let eal = Eal::init(&args).map_err(|e| e.to_string())?;
-        let pool = Mempool::new(&eal, "bench_pool", 8191, 0).map_err(|e| e.to_string())?;
+        let pool = Arc::new(Mempool::new(&eal, "bench_pool", 8191, 0).map_err(|e| e.to_string())?);
         let (pa, pb) = if memif {
             (0, 1)
         } else {
@@ -112,8 +116,8 @@ impl Dpdk {
 
     /// Sends everything in `frames` on `tx` and receives as many on `rx`.
     fn hop(
-        tx: &Port,
-        rx: &Port,
+        tx: &mut Port,
+        rx: &mut Port,
         frames: &mut Vec<Mbuf>,
         got: &mut Vec<Mbuf>,
     ) -> Result<(), String> {
@@ -122,9 +126,9 @@ impl Dpdk {
         let t0 = Instant::now();
         while got.len() < want {
             if !frames.is_empty() {
-                tx.tx_burst(frames);
+                tx.tx_burst(0, frames);
             }
-            rx.rx_burst(got);
+            rx.rx_burst(0, got, BURST);
             if t0.elapsed() > GIVE_UP {
                 return Err("the baseline lost frames".into());
             }
@@ -143,8 +147,8 @@ impl Dpdk {
             there.clear();
             self.fill(&lens, &mut there)?;
             let t0 = Instant::now();
-            Self::hop(&self.a, &self.b, &mut there, &mut back)?;
-            Self::hop(&self.b, &self.a, &mut back, &mut there)?;
+            Self::hop(&mut self.a, &mut self.b, &mut there, &mut back)?;
+            Self::hop(&mut self.b, &mut self.a, &mut back, &mut there)?;
             rtts.push(t0.elapsed().as_nanos() as f64);
             there.clear(); // frees the echoed mbufs
         }
@@ -167,10 +171,10 @@ impl Dpdk {
                 sent += k as u64;
             }
             if !out.is_empty() {
-                self.a.tx_burst(&mut out);
+                self.a.tx_burst(0, &mut out);
             }
             got.clear();
-            recvd += self.b.rx_burst(&mut got) as u64;
+            recvd += self.b.rx_burst(0, &mut got, BURST) as u64;
             if t0.elapsed() > GIVE_UP {
                 return Err("the baseline lost frames".into());
             }

@@ -134,6 +134,8 @@ pub struct FaultCounters {
 }
 
 enum Policy {
+    /// Frames pass untouched (a port configured without faults).
+    None,
     Seeded(FaultConfig, Box<ChaCha8Rng>),
     Script(Script),
 }
@@ -192,6 +194,19 @@ impl<P: FramePort> FaultInjector<P> {
         ))
     }
 
+    /// No faults: every frame passes untouched, at the cost of a branch.
+    pub fn passthrough(inner: P) -> Self {
+        Self::with_policy(inner, Policy::None, Direction::Both, 0)
+    }
+
+    /// Seeded faults when `cfg` is given, else a pass-through.
+    pub fn maybe(inner: P, cfg: Option<FaultConfig>) -> Result<Self, BadProbability> {
+        match cfg {
+            Some(c) => Self::new(inner, c),
+            None => Ok(Self::passthrough(inner)),
+        }
+    }
+
     /// Faults decided frame by frame by `script`, on frames going `direction`.
     pub fn scripted(inner: P, direction: Direction, script: Script) -> Self {
         Self::with_policy(inner, Policy::Script(script), direction, 0)
@@ -225,7 +240,8 @@ impl<P: FramePort> FaultInjector<P> {
     }
 
     fn touches(&self, d: Direction) -> bool {
-        self.direction == Direction::Both || self.direction == d
+        !matches!(self.policy, Policy::None)
+            && (self.direction == Direction::Both || self.direction == d)
     }
 
     /// Decides one frame and files what survives (with its copies) in
@@ -237,6 +253,7 @@ impl<P: FramePort> FaultInjector<P> {
         let mut dup_at = None;
         let mut corrupted = false;
         match &mut self.policy {
+            Policy::None => {}
             Policy::Seeded(cfg, rng) => {
                 if rng.gen_bool(cfg.loss) {
                     self.counters.lost += 1;
@@ -343,7 +360,9 @@ impl<P: FramePort> FramePort for FaultInjector<P> {
     type Frame = P::Frame;
 
     fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
-        self.flush_tx(now);
+        if !self.tx_held.is_empty() || !self.tx_due.is_empty() {
+            self.flush_tx(now);
+        }
         if !self.touches(Direction::Rx) {
             return self.inner.rx_burst(now, out, max);
         }
@@ -365,7 +384,9 @@ impl<P: FramePort> FramePort for FaultInjector<P> {
 
     fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
         if !self.touches(Direction::Tx) {
-            self.flush_tx(now);
+            if !self.tx_held.is_empty() || !self.tx_due.is_empty() {
+                self.flush_tx(now);
+            }
             return self.inner.tx_burst(now, frames);
         }
         let n = frames.len();

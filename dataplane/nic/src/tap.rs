@@ -84,7 +84,8 @@ impl Capture {
 /// A port whose frames are mirrored into a capture.
 pub struct Tap<P> {
     inner: P,
-    capture: SharedCapture,
+    /// None: frames pass unrecorded.
+    capture: Option<SharedCapture>,
     direction: Direction,
     /// Frames at the front of the last burst that the port refused, and
     /// that were recorded already.
@@ -92,8 +93,9 @@ pub struct Tap<P> {
 }
 
 impl<P: FramePort> Tap<P> {
-    /// Mirrors the frames `inner` handles in `direction` into `capture`.
-    pub fn new(inner: P, capture: SharedCapture, direction: Direction) -> Self {
+    /// Mirrors the frames `inner` handles in `direction` into `capture`
+    /// (with no capture, frames pass unrecorded).
+    pub fn new(inner: P, capture: Option<SharedCapture>, direction: Direction) -> Self {
         Tap {
             inner,
             capture,
@@ -111,12 +113,12 @@ impl<P: FramePort> Tap<P> {
     }
 
     fn record(&self, now: u64, frames: &[P::Frame]) {
-        if frames.is_empty() {
+        let Some(capture) = self.capture.as_ref().filter(|_| !frames.is_empty()) else {
             return;
-        }
+        };
         // A poisoned lock means another tap's thread panicked; its capture
         // is still a valid file up to there, so keep recording.
-        let mut c = self.capture.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = capture.lock().unwrap_or_else(|p| p.into_inner());
         for f in frames {
             c.record(now, f.as_ref());
         }
@@ -136,7 +138,7 @@ impl<P: FramePort> FramePort for Tap<P> {
     }
 
     fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
-        if self.direction == Direction::Rx {
+        if self.direction == Direction::Rx || self.capture.is_none() {
             return self.inner.tx_burst(now, frames);
         }
         // Frames are recorded when first offered (once the port takes them

@@ -7,11 +7,11 @@
 
 mod eal;
 mod mbuf;
-pub(crate) mod port;
+pub mod port;
 
 pub use eal::{Eal, LcoreGuard, TscClock};
 pub use mbuf::{Mbuf, Mempool};
-pub use port::{ring_pair, Port, PortStats};
+pub use port::{ring_pair, Port, PortStats, RxHalf, TxHalf};
 
 /// An error from DPDK, with what was being done and `rte_errno`'s text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

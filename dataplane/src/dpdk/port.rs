@@ -1,19 +1,60 @@
-//! Ethdev ports: configuration, burst RX and TX, statistics; and net_ring
-//! ports joined back to back through two rings (the loopback testbed).
+//! Ethdev ports as frame ports (`nic::FramePort`): configuration, burst RX
+//! and TX, statistics; and net_ring ports joined back to back through two
+//! rings (the testbeds).
+//!
+//! A [`Port`] owns its queues: it is `Send` (an lcore may take it) but not
+//! `Sync`, so one lcore at a time drives them. The pipelined layout splits
+//! a port into an [`RxHalf`] and a [`TxHalf`] for its RX and TX pipe
+//! threads: DPDK's RX and TX queues are independent, so each half may run
+//! on its own thread, and neither is `Sync`.
 
+use std::cell::Cell;
 use std::ffi::CString;
+use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 use dpdk_sys::{rte_eth_conf, rte_eth_stats, rte_mbuf, rte_ring};
+use nic::{Frame, FramePort, TooSmall};
+use transport::wire::MacAddr;
 
 use super::{DpdkError, Eal, Mbuf, Mempool};
 
 /// Most mbufs per burst.
 pub const BURST: usize = 32;
 
-/// A started port with one or more RX and TX queues.
+/// Not `Sync`: the queues behind it are driven by one thread at a time.
+type NotSync = PhantomData<Cell<()>>;
+
+/// The started device; stopped and closed when its last owner (the port
+/// or both its halves) is dropped.
+#[derive(Debug)]
+struct Device {
+    id: u16,
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: the port was started by us; stopping and closing it
+        // releases the mbufs its queues hold.
+        unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.id);
+            dpdk_sys::rte_eth_dev_close(self.id);
+        }
+    }
+}
+
+/// A started port with one or more RX and TX queues, all owned by the
+/// lcore that holds it.
 #[derive(Debug)]
 pub struct Port {
+    dev: Arc<Device>,
+    pool: Arc<Mempool>,
+    mac: MacAddr,
+    mtu: u32,
+    /// Frames the NIC flagged with a bad IPv4 checksum, dropped.
+    rx_bad_checksum: u64,
+    _not_sync: NotSync,
     pub id: u16,
     /// RX offloads enabled (those of `ETH_RX_OFFLOAD_IPV4_CKSUM` the device
     /// offers); the port works without any.
@@ -38,12 +79,16 @@ pub struct PortStats {
     pub imissed: u64,
     pub ierrors: u64,
     pub oerrors: u64,
+    /// Frames the NIC flagged with a bad IPv4 checksum, dropped by us.
+    #[serde(default)]
+    pub rx_bad_checksum: u64,
 }
 
 impl Port {
     /// Configures port `id` with one queue each way (`desc` descriptors),
-    /// RX buffers from `pool`, and starts it. No offloads are needed.
-    pub fn start(eal: &Eal, id: u16, pool: &Mempool, desc: u16) -> Result<Port, DpdkError> {
+    /// RX buffers (and the frames it builds) from `pool`, and starts it. No
+    /// offloads are needed.
+    pub fn start(eal: &Eal, id: u16, pool: &Arc<Mempool>, desc: u16) -> Result<Port, DpdkError> {
         Self::start_queues(eal, id, pool, desc, 1)
     }
 
@@ -54,7 +99,7 @@ impl Port {
     pub fn start_queues(
         _eal: &Eal,
         id: u16,
-        pool: &Mempool,
+        pool: &Arc<Mempool>,
         desc: u16,
         queues: u16,
     ) -> Result<Port, DpdkError> {
@@ -117,7 +162,21 @@ impl Port {
                 return Err(DpdkError::last(format!("start port {id}"), r));
             }
         }
+        let dev = Arc::new(Device { id });
+        let mut mac = dpdk_sys::rte_ether_addr::default();
+        let mut mtu = 0u16;
+        // SAFETY: both are valid out-parameters for a started port.
+        unsafe {
+            dpdk_sys::rte_eth_macaddr_get(id, &mut mac);
+            dpdk_sys::rte_eth_dev_get_mtu(id, &mut mtu);
+        }
         Ok(Port {
+            dev,
+            pool: pool.clone(),
+            mac: MacAddr(mac.addr_bytes),
+            mtu: u32::from(mtu),
+            rx_bad_checksum: 0,
+            _not_sync: PhantomData,
             id,
             rx_offloads: conf.rxmode.offloads,
             queues: nq,
@@ -126,60 +185,29 @@ impl Port {
         })
     }
 
-    /// Receives up to `BURST` frames into `out`, from every RX queue.
-    pub fn rx_burst(&self, out: &mut Vec<Mbuf>) -> usize {
-        let mut total = 0;
-        for q in 0..self.queues {
-            if total >= BURST {
-                break;
-            }
-            total += self.rx_burst_queue(q, BURST - total, out);
-        }
-        total
+    /// The RX and TX halves, for an RX pipe thread and a TX pipe thread;
+    /// [`RxHalf::join`] makes the port whole again.
+    pub fn split(self) -> (RxHalf, TxHalf) {
+        let tx = TxHalf {
+            _dev: self.dev.clone(),
+            id: self.id,
+            _not_sync: PhantomData,
+        };
+        (RxHalf { port: self }, tx)
     }
 
-    fn rx_burst_queue(&self, q: u16, max: usize, out: &mut Vec<Mbuf>) -> usize {
-        let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
-        let max = max.min(BURST) as u16;
-        // SAFETY: `raw` has room for BURST >= max pointers; the driver
-        // fills the first n with mbufs it hands over to us.
-        let n = unsafe { dpdk_sys::rnic_rx_burst(self.id, q, raw.as_mut_ptr(), max) };
-        let check = self.rx_offloads & dpdk_sys::consts::ETH_RX_OFFLOAD_IPV4_CKSUM != 0;
-        for &m in &raw[..usize::from(n)] {
-            if let Some(p) = NonNull::new(m) {
-                // SAFETY: the driver gave us this mbuf; we are its only owner.
-                let m = unsafe { Mbuf::from_raw(p) };
-                if check && m.ip_checksum_bad() {
-                    continue; // freed by Drop; the NIC found a bad IPv4 checksum
-                }
-                out.push(m);
-            }
-        }
-        usize::from(n)
+    /// Frames dropped because the NIC flagged a bad IPv4 checksum.
+    pub fn rx_bad_checksum(&self) -> u64 {
+        self.rx_bad_checksum
     }
 
-    /// Sends the frames of `frames` (front first); those the TX queue did
-    /// not take stay in `frames`, still owned, so nothing leaks when the
-    /// ring is full.
-    pub fn tx_burst(&self, frames: &mut Vec<Mbuf>) -> usize {
-        let n = frames.len().min(BURST);
-        let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
-        for (slot, m) in raw.iter_mut().zip(frames.drain(..n)) {
-            *slot = m.into_raw();
-        }
-        // SAFETY: raw[..n] are valid mbufs we own; the driver takes the
-        // first `sent` and frees them after transmission.
-        let sent =
-            usize::from(unsafe { dpdk_sys::rnic_tx_burst(self.id, 0, raw.as_mut_ptr(), n as u16) });
-        // Unsent mbufs return to the front of `frames`, in order.
-        let unsent: Vec<Mbuf> = raw[sent..n]
-            .iter()
-            .filter_map(|&p| NonNull::new(p))
-            // SAFETY: the driver did not take these; ownership is ours again.
-            .map(|p| unsafe { Mbuf::from_raw(p) })
-            .collect();
-        frames.splice(0..0, unsent);
-        sent
+    fn checks_ip(&self) -> bool {
+        self.rx_offloads & dpdk_sys::consts::ETH_RX_OFFLOAD_IPV4_CKSUM != 0
+    }
+
+    /// The pool the port builds frames from.
+    pub fn pool(&self) -> &Arc<Mempool> {
+        &self.pool
     }
 
     /// Whether the link is up (virtual devices such as memif come up once
@@ -203,22 +231,168 @@ impl Port {
             imissed: s.imissed,
             ierrors: s.ierrors,
             oerrors: s.oerrors,
+            rx_bad_checksum: self.rx_bad_checksum,
         }
     }
 }
 
-// SAFETY: a Port is an id; its RX queue and its TX queue may be driven from
-// two different threads as long as each direction has one thread, which is
-// how the pipelined layout uses it (one RX thread, one TX thread).
-unsafe impl Sync for Port {}
+/// Receives up to `max` (at most `BURST` per queue) frames from queues
+/// `0..queues` of port `id`; frames the NIC flagged with a bad IPv4
+/// checksum (when `check`) are freed and counted in `bad`.
+fn rx_queues(
+    id: u16,
+    queues: u16,
+    check: bool,
+    out: &mut Vec<Mbuf>,
+    max: usize,
+    bad: &mut u64,
+) -> usize {
+    let mut total = 0;
+    for q in 0..queues {
+        if total >= max {
+            break;
+        }
+        let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
+        let want = (max - total).min(BURST) as u16;
+        // SAFETY: `raw` has room for BURST >= want pointers; the driver
+        // fills the first n with mbufs it hands over to us.
+        let n = unsafe { dpdk_sys::rnic_rx_burst(id, q, raw.as_mut_ptr(), want) };
+        for &m in &raw[..usize::from(n)] {
+            if let Some(p) = NonNull::new(m) {
+                // SAFETY: the driver gave us this mbuf; we are its only owner.
+                let m = unsafe { Mbuf::from_raw(p) };
+                if check && m.ip_checksum_bad() {
+                    *bad += 1; // freed by Drop
+                    continue;
+                }
+                out.push(m);
+                total += 1;
+            }
+        }
+    }
+    total
+}
 
-impl Drop for Port {
-    fn drop(&mut self) {
-        // SAFETY: the port was started by us; stopping and closing it
-        // releases the mbufs its queues hold.
-        unsafe {
-            dpdk_sys::rte_eth_dev_stop(self.id);
-            dpdk_sys::rte_eth_dev_close(self.id);
+/// Sends the frames of `frames` (front first) on TX queue 0 of port `id`;
+/// those the queue did not take stay in `frames`, still owned, so nothing
+/// leaks when the ring is full.
+fn tx_queue(id: u16, frames: &mut Vec<Mbuf>) -> usize {
+    let n = frames.len().min(BURST);
+    let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
+    for (slot, m) in raw.iter_mut().zip(frames.drain(..n)) {
+        *slot = m.into_raw();
+    }
+    // SAFETY: raw[..n] are valid mbufs we own; the driver takes the first
+    // `sent` and frees them after transmission.
+    let sent = usize::from(unsafe { dpdk_sys::rnic_tx_burst(id, 0, raw.as_mut_ptr(), n as u16) });
+    // Unsent mbufs return to the front of `frames`, in order.
+    let unsent: Vec<Mbuf> = raw[sent..n]
+        .iter()
+        .filter_map(|&p| NonNull::new(p))
+        // SAFETY: the driver did not take these; ownership is ours again.
+        .map(|p| unsafe { Mbuf::from_raw(p) })
+        .collect();
+    frames.splice(0..0, unsent);
+    sent
+}
+
+impl FramePort for Port {
+    type Frame = Mbuf;
+
+    /// Polls every RX queue of the port.
+    fn rx_burst(&mut self, _now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let check = self.checks_ip();
+        rx_queues(
+            self.id,
+            self.queues,
+            check,
+            out,
+            max,
+            &mut self.rx_bad_checksum,
+        )
+    }
+
+    fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
+        tx_queue(self.id, frames)
+    }
+
+    fn alloc(&mut self) -> Option<Mbuf> {
+        self.pool.alloc()
+    }
+
+    fn tx_ready(&self, _now: u64) -> usize {
+        BURST
+    }
+
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    fn link_up(&self) -> bool {
+        Port::link_up(self)
+    }
+}
+
+/// The RX queues of a port, for an RX pipe thread (it keeps the port's
+/// settings and counters; only its RX side is reachable).
+#[derive(Debug)]
+pub struct RxHalf {
+    port: Port,
+}
+
+impl RxHalf {
+    /// Receives up to a burst into `out`.
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>) -> usize {
+        let p = &mut self.port;
+        let check = p.checks_ip();
+        rx_queues(p.id, p.queues, check, out, BURST, &mut p.rx_bad_checksum)
+    }
+
+    /// The whole port again, once the TX pipe thread has returned its half.
+    pub fn join(self, _tx: TxHalf) -> Port {
+        self.port
+    }
+}
+
+/// The TX queue of a port, for a TX pipe thread.
+#[derive(Debug)]
+pub struct TxHalf {
+    _dev: Arc<Device>,
+    id: u16,
+    _not_sync: NotSync,
+}
+
+impl TxHalf {
+    /// Sends from the front of `frames`; what the queue refuses stays.
+    pub fn tx_burst(&mut self, frames: &mut Vec<Mbuf>) -> usize {
+        tx_queue(self.id, frames)
+    }
+}
+
+impl Frame for Mbuf {
+    fn build(
+        &mut self,
+        max: usize,
+        build: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, TooSmall> {
+        let room = self.tailroom();
+        if room < max {
+            return Err(TooSmall { room, need: max });
+        }
+        let dst = self.append(room).ok_or(TooSmall { room: 0, need: max })?;
+        match build(dst) {
+            Some(n) => {
+                self.trim(room - n.min(room));
+                Ok(Some(n))
+            }
+            None => {
+                self.trim(room);
+                Ok(None)
+            }
         }
     }
 }

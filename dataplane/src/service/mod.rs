@@ -1,10 +1,12 @@
 //! The daemon's service for applications: the hosts it runs (an RC engine
-//! each, on a DPDK port), the applications attached to them, and the
-//! run-to-completion loop that moves everything:
+//! each, on a DPDK port, in the one NIC pipeline `nic::Nic::poll`), the
+//! applications attached to them, and the run-to-completion loop that
+//! moves everything:
 //!
-//! control requests (from [`control`]) -> RX burst -> engine -> timers ->
-//! SQ rings of active QPs -> engine -> TX burst -> completions into the
-//! applications' CQ rings.
+//! control requests (from [`control`]) -> per host, the pipeline: RX burst
+//! -> engine -> timers -> doorbells (the SQ rings of active QPs, read by
+//! [`Apps`]) -> TX burst -> completions (routed by [`Apps`] into the
+//! applications' CQ rings).
 //!
 //! Everything an application writes into shared memory is untrusted: a bad
 //! WQE completes with an error CQE (and moves its QP to ERR, as a NIC
@@ -26,15 +28,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use nic::{FaultConfig, Nic};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer, Producer};
-use transport::rc::{CcMode, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
+use transport::rc::{CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
 use transport::wire::MacAddr;
 use verbs::shm::Segment;
 
-use crate::dpdk::{DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
-use crate::nic::{rx_pass, tx_pass, TxScratch};
+use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
+use crate::host_port::{link, HostPort};
 use alloc::SegmentAlloc;
 use control::{ConnId, Control, ToControl, ToDataplane};
 use memory::AppMemory;
@@ -56,6 +59,8 @@ pub struct ServiceConfig {
     pub cc: CcMode,
     /// RX/TX queues per port (up to what the device offers).
     pub queues: u16,
+    /// Seeded faults on one host's port: (host, faults).
+    pub faults: Option<(usize, FaultConfig)>,
 }
 
 /// One host the daemon runs: a device applications open by name.
@@ -131,11 +136,17 @@ struct App {
 
 struct Host {
     spec: HostSpec,
-    engine: Engine<AppMemory>,
+    nic: Nic<HostPort, AppMemory>,
+    /// The port's PMD.
+    driver: String,
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
-    port: Port,
-    tx: Vec<Mbuf>,
+}
+
+impl Host {
+    fn port(&self) -> Option<&Port> {
+        link(self.nic.port()).port()
+    }
 }
 
 /// The daemon's hosts and applications.
@@ -143,11 +154,8 @@ pub struct Service {
     // Field order is drop order: ports and mbufs before their pool.
     hosts: Vec<Host>,
     apps: HashMap<ConnId, App>,
-    spare: Option<Mbuf>,
-    pool: Mempool,
+    pool: std::sync::Arc<Mempool>,
     clock: TscClock,
-    scratch: Vec<u8>,
-    rx: Vec<Mbuf>,
     cfg: ServiceConfig,
     next_pd: u32,
     counters: ServiceCounters,
@@ -158,28 +166,38 @@ pub struct Service {
 impl Service {
     /// Starts a port and an engine per host.
     pub fn new(eal: &Eal, cfg: ServiceConfig, hosts: &[HostSpec]) -> Result<Service, DpdkError> {
-        let frame = cfg.max_mtu.bytes() as usize + crate::nic::MAX_HEADERS;
-        let pool = Mempool::with_frames(eal, "service_pool", cfg.mbufs, 0, frame)?;
+        let frame = cfg.max_mtu.bytes() as usize + nic::MAX_HEADERS;
+        let pool = std::sync::Arc::new(Mempool::with_frames(
+            eal,
+            "service_pool",
+            cfg.mbufs,
+            0,
+            frame,
+        )?);
         let mut hs = Vec::new();
-        for spec in hosts {
+        for (i, spec) in hosts.iter().enumerate() {
             let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
             ec.cc = cfg.cc;
+            let port = Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?;
+            let driver = port.driver.clone();
+            let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
+            let port = crate::testbed::host_port(port, faults, None).map_err(|e| DpdkError {
+                what: format!("faults of host {i}"),
+                reason: e.to_string(),
+            })?;
+            let engine = Engine::new(ec, AppMemory::default(), 0);
             hs.push(Host {
                 spec: spec.clone(),
-                engine: Engine::new(ec, AppMemory::default(), 0),
+                nic: Nic::new(engine, port, cfg.max_mtu.bytes()),
+                driver,
                 qps: QpTable::default(),
-                port: Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?,
-                tx: Vec::with_capacity(crate::dpdk::port::BURST),
             });
         }
         Ok(Service {
             hosts: hs,
             apps: HashMap::new(),
-            spare: None,
             pool,
             clock: TscClock::new(eal),
-            scratch: vec![0u8; 16 * 1024],
-            rx: Vec::with_capacity(crate::dpdk::port::BURST),
             cfg,
             next_pd: 1,
             counters: ServiceCounters::default(),
@@ -255,35 +273,113 @@ impl Service {
         }
     }
 
-    /// One pass over every host; returns whether anything moved.
+    /// One pass of every host's pipeline; returns whether anything moved.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
         let mut moved = false;
         for h in 0..self.hosts.len() {
-            let host = &mut self.hosts[h];
-            moved |= rx_pass(&host.port, &mut self.rx, &mut host.engine, now);
-            moved |= self.poll_sqs(h, now);
-            let host = &mut self.hosts[h];
-            let mut s = TxScratch {
-                pool: &self.pool,
-                buf: &mut self.scratch,
-                max_frame: self.cfg.max_mtu.bytes() as usize + crate::nic::MAX_HEADERS,
-                spare: &mut self.spare,
-                tap: None,
-                alloc_failures: &mut self.counters.tx_alloc_failures,
+            let Host { nic, qps, .. } = &mut self.hosts[h];
+            let mut apps = Apps {
+                qps,
+                apps: &mut self.apps,
+                counters: &mut self.counters,
+                pending: &mut self.pending,
             };
-            moved |= tx_pass(&mut host.engine, &host.port, &mut host.tx, &mut s, now);
-            moved |= self.deliver_completions(h);
+            moved |= nic.poll(now, &mut apps);
+            moved |= apps.drain_pending();
         }
         moved
     }
 
+    /// Routes the completions host `h`'s engine holds (outside a pass:
+    /// after the control path flushed QPs).
+    fn route_completions(&mut self, h: usize) {
+        let Host { nic, qps, .. } = &mut self.hosts[h];
+        let mut apps = Apps {
+            qps,
+            apps: &mut self.apps,
+            counters: &mut self.counters,
+            pending: &mut self.pending,
+        };
+        apps.route(nic.engine_mut());
+        apps.drain_pending();
+    }
+
+    /// Counters of every port, engine and QP, and of the service.
+    pub fn snapshot(&self) -> crate::stats::Snapshot {
+        let mut s = crate::stats::Snapshot {
+            at_ns: self.clock.now_ns(),
+            ..Default::default()
+        };
+        for (i, h) in self.hosts.iter().enumerate() {
+            let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
+            s.add_nic(i, &h.nic, &qpns);
+        }
+        let mut c = self.counters.clone();
+        c.apps = self.apps.len() as u64;
+        c.qps = self.hosts.iter().map(|h| h.qps.len() as u64).sum();
+        c.mrs = self.apps.values().map(|a| a.mrs.len() as u64).sum();
+        c.cqs = self.apps.values().map(|a| a.cqs.len() as u64).sum();
+        c.tx_alloc_failures = self
+            .hosts
+            .iter()
+            .map(|h| h.nic.counters().tx_no_buffer + h.nic.counters().tx_buffer_too_small)
+            .sum();
+        s.service = Some(c);
+        s
+    }
+
+    /// Mbufs of the pool in use, not counting those the pipelines hold
+    /// for their next frames.
+    pub fn mbufs_in_use(&self) -> u32 {
+        let held: usize = self.hosts.iter().map(|h| h.nic.buffers_held()).sum();
+        self.pool.in_use().saturating_sub(held as u32)
+    }
+
+    /// Releases everything an application held: its QPs go to ERR and
+    /// are destroyed (their peers see retry errors), its regions are
+    /// deregistered, its CQs and segment freed.
+    fn close_app(&mut self, conn: ConnId) {
+        let Some(app) = self.apps.remove(&conn) else {
+            return;
+        };
+        self.counters.apps_closed += 1;
+        let host = &mut self.hosts[app.host];
+        for qpn in &app.qps {
+            let _ = host.nic.engine_mut().modify_to_err(*qpn);
+            let _ = host.nic.engine_mut().destroy_qp(*qpn);
+            host.qps.remove(qpn);
+        }
+        for lkey in app.mrs.keys() {
+            let _ = host.nic.engine_mut().deregister_mr(*lkey);
+        }
+        // Flushed completions of the destroyed QPs have no CQ left.
+        self.route_completions(app.host);
+        self.hosts[app.host]
+            .nic
+            .engine_mut()
+            .mem_mut()
+            .detach(app.slot);
+    }
+}
+
+/// The application side of one host's pipeline: it takes WQEs from the
+/// SQ rings of the host's QPs (the doorbells) and routes completions into
+/// the owners' CQ rings, in batches, one index store each.
+struct Apps<'a> {
+    qps: &'a mut QpTable<QpRt>,
+    apps: &'a mut HashMap<ConnId, App>,
+    counters: &'a mut ServiceCounters,
+    /// CQs (application, CQ) with CQEs waiting to enter their ring.
+    pending: &'a mut Vec<(ConnId, u32)>,
+}
+
+impl nic::Host<AppMemory> for Apps<'_> {
     /// Takes WQEs from the SQ rings of this host's QPs into the engine.
-    fn poll_sqs(&mut self, h: usize, now: u64) -> bool {
-        let host = &mut self.hosts[h];
+    fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
         let mut moved = false;
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
-        for (qpn, rt) in host.qps.iter_mut() {
+        for (qpn, rt) in self.qps.iter_mut() {
             if rt.broken {
                 continue;
             }
@@ -293,7 +389,7 @@ impl Service {
                 Err(_) => {
                     rt.broken = true;
                     self.counters.sq_corrupt += 1;
-                    let _ = host.engine.modify_to_err(qpn);
+                    let _ = engine.modify_to_err(qpn);
                     continue;
                 }
             };
@@ -301,17 +397,17 @@ impl Service {
                 let wqe = rt.sq.peek(seg);
                 let status = match wqe.to_wr() {
                     Err(_) => {
-                        let _ = host.engine.modify_to_err(qpn);
+                        let _ = engine.modify_to_err(qpn);
                         Some(WcStatus::LocQpOpErr)
                     }
-                    Ok(wr) => match host.engine.post_send(qpn, wr, now) {
+                    Ok(wr) => match engine.post_send(qpn, wr, now) {
                         Ok(()) => {
                             self.counters.wqes_posted += 1;
                             None
                         }
                         Err(RcError::SendQueueFull(_)) => break,
                         Err(RcError::TooLong(_)) => {
-                            let _ = host.engine.modify_to_err(qpn);
+                            let _ = engine.modify_to_err(qpn);
                             Some(WcStatus::LocLenErr)
                         }
                         Err(RcError::WrongState {
@@ -343,51 +439,34 @@ impl Service {
         if !errors.is_empty() {
             // Completions the engine already has (flushes of older WRs)
             // go first: a QP's completions stay in post order.
-            self.deliver_completions(h);
+            self.route(engine);
             for (app, cq, c) in errors {
-                self.push_cqe(app, cq, c);
+                self.push_cqe(engine, app, cq, c);
             }
         }
         moved
     }
 
-    /// Routes the engine's completions to the owners' CQ rings and moves
-    /// held-back CQEs into rings that have room again.
-    fn deliver_completions(&mut self, h: usize) -> bool {
-        let mut moved = false;
-        while let Some(c) = self.hosts[h].engine.poll_completion() {
-            moved = true;
-            let Some(rt) = self.hosts[h].qps.get(&c.qpn) else {
-                continue;
-            };
-            let (app, cq) = (rt.app, rt.cq);
-            self.push_cqe(app, cq, abi::Cqe::from_rc(&c));
+    fn completion(&mut self, engine: &mut Engine<AppMemory>, c: Cqe) {
+        let Some(rt) = self.qps.get(&c.qpn) else {
+            return; // the QP is gone with its application
+        };
+        let (app, cq) = (rt.app, rt.cq);
+        self.push_cqe(engine, app, cq, abi::Cqe::from_rc(&c));
+    }
+}
+
+impl Apps<'_> {
+    /// Routes every completion the engine holds.
+    fn route(&mut self, engine: &mut Engine<AppMemory>) {
+        while let Some(c) = engine.poll_completion() {
+            nic::Host::completion(self, engine, c);
         }
-        let mut i = 0;
-        while i < self.pending.len() {
-            let (app, cq) = self.pending[i];
-            let drained = match self.apps.get_mut(&app) {
-                Some(App { cqs, seg, .. }) => match cqs.get_mut(&cq) {
-                    Some(q) => {
-                        moved |= drain_backlog(q, seg, &mut self.counters);
-                        q.backlog.is_empty()
-                    }
-                    None => true,
-                },
-                None => true,
-            };
-            if drained {
-                self.pending.swap_remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        moved
     }
 
-    /// Queues a CQE for an application's CQ; `deliver_completions` moves
-    /// it into the ring (in batches, one index store each).
-    fn push_cqe(&mut self, app: ConnId, cq: u32, c: abi::Cqe) {
+    /// Queues a CQE for an application's CQ; `drain_pending` moves it into
+    /// the ring.
+    fn push_cqe(&mut self, engine: &mut Engine<AppMemory>, app: ConnId, cq: u32, c: abi::Cqe) {
         let Some(a) = self.apps.get_mut(&app) else {
             return;
         };
@@ -402,64 +481,41 @@ impl Service {
             // The application does not poll: stop its QPs on this CQ.
             self.counters.cq_overruns += q.backlog.len() as u64;
             q.backlog.clear();
-            let host = a.host;
-            let qps: Vec<Qpn> = self.hosts[host]
+            let qps: Vec<Qpn> = self
                 .qps
                 .iter()
                 .filter(|(_, r)| r.app == app && r.cq == cq)
                 .map(|(q, _)| q)
                 .collect();
             for qpn in qps {
-                let _ = self.hosts[host].engine.modify_to_err(qpn);
+                let _ = engine.modify_to_err(qpn);
             }
         }
     }
 
-    /// Counters of every port, engine and QP, and of the service.
-    pub fn snapshot(&self) -> crate::stats::Snapshot {
-        let mut s = crate::stats::Snapshot {
-            at_ns: self.clock.now_ns(),
-            ..Default::default()
-        };
-        for (i, h) in self.hosts.iter().enumerate() {
-            let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
-            s.add_host(i, h.port.id, h.port.stats(), &h.engine, &qpns);
+    /// Moves held-back CQEs into rings that have room.
+    fn drain_pending(&mut self) -> bool {
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (app, cq) = self.pending[i];
+            let drained = match self.apps.get_mut(&app) {
+                Some(App { cqs, seg, .. }) => match cqs.get_mut(&cq) {
+                    Some(q) => {
+                        moved |= drain_backlog(q, seg, self.counters);
+                        q.backlog.is_empty()
+                    }
+                    None => true,
+                },
+                None => true,
+            };
+            if drained {
+                self.pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
         }
-        let mut c = self.counters.clone();
-        c.apps = self.apps.len() as u64;
-        c.qps = self.hosts.iter().map(|h| h.qps.len() as u64).sum();
-        c.mrs = self.apps.values().map(|a| a.mrs.len() as u64).sum();
-        c.cqs = self.apps.values().map(|a| a.cqs.len() as u64).sum();
-        s.service = Some(c);
-        s
-    }
-
-    /// Mbufs of the pool in use.
-    /// (The spare mbuf kept for the next frame does not count.)
-    pub fn mbufs_in_use(&self) -> u32 {
-        self.pool.in_use() - u32::from(self.spare.is_some())
-    }
-
-    /// Releases everything an application held: its QPs go to ERR and
-    /// are destroyed (their peers see retry errors), its regions are
-    /// deregistered, its CQs and segment freed.
-    fn close_app(&mut self, conn: ConnId) {
-        let Some(app) = self.apps.remove(&conn) else {
-            return;
-        };
-        self.counters.apps_closed += 1;
-        let host = &mut self.hosts[app.host];
-        for qpn in &app.qps {
-            let _ = host.engine.modify_to_err(*qpn);
-            let _ = host.engine.destroy_qp(*qpn);
-            host.qps.remove(qpn);
-        }
-        for lkey in app.mrs.keys() {
-            let _ = host.engine.deregister_mr(*lkey);
-        }
-        // Flushed completions of the destroyed QPs have no CQ left.
-        self.deliver_completions(app.host);
-        self.hosts[app.host].engine.mem_mut().detach(app.slot);
+        moved
     }
 }
 

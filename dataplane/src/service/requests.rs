@@ -124,9 +124,9 @@ impl Service {
             Request::QueryPort => {
                 let host = self.app(conn).host;
                 let h = &self.hosts[host];
-                let st = h.port.stats();
+                let st = h.port().map(|p| p.stats()).unwrap_or_default();
                 done(Reply::PortInfo(PortInfo {
-                    link_up: h.port.link_up(),
+                    link_up: nic::FramePort::link_up(h.nic.port()),
                     rx_packets: st.ipackets,
                     tx_packets: st.opackets,
                     rx_bytes: st.ibytes,
@@ -173,7 +173,7 @@ impl Service {
             .map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
         let seg = Arc::new(seg);
         let h = &mut self.hosts[host];
-        let slot = h.engine.mem_mut().attach(seg.clone());
+        let slot = h.nic.engine_mut().mem_mut().attach(seg.clone());
         let info = DeviceInfo {
             abi_version: ABI_VERSION,
             name: name.to_string(),
@@ -182,8 +182,8 @@ impl Service {
             max_mtu: self.cfg.max_mtu.bytes(),
             shm_bytes: seg.len() as u64,
             hugepages: seg.hugepages(),
-            backend: h.port.driver.clone(),
-            cc: crate::stats::cc_name(self.cfg.cc).to_string(),
+            backend: h.driver.clone(),
+            cc: self.cfg.cc.name().to_string(),
         };
         self.apps.insert(
             conn,
@@ -256,7 +256,7 @@ impl Service {
         zero(&a.seg, off, len);
         let (host, slot) = (a.host, a.slot);
         let va = AppMemory::va(slot, off);
-        let keys = self.hosts[host].engine.register_mr_in(
+        let keys = self.hosts[host].nic.engine_mut().register_mr_in(
             pd,
             va,
             len,
@@ -295,7 +295,7 @@ impl Service {
         };
         a.alloc.release(off, len);
         let host = a.host;
-        let _ = self.hosts[host].engine.deregister_mr(lkey);
+        let _ = self.hosts[host].nic.engine_mut().deregister_mr(lkey);
         done(Reply::Done)
     }
 
@@ -372,7 +372,8 @@ impl Service {
         let host = a.host;
         let now = self.clock.now_ns();
         let qpn = match self.hosts[host]
-            .engine
+            .nic
+            .engine_mut()
             .create_qp_in(pd, depth as usize, now)
         {
             Ok(q) => q,
@@ -422,7 +423,7 @@ impl Service {
             Modify::Init {
                 remote_write,
                 remote_read,
-            } => self.hosts[host].engine.modify_to_init(
+            } => self.hosts[host].nic.engine_mut().modify_to_init(
                 qpn,
                 QpAccess {
                     remote_write,
@@ -453,7 +454,7 @@ impl Service {
                         format!("no neighbour {dest_ip} (peer MACs come from the config)"),
                     )
                 })?;
-                self.hosts[host].engine.modify_to_rtr(
+                self.hosts[host].nic.engine_mut().modify_to_rtr(
                     qpn,
                     RtrAttr {
                         path_mtu,
@@ -471,7 +472,7 @@ impl Service {
                 retry_cnt,
                 rnr_retry,
                 max_rd_atomic,
-            } => self.hosts[host].engine.modify_to_rts(
+            } => self.hosts[host].nic.engine_mut().modify_to_rts(
                 qpn,
                 RtsAttr {
                     sq_psn,
@@ -481,7 +482,7 @@ impl Service {
                     max_rd_atomic,
                 },
             ),
-            Modify::Err => self.hosts[host].engine.modify_to_err(qpn),
+            Modify::Err => self.hosts[host].nic.engine_mut().modify_to_err(qpn),
         };
         r.map_err(bad)?;
         done(Reply::Done)
@@ -498,7 +499,7 @@ impl Service {
 
     fn destroy_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
         let host = self.own_qp(conn, qpn)?;
-        let _ = self.hosts[host].engine.destroy_qp(qpn);
+        let _ = self.hosts[host].nic.engine_mut().destroy_qp(qpn);
         let rt = self.hosts[host].qps.remove(&qpn);
         let a = self.app(conn);
         a.qps.retain(|&q| q != qpn);
@@ -513,7 +514,7 @@ impl Service {
 
     fn query_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
         let host = self.own_qp(conn, qpn)?;
-        let e = &self.hosts[host].engine;
+        let e = self.hosts[host].nic.engine();
         let bad = |e: transport::rc::RcError| err(ErrorKind::NoSuchQp, e.to_string());
         let k = e.qp_counters(qpn).map_err(bad)?;
         let (w, r) = e.qp_cc(qpn).map_err(bad)?;

@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use dataplane::dpdk::Eal;
-use dataplane::testbed::Loopback;
+use std::path::Path;
+
+use dataplane::testbed::{Loopback, LoopbackConfig};
 use transport::rc::WrOp;
 use transport::wire::Packet;
 
@@ -27,10 +29,22 @@ pub fn eal(name: &str, extra: &[String]) -> Eal {
     Eal::init(&args).expect("EAL")
 }
 
+/// A testbed configuration whose tap writes into a fresh temporary
+/// directory (kept alive by the returned guard).
+pub fn tapped(cfg: LoopbackConfig) -> (LoopbackConfig, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LoopbackConfig {
+        tap: Some(dir.path().join("tap.pcap")),
+        ..cfg
+    };
+    (cfg, dir)
+}
+
 /// WRITE and READ of sizes 0 B .. 1 MiB from host 0 to host 1, every byte
-/// verified; then every tapped frame must parse with a good ICRC and no
-/// mbuf may be left. Returns (sizes, tapped frames).
-pub fn exchange(tb: &mut Loopback) -> (usize, usize) {
+/// verified; then every tapped frame (read back from the pcap file the tap
+/// wrote) must parse with a good ICRC and no mbuf may be left. Returns
+/// (sizes, tapped frames).
+pub fn exchange(tb: &mut Loopback, tap: &Path) -> (usize, usize) {
     let sizes = [0u32, 1, 1023, 1024, 1025, 4096, 65_536, 1 << 20];
     for (i, &len) in sizes.iter().enumerate() {
         for op in [WrOp::Write, WrOp::Read] {
@@ -44,19 +58,9 @@ pub fn exchange(tb: &mut Loopback) -> (usize, usize) {
     for _ in 0..1000 {
         tb.poll();
     }
-    let tap = tb.tap.take().unwrap_or_default();
-    assert!(!tap.is_empty());
-    // The tap goes to a pcap file (as `bench decode` and tshark read it);
-    // every frame read back must be RoCEv2 with a good ICRC.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tap.pcap");
-    let mut w = nic::pcap::Writer::create(&path).unwrap();
-    for (i, f) in tap.iter().enumerate() {
-        w.write(std::time::Duration::from_nanos(i as u64), f)
-            .unwrap();
-    }
-    w.finish().unwrap();
-    let mut r = nic::pcap::Reader::open(&path).unwrap();
+    let written = tb.finish_tap().unwrap().expect("the tap is on");
+    assert!(written > 0);
+    let mut r = nic::pcap::Reader::open(tap).unwrap();
     let mut read = 0;
     while let Some(rec) = r.next_record() {
         let rec = rec.unwrap();
@@ -64,8 +68,8 @@ pub fn exchange(tb: &mut Loopback) -> (usize, usize) {
         assert!(p.icrc_ok(), "icrc=ok for every tapped frame");
         read += 1;
     }
-    assert_eq!(read, tap.len());
-    assert_eq!(tb.tx_alloc_failures, 0);
+    assert_eq!(read, written);
+    assert_eq!(tb.tx_alloc_failures(), 0);
     assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
-    (sizes.len(), tap.len())
+    (sizes.len(), read as usize)
 }

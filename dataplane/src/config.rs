@@ -1,0 +1,550 @@
+//! The daemon's one typed configuration: the TOML file of `dataplane
+//! --config` as serde structs (unknown keys refused), and [`Config::check`],
+//! which validates all of it before any port starts and resolves it into
+//! the settings the testbeds and the service take. `dataplane --check`
+//! runs exactly this. Every error names the file, the key and the value.
+
+use std::path::{Path, PathBuf};
+
+use nic::{Direction, FaultConfig};
+use pacer::HpccSettings;
+use serde::Deserialize;
+use transport::rc::{CcMode, PathMtu};
+
+use crate::incast::IncastConfig;
+use crate::service::ServiceConfig;
+use crate::testbed::LoopbackConfig;
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub eal: EalSection,
+    pub loopback: Option<LoopbackSection>,
+    pub incast: Option<IncastSection>,
+    pub replay: Option<ReplaySection>,
+    pub service: Option<ServiceSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EalSection {
+    /// EAL arguments (vdevs, memory, logging); `--file-prefix` is added.
+    pub args: Vec<String>,
+}
+
+/// Two hosts on two ports that reach each other.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopbackSection {
+    /// Two existing ports (from vdevs or PCI devices in [eal]) instead of a
+    /// net_ring pair.
+    pub ports: Option<[u16; 2]>,
+    /// Mbufs in the pool both ports share [default: 4095].
+    pub mbufs: Option<u32>,
+    /// RX/TX queues per port, up to what the device offers [default: 1].
+    pub queues: Option<u16>,
+    pub mem_bytes: usize,
+    pub mtu: u32,
+    pub sizes: Vec<u32>,
+    pub tap: Option<PathBuf>,
+    /// Seeded faults on one host's port (a lossy link).
+    pub faults: Option<FaultsSection>,
+}
+
+/// Faults injected on one host's port, both directions by default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsSection {
+    /// The host whose port misbehaves (0 or 1).
+    pub host: usize,
+    #[serde(default = "one")]
+    pub seed: u64,
+    #[serde(default)]
+    pub loss: f64,
+    #[serde(default)]
+    pub duplicate: f64,
+    #[serde(default)]
+    pub reorder: f64,
+    /// Probability that one ICRC-protected bit of a frame is flipped.
+    #[serde(default)]
+    pub corrupt: f64,
+    /// Latency added to every frame, microseconds.
+    #[serde(default)]
+    pub delay_us: f64,
+    /// rx, tx or both [default: both].
+    pub direction: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IncastSection {
+    /// Mirror the bottleneck port to this pcap (one file per controller:
+    /// the controller's name is appended).
+    pub tap: Option<PathBuf>,
+    /// Mbufs in the pool [default: 16383].
+    pub mbufs: Option<u32>,
+    pub senders: usize,
+    pub host_gbps: f64,
+    pub bottleneck_gbps: f64,
+    pub buffer_bytes: u64,
+    pub base_rtt_us: u64,
+    pub mtu: u32,
+    pub message_bytes: u32,
+    pub depth: usize,
+    pub seconds: f64,
+    pub cc: Vec<String>,
+}
+
+/// Reads every frame a port receives until it stays idle, decodes each,
+/// and forwards it to `out_port`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySection {
+    pub port: u16,
+    pub out_port: Option<u16>,
+}
+
+/// The application service of `--serve` (devices rnic0 and rnic1, one per
+/// loopback host).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSection {
+    pub socket: PathBuf,
+    /// Largest shared segment an application may ask for [default: 1 GiB].
+    pub max_shm_bytes: Option<u64>,
+    /// Try hugepage-backed segments first [default: true].
+    pub hugepages: Option<bool>,
+    /// Congestion control of every QP [default: none].
+    pub cc: Option<String>,
+    /// Line rate the engines pace at, Gb/s [default: 10].
+    pub line_gbps: Option<f64>,
+}
+
+/// A configuration that cannot be used, naming the file, the key and the
+/// bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {source}")]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    /// Syntax, an unknown key or a value of the wrong type (toml's message
+    /// names the key and shows the line).
+    #[error("{file}: {message}")]
+    Toml { file: PathBuf, message: String },
+    #[error("{file}: {key} = {value}: {why}")]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        value: String,
+        why: String,
+    },
+    #[error("{file}: {why}")]
+    Sections { file: PathBuf, why: String },
+}
+
+/// What a checked configuration runs.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// The loopback testbed's own WRITEs and READs of `sizes`.
+    Loopback {
+        cfg: LoopbackConfig,
+        ports: Option<[u16; 2]>,
+        sizes: Vec<u32>,
+        /// The service, when the file has one (`--serve`).
+        service: Option<Box<ServiceConfig>>,
+    },
+    /// One incast run per controller.
+    Incast {
+        runs: Vec<(String, IncastConfig)>,
+        seconds: f64,
+    },
+    Replay {
+        port: u16,
+        out_port: Option<u16>,
+    },
+}
+
+/// A configuration checked in full.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub eal_args: Vec<String>,
+    pub plan: Plan,
+}
+
+const MTUS: &str = "not 256, 512, 1024, 2048 or 4096";
+/// Longest Unix socket path (sun_path holds 108 bytes with the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+/// Probe timeout and HPCC++ T of the service's engines (a testbed's RTT).
+const SERVICE_RTT_NS: u64 = 10_000;
+
+struct Ctx<'a> {
+    file: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn bad(&self, key: &str, value: impl std::fmt::Display, why: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_owned(),
+            key: key.into(),
+            value: value.to_string(),
+            why: why.into(),
+        }
+    }
+
+    fn mtu(&self, key: &str, b: u32) -> Result<PathMtu, ConfigError> {
+        PathMtu::from_bytes(b).ok_or_else(|| self.bad(key, b, MTUS))
+    }
+
+    fn rate_bps(&self, key: &str, gbps: f64) -> Result<u64, ConfigError> {
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(self.bad(key, gbps, "a rate must be a positive number of Gb/s"));
+        }
+        Ok((gbps * 1e9) as u64)
+    }
+
+    fn cc(&self, key: &str, name: &str, base_rtt_ns: u64) -> Result<CcMode, ConfigError> {
+        CcMode::from_name(name, 3, base_rtt_ns)
+            .map_err(|e| self.bad(key, format!("{name:?}"), e.to_string()))
+    }
+
+    fn positive(&self, key: &str, v: u64) -> Result<(), ConfigError> {
+        if v == 0 {
+            return Err(self.bad(key, v, "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Devices the EAL arguments make available, when they say: vdevs plus
+/// allow-listed PCI devices; `None` when PCI devices are probed at large
+/// (they can only be counted once the EAL runs).
+fn devices(args: &[String]) -> (Vec<String>, Option<usize>) {
+    let mut vdevs = Vec::new();
+    let (mut allowed, mut no_pci) = (0, false);
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--vdev=") {
+            vdevs.push(v.to_string());
+        } else if a == "--vdev" {
+            vdevs.extend(it.next().cloned());
+        } else if a == "-a" || a == "--allow" {
+            allowed += usize::from(it.next().is_some());
+        } else if a.starts_with("--allow=") {
+            allowed += 1;
+        } else if a == "--no-pci" {
+            no_pci = true;
+        }
+    }
+    let known = (no_pci || allowed > 0).then_some(vdevs.len() + allowed);
+    (vdevs, known)
+}
+
+impl Config {
+    /// Reads and checks `file`.
+    pub fn load(file: &Path) -> Result<Checked, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_owned(),
+            source,
+        })?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Toml {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        cfg.check(file)
+    }
+
+    /// Validates everything (sizes, MTUs, rates, congestion control and
+    /// its parameters, faults, sockets, the devices ports name) and
+    /// resolves the settings.
+    pub fn check(&self, file: &Path) -> Result<Checked, ConfigError> {
+        let c = Ctx { file };
+        let sections = ConfigError::Sections {
+            file: file.to_owned(),
+            why: "needs exactly one of [loopback], [incast] and [replay]".into(),
+        };
+        let (vdevs, known) = devices(&self.eal.args);
+        for (i, v) in vdevs.iter().enumerate() {
+            if !v.starts_with("net_") {
+                return Err(c.bad(
+                    &format!("eal.args (vdev {i})"),
+                    v,
+                    "a network vdev's name starts with net_ (net_ring, net_memif, net_af_packet, net_pcap, ...)",
+                ));
+            }
+        }
+        let port = |key: &str, id: u16| -> Result<(), ConfigError> {
+            match known {
+                Some(n) if usize::from(id) >= n => Err(c.bad(
+                    key,
+                    id,
+                    format!("no such port: [eal] args make {n} device(s) (add a --vdev)"),
+                )),
+                _ => Ok(()),
+            }
+        };
+        let plan = match (&self.loopback, &self.incast, &self.replay) {
+            (Some(l), None, None) => {
+                if let Some([a, b]) = l.ports {
+                    port("loopback.ports", a)?;
+                    port("loopback.ports", b)?;
+                    if a == b {
+                        return Err(c.bad(
+                            "loopback.ports",
+                            format!("[{a}, {b}]"),
+                            "two different ports",
+                        ));
+                    }
+                }
+                let mtu = c.mtu("loopback.mtu", l.mtu)?;
+                if l.mem_bytes < 2 {
+                    return Err(c.bad(
+                        "loopback.mem_bytes",
+                        l.mem_bytes,
+                        "too small to hold a buffer",
+                    ));
+                }
+                let half = l.mem_bytes / 2;
+                if let Some(&s) = l.sizes.iter().find(|&&s| s as usize > half) {
+                    return Err(c.bad(
+                        "loopback.sizes",
+                        s,
+                        format!("larger than half of mem_bytes ({half})"),
+                    ));
+                }
+                let mbufs = l.mbufs.unwrap_or(LoopbackConfig::default().mbufs);
+                if mbufs < 64 {
+                    return Err(c.bad(
+                        "loopback.mbufs",
+                        mbufs,
+                        "at least 64 (a burst each way and a cache)",
+                    ));
+                }
+                let queues = l.queues.unwrap_or(1);
+                c.positive("loopback.queues", u64::from(queues))?;
+                let faults = l.faults.as_ref().map(|f| f.check(&c)).transpose()?;
+                let cfg = LoopbackConfig {
+                    mem_bytes: l.mem_bytes,
+                    mtu,
+                    tap: l.tap.clone(),
+                    mbufs,
+                    queues,
+                    faults,
+                    ..LoopbackConfig::default()
+                };
+                let service = self
+                    .service
+                    .as_ref()
+                    .map(|s| s.check(&c, &cfg).map(Box::new))
+                    .transpose()?;
+                Plan::Loopback {
+                    cfg,
+                    ports: l.ports,
+                    sizes: l.sizes.clone(),
+                    service,
+                }
+            }
+            (None, Some(i), None) => {
+                if self.service.is_some() {
+                    return Err(ConfigError::Sections {
+                        file: file.to_owned(),
+                        why: "[service] goes with [loopback] (its hosts are the devices)".into(),
+                    });
+                }
+                i.check(&c)?
+            }
+            (None, None, Some(r)) => {
+                port("replay.port", r.port)?;
+                if let Some(o) = r.out_port {
+                    port("replay.out_port", o)?;
+                }
+                Plan::Replay {
+                    port: r.port,
+                    out_port: r.out_port,
+                }
+            }
+            _ => return Err(sections),
+        };
+        Ok(Checked {
+            eal_args: self.eal.args.clone(),
+            plan,
+        })
+    }
+}
+
+impl FaultsSection {
+    fn check(&self, c: &Ctx<'_>) -> Result<(usize, FaultConfig), ConfigError> {
+        if self.host > 1 {
+            return Err(c.bad(
+                "loopback.faults.host",
+                self.host,
+                "the testbed has hosts 0 and 1",
+            ));
+        }
+        let direction = match self.direction.as_deref().unwrap_or("both") {
+            "rx" => Direction::Rx,
+            "tx" => Direction::Tx,
+            "both" => Direction::Both,
+            d => {
+                return Err(c.bad(
+                    "loopback.faults.direction",
+                    format!("{d:?}"),
+                    "rx, tx or both",
+                ))
+            }
+        };
+        if !(self.delay_us.is_finite() && self.delay_us >= 0.0) {
+            return Err(c.bad(
+                "loopback.faults.delay_us",
+                self.delay_us,
+                "a delay is not negative",
+            ));
+        }
+        let f = FaultConfig {
+            seed: self.seed,
+            loss: self.loss,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+            corrupt: self.corrupt,
+            delay_ns: (self.delay_us * 1e3) as u64,
+            direction,
+            ..FaultConfig::default()
+        };
+        f.validate().map_err(|e| {
+            c.bad(
+                &format!("loopback.faults.{}", e.name),
+                e.value,
+                "not a probability in [0, 1]",
+            )
+        })?;
+        Ok((self.host, f))
+    }
+}
+
+impl ServiceSection {
+    fn check(&self, c: &Ctx<'_>, l: &LoopbackConfig) -> Result<ServiceConfig, ConfigError> {
+        check_socket(c, "service.socket", &self.socket)?;
+        let max_shm_bytes = self.max_shm_bytes.unwrap_or(1 << 30);
+        c.positive("service.max_shm_bytes", max_shm_bytes)?;
+        let line_rate_bps = c.rate_bps("service.line_gbps", self.line_gbps.unwrap_or(10.0))?;
+        let cc = c.cc(
+            "service.cc",
+            self.cc.as_deref().unwrap_or("none"),
+            SERVICE_RTT_NS,
+        )?;
+        Ok(ServiceConfig {
+            socket: self.socket.clone(),
+            max_mtu: l.mtu,
+            mbufs: l.mbufs,
+            line_rate_bps,
+            max_shm_bytes,
+            hugepages: self.hugepages.unwrap_or(true),
+            cc,
+            queues: l.queues,
+            faults: l.faults,
+        })
+    }
+}
+
+/// A control socket path the daemon can bind: not empty, short enough for
+/// a Unix socket address.
+fn check_socket(c_file: &Ctx<'_>, key: &str, p: &Path) -> Result<(), ConfigError> {
+    let n = p.as_os_str().len();
+    if n == 0 || n > MAX_SOCKET_PATH {
+        return Err(c_file.bad(
+            key,
+            p.display(),
+            format!("a Unix socket path has 1 to {MAX_SOCKET_PATH} bytes, this one {n}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a control socket given on the command line (`--socket`).
+pub fn check_socket_arg(p: &Path) -> Result<(), ConfigError> {
+    check_socket(
+        &Ctx {
+            file: Path::new("--socket"),
+        },
+        "--socket",
+        p,
+    )
+}
+
+impl IncastSection {
+    fn check(&self, c: &Ctx<'_>) -> Result<Plan, ConfigError> {
+        if !(1..=200).contains(&self.senders) {
+            return Err(c.bad("incast.senders", self.senders, "between 1 and 200"));
+        }
+        let host_bps = c.rate_bps("incast.host_gbps", self.host_gbps)?;
+        let bottleneck_bps = c.rate_bps("incast.bottleneck_gbps", self.bottleneck_gbps)?;
+        let mtu = c.mtu("incast.mtu", self.mtu)?;
+        c.positive("incast.buffer_bytes", self.buffer_bytes)?;
+        c.positive("incast.base_rtt_us", self.base_rtt_us)?;
+        c.positive("incast.message_bytes", u64::from(self.message_bytes))?;
+        c.positive("incast.depth", self.depth as u64)?;
+        if !(self.seconds.is_finite() && self.seconds > 0.0) {
+            return Err(c.bad(
+                "incast.seconds",
+                self.seconds,
+                "a positive number of seconds",
+            ));
+        }
+        if self.cc.is_empty() {
+            return Err(c.bad("incast.cc", "[]", "name at least one controller"));
+        }
+        let base_rtt_ns = self.base_rtt_us * 1000;
+        let hpcc = HpccSettings {
+            t_ns: base_rtt_ns,
+            n: self.senders as u32,
+            ..HpccSettings::default()
+        };
+        hpcc.params(host_bps, mtu.bytes()).map_err(|e| {
+            c.bad(
+                "incast.base_rtt_us",
+                self.base_rtt_us,
+                format!("HPCC++ parameters: {e}"),
+            )
+        })?;
+        let mut runs = Vec::new();
+        for (k, name) in self.cc.iter().enumerate() {
+            let cc = c.cc(&format!("incast.cc[{k}]"), name, base_rtt_ns)?;
+            runs.push((
+                name.clone(),
+                IncastConfig {
+                    senders: self.senders,
+                    host_bps,
+                    bottleneck_bps,
+                    buffer_bytes: self.buffer_bytes,
+                    cc,
+                    base_rtt_ns,
+                    mtu,
+                    message_bytes: self.message_bytes,
+                    depth: self.depth,
+                    ecn: (cc == CcMode::Dcqcn).then_some(netsim::switch::EcnConfig {
+                        kmin: self.buffer_bytes / 10,
+                        kmax: self.buffer_bytes / 2,
+                        pmax: 0.2,
+                    }),
+                    name: format!("incast{k}"),
+                    mbufs: self.mbufs.unwrap_or(16383),
+                    tap: self
+                        .tap
+                        .as_ref()
+                        .map(|p| PathBuf::from(format!("{}.{name}", p.display()))),
+                    stats: None,
+                },
+            ));
+        }
+        Ok(Plan::Incast {
+            runs,
+            seconds: self.seconds,
+        })
+    }
+}

@@ -1,0 +1,88 @@
+//! A host's port as its NIC pipeline sees it on DPDK: the port itself (or,
+//! in the pipelined layout, the engine side of its pipes), inside the
+//! fault injector (a pass-through unless the configuration makes the link
+//! lossy), inside the pcap tap (a pass-through unless a capture is asked
+//! for). One type for every host, whatever is configured.
+
+use nic::{FaultInjector, FramePort, Tap};
+use transport::wire::MacAddr;
+
+use crate::dpdk::{Mbuf, Port};
+use crate::pipe::PipePort;
+
+/// The DPDK end of a host's port.
+pub enum DpdkLink {
+    /// Run-to-completion: the lcore drives the port's queues.
+    Port(Port),
+    /// Pipelined: RX and TX pipe threads drive the queues.
+    Pipe(PipePort),
+}
+
+/// A host's port with its optional faults and tap.
+pub type HostPort = Tap<FaultInjector<DpdkLink>>;
+
+impl DpdkLink {
+    /// The DPDK port, when the lcore drives it (not while pipelined).
+    pub fn port(&self) -> Option<&Port> {
+        match self {
+            DpdkLink::Port(p) => Some(p),
+            DpdkLink::Pipe(_) => None,
+        }
+    }
+}
+
+/// The DPDK end under a host's faults and tap.
+pub fn link(p: &HostPort) -> &DpdkLink {
+    p.inner().inner()
+}
+
+/// The DPDK end under a host's faults and tap, writable (to switch
+/// layouts).
+pub fn link_mut(p: &mut HostPort) -> &mut DpdkLink {
+    p.inner_mut().inner_mut()
+}
+
+macro_rules! each {
+    ($self:ident, $p:ident => $e:expr) => {
+        match $self {
+            DpdkLink::Port($p) => $e,
+            DpdkLink::Pipe($p) => $e,
+        }
+    };
+}
+
+impl FramePort for DpdkLink {
+    type Frame = Mbuf;
+
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        each!(self, p => p.rx_burst(now, out, max))
+    }
+
+    fn tx_burst(&mut self, now: u64, frames: &mut Vec<Mbuf>) -> usize {
+        each!(self, p => p.tx_burst(now, frames))
+    }
+
+    fn alloc(&mut self) -> Option<Mbuf> {
+        each!(self, p => p.alloc())
+    }
+
+    fn tx_ready(&self, now: u64) -> usize {
+        each!(self, p => p.tx_ready(now))
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        each!(self, p => p.next_event())
+    }
+
+    fn mac(&self) -> MacAddr {
+        each!(self, p => FramePort::mac(p))
+    }
+
+    fn mtu(&self) -> u32 {
+        each!(self, p => FramePort::mtu(p))
+    }
+
+    fn link_up(&self) -> bool {
+        each!(self, p => FramePort::link_up(p))
+    }
+}
