@@ -501,7 +501,7 @@ impl Simulator {
         let busy = nic.port().busy_until();
         if busy > now {
             self.wake(h, busy);
-        } else if let Some(t) = nic.engine().poll_timeout() {
+        } else if let Some(t) = nic.next_wakeup(now) {
             self.wake(h, t.max(now + 1));
         }
         for c in done.0.drain(..) {
