@@ -14,7 +14,7 @@
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
 
-use pacer::hpcc::{Hpcc, HpccParams, ParamError};
+use pacer::hpcc::{Hpcc, HpccParams, HpccSettings, ParamError};
 use pacer::trace::parse_line;
 
 /// Flags of `bench hpcc-replay`.
@@ -58,19 +58,23 @@ impl ReplayArgs {
         if self.n == 0 {
             return Err(ParamError::ZeroN(self.n));
         }
-        let w_init = self
-            .w_init
-            .unwrap_or(self.line_gbps * self.t_ns as f64 / 8.0);
-        let p = HpccParams {
+        let settings = HpccSettings {
             t_ns: self.t_ns,
+            n: self.n,
             eta: self.eta,
             max_stage: self.max_stage,
-            w_init,
-            w_ai: self
-                .w_ai
-                .unwrap_or(w_init * (1.0 - self.eta) / f64::from(self.n)),
-            w_min: self.w_min.unwrap_or(f64::from(self.mtu)),
         };
+        let w_min = self.w_min.unwrap_or(f64::from(self.mtu));
+        // The link's parameters, then the windows the flags set by hand.
+        let mut p = settings.params_at_least_one_mtu((self.line_gbps * 1e9) as u64, 1)?;
+        p.w_min = w_min;
+        if let Some(w) = self.w_init {
+            p.w_init = w;
+            p.w_ai = w * (1.0 - self.eta) / f64::from(self.n);
+        }
+        if let Some(w) = self.w_ai {
+            p.w_ai = w;
+        }
         p.validate()?;
         Ok(p)
     }

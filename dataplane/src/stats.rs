@@ -13,6 +13,27 @@ use transport::rc::Qpn;
 use crate::dpdk::PortStats;
 use crate::host_port::{link, HostPort};
 
+/// Why counters could not be read, naming the file or socket.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a stats snapshot: {why}")]
+    NotSnapshot {
+        path: std::path::PathBuf,
+        why: String,
+    },
+    /// The daemon on the socket answered with an error or not at all.
+    #[error("{path}: {why}")]
+    Daemon {
+        path: std::path::PathBuf,
+        why: String,
+    },
+}
+
 /// One port, the pipeline and the engine behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PortEntry {
@@ -175,10 +196,15 @@ impl Snapshot {
         std::fs::rename(&tmp, path)
     }
 
-    pub fn read(path: &Path) -> Result<Snapshot, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not a stats snapshot: {e}", path.display()))
+    pub fn read(path: &Path) -> Result<Snapshot, StatsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| StatsError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|e| StatsError::NotSnapshot {
+            path: path.to_owned(),
+            why: e.to_string(),
+        })
     }
 
     /// The table `dataplane stats` prints.
@@ -338,6 +364,7 @@ mod tests {
         std::fs::write(&path, "{").unwrap();
         assert!(Snapshot::read(&path)
             .unwrap_err()
+            .to_string()
             .contains("not a stats snapshot"));
     }
 }

@@ -276,8 +276,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Cmd::Stats { file, socket }) = &cli.cmd {
         let snap = match (file, socket) {
-            (Some(f), None) => dataplane::stats::Snapshot::read(f),
-            (None, Some(s)) => dataplane::service::query_stats(s),
+            (Some(f), None) => dataplane::stats::Snapshot::read(f).map_err(|e| e.to_string()),
+            (None, Some(s)) => dataplane::service::query_stats(s).map_err(|e| e.to_string()),
             _ => Err("give the --stats FILE of a running dataplane, or --socket PATH".into()),
         };
         return match snap {

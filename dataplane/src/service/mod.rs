@@ -38,6 +38,7 @@ use verbs::shm::Segment;
 
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
 use crate::host_port::{link, HostPort};
+use crate::stats::StatsError;
 use alloc::SegmentAlloc;
 use control::{ConnId, Control, ToControl, ToDataplane};
 use memory::AppMemory;
@@ -545,10 +546,17 @@ fn drain_backlog(q: &mut CqRt, seg: &Segment, counters: &mut ServiceCounters) ->
 }
 
 /// Asks the daemon serving on `socket` for its counters.
-pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, String> {
+pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, StatsError> {
     use verbs::proto::{self, Reply, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
-    let mut s = std::os::unix::net::UnixStream::connect(socket)
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    let daemon = |why: String| StatsError::Daemon {
+        path: socket.to_owned(),
+        why,
+    };
+    let mut s =
+        std::os::unix::net::UnixStream::connect(socket).map_err(|source| StatsError::Io {
+            path: socket.to_owned(),
+            source,
+        })?;
     proto::send_message(
         &mut s,
         &RequestMsg {
@@ -557,11 +565,16 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
             req: Request::Stats,
         },
     )
-    .map_err(|e| e.to_string())?;
-    let r: ReplyMsg = proto::read_message(&mut s).map_err(|e| e.to_string())?;
+    .map_err(|e| daemon(e.to_string()))?;
+    let r: ReplyMsg = proto::read_message(&mut s).map_err(|e| daemon(e.to_string()))?;
     match r.result {
-        Ok(Reply::Stats { json }) => serde_json::from_str(&json).map_err(|e| e.to_string()),
-        Ok(other) => Err(format!("unexpected reply {other:?}")),
-        Err(e) => Err(e.to_string()),
+        Ok(Reply::Stats { json }) => {
+            serde_json::from_str(&json).map_err(|e| StatsError::NotSnapshot {
+                path: socket.to_owned(),
+                why: e.to_string(),
+            })
+        }
+        Ok(other) => Err(daemon(format!("unexpected reply {other:?}"))),
+        Err(e) => Err(daemon(e.to_string())),
     }
 }

@@ -718,11 +718,11 @@ impl Simulator {
 fn dst_host(frame: &[u8]) -> Option<usize> {
     RoceFrame::new_checked(frame)
         .ok()
-        .map(|f| host_index(f.dst_ip()))
+        .and_then(|f| host_index(f.dst_ip()))
 }
 
 /// (destination host, DestQP) of a RoCEv2 frame.
 fn flow_key(frame: &[u8]) -> Option<(usize, Qpn)> {
     let f = RoceFrame::new_checked(frame).ok()?;
-    Some((host_index(f.dst_ip()), f.dest_qp()))
+    Some((host_index(f.dst_ip())?, f.dest_qp()))
 }

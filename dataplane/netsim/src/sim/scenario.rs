@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 use transport::rc::{CcMode, PathMtu, UnknownCc};
 
-use super::topology::{End, Topology, TopologySpec};
+use super::topology::{End, Topology, TopologyError, TopologySpec};
 use super::{FlowSpec, SimConfig, SimError, Simulator};
 use crate::switch::EcnConfig;
 
@@ -142,7 +142,7 @@ pub enum ScenarioError {
     #[error("[sim] mtu = {0} is not 256, 512, 1024, 2048 or 4096")]
     Mtu(u32),
     #[error("[topology] {0}")]
-    Topology(String),
+    Topology(#[from] TopologyError),
     #[error("[workload] converge with {flows} flows needs {need} hosts, the topology has {hosts}")]
     ConvergeHosts {
         flows: usize,
@@ -153,6 +153,8 @@ pub enum ScenarioError {
     DumbbellLink,
     #[error("[workload] cdf {name:?}: {why}")]
     Cdf { name: String, why: String },
+    #[error("[workload] cdf {name:?}: {source}")]
+    CdfData { name: String, source: CdfError },
     #[error("[workload] load = {0} must be in (0, 1)")]
     Load(f64),
     #[error("[workload] kind = {0:?} is unknown (incast, dumbbell, converge, poisson)")]
@@ -170,39 +172,54 @@ impl RunSpec {
     }
 }
 
+/// A CDF file that cannot be used, naming the line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CdfError {
+    #[error("line {line}: {why}: {text:?}")]
+    Line {
+        line: usize,
+        text: String,
+        why: &'static str,
+    },
+    #[error("a CDF needs at least two points and must end at 100%")]
+    Shape,
+}
+
 /// An empirical CDF: (size, cumulative fraction) points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cdf(Vec<(f64, f64)>);
 
 impl Cdf {
     /// Parses `size percent` lines; the error names the line.
-    pub fn parse(text: &str) -> Result<Cdf, String> {
+    pub fn parse(text: &str) -> Result<Cdf, CdfError> {
         let mut pts = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            let bad = |why| CdfError::Line {
+                line: i + 1,
+                text: line.to_string(),
+                why,
+            };
             let mut it = line.split_whitespace();
             let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
-                return Err(format!(
-                    "CDF line {}: expected `size percent`, got {line:?}",
-                    i + 1
-                ));
+                return Err(bad("expected `size percent`"));
             };
             let (Ok(s), Ok(p)) = (a.parse::<f64>(), b.parse::<f64>()) else {
-                return Err(format!("CDF line {}: not numbers: {line:?}", i + 1));
+                return Err(bad("not numbers"));
             };
             if pts
                 .last()
                 .is_some_and(|&(ls, lp): &(f64, f64)| s < ls || p / 100.0 < lp)
             {
-                return Err(format!("CDF line {}: not increasing", i + 1));
+                return Err(bad("not increasing"));
             }
             pts.push((s, p / 100.0));
         }
         if pts.len() < 2 || pts.last().map(|p| p.1) != Some(1.0) {
-            return Err("a CDF needs at least two points and must end at 100%".into());
+            return Err(CdfError::Shape);
         }
         Ok(Cdf(pts))
     }
@@ -263,7 +280,7 @@ impl ScenarioSpec {
         if w.kind == "incast" {
             topo_spec.hosts = senders.unwrap_or(topo_spec.hosts.saturating_sub(1)) + 1;
         }
-        let topo = topo_spec.build().map_err(ScenarioError::Topology)?;
+        let topo = topo_spec.build()?;
         let hosts = topo.hosts().len();
         let r = &self.sim;
         let seed = o.seed.unwrap_or(1);
@@ -367,9 +384,9 @@ impl ScenarioSpec {
                         name: name.into(),
                         why: e.to_string(),
                     })?;
-                let cdf = Cdf::parse(&text).map_err(|why| ScenarioError::Cdf {
+                let cdf = Cdf::parse(&text).map_err(|source| ScenarioError::CdfData {
                     name: name.into(),
-                    why,
+                    source,
                 })?;
                 let load = o.load.or(w.load).unwrap_or(0.3);
                 if !(load > 0.0 && load < 1.0) {
@@ -471,8 +488,9 @@ mod tests {
         assert_eq!(c.sample(0.25), 50.0);
         assert_eq!(c.sample(0.75), 200.0);
         assert_eq!(c.mean(), 0.5 * 50.0 + 0.5 * 200.0);
-        assert!(Cdf::parse("0 0\n10 50").unwrap_err().contains("100%"));
-        assert!(Cdf::parse("0 0\nx 100").unwrap_err().contains("line 2"));
+        assert_eq!(Cdf::parse("0 0\n10 50"), Err(CdfError::Shape));
+        let e = Cdf::parse("0 0\nx 100").unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]

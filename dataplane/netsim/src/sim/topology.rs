@@ -127,10 +127,28 @@ pub fn host_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, (v >> 16) as u8, (v >> 8) as u8, v as u8)
 }
 
-/// Host index of an address made by [`host_ip`].
-pub fn host_index(ip: Ipv4Addr) -> usize {
+/// Host index of an address made by [`host_ip`] (`None` for the one
+/// address no host has, x.0.0.0).
+pub fn host_index(ip: Ipv4Addr) -> Option<usize> {
     let o = ip.octets();
-    ((usize::from(o[1]) << 16) | (usize::from(o[2]) << 8) | usize::from(o[3])) - 1
+    ((usize::from(o[1]) << 16) | (usize::from(o[2]) << 8) | usize::from(o[3])).checked_sub(1)
+}
+
+/// A topology that cannot be built, naming the bad values.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("host_gbps = {host_gbps}, fabric_gbps = {fabric_gbps}: link rates must be positive")]
+    Rates { host_gbps: f64, fabric_gbps: f64 },
+    #[error("hosts = {got}: {kind} needs at least 2 hosts")]
+    Hosts { kind: &'static str, got: usize },
+    #[error("leaves = {leaves}, spines = {spines}, hosts = {hosts}: leaf-spine needs leaves, spines >= 1 and hosts >= leaves")]
+    LeafSpine {
+        leaves: usize,
+        spines: usize,
+        hosts: usize,
+    },
+    #[error("kind = {0:?} is unknown (star, dumbbell, leaf-spine, fat-tree)")]
+    Kind(String),
 }
 
 /// Topology settings read from TOML (`configs/sim/*.toml`).
@@ -178,21 +196,24 @@ fn default_two() -> usize {
 
 impl TopologySpec {
     /// Builds the topology; the error names the bad field.
-    pub fn build(&self) -> Result<Topology, String> {
+    pub fn build(&self) -> Result<Topology, TopologyError> {
         let h = (self.host_gbps * 1e9) as u64;
         let f = (self.fabric_gbps * 1e9) as u64;
         let d = self.link_delay_ns;
         if h == 0 || f == 0 {
-            return Err(format!(
-                "link rates must be positive (host_gbps {}, fabric_gbps {})",
-                self.host_gbps, self.fabric_gbps
-            ));
+            return Err(TopologyError::Rates {
+                host_gbps: self.host_gbps,
+                fabric_gbps: self.fabric_gbps,
+            });
         }
         let mut t = Topology::default();
         match self.kind.as_str() {
             "star" => {
                 if self.hosts < 2 {
-                    return Err(format!("star needs at least 2 hosts, got {}", self.hosts));
+                    return Err(TopologyError::Hosts {
+                        kind: "star",
+                        got: self.hosts,
+                    });
                 }
                 let hosts: Vec<usize> = (0..self.hosts).map(|_| t.add(NodeKind::Host)).collect();
                 let s = t.add(NodeKind::Switch);
@@ -202,10 +223,10 @@ impl TopologySpec {
             }
             "dumbbell" => {
                 if self.hosts < 2 {
-                    return Err(format!(
-                        "dumbbell needs at least 2 hosts, got {}",
-                        self.hosts
-                    ));
+                    return Err(TopologyError::Hosts {
+                        kind: "dumbbell",
+                        got: self.hosts,
+                    });
                 }
                 let hosts: Vec<usize> = (0..self.hosts).map(|_| t.add(NodeKind::Host)).collect();
                 let (l, r) = (t.add(NodeKind::Switch), t.add(NodeKind::Switch));
@@ -217,10 +238,11 @@ impl TopologySpec {
             }
             "leaf-spine" => {
                 if self.leaves == 0 || self.spines == 0 || self.hosts < self.leaves {
-                    return Err(format!(
-                        "leaf-spine needs leaves, spines >= 1 and hosts >= leaves (got {}, {}, {})",
-                        self.leaves, self.spines, self.hosts
-                    ));
+                    return Err(TopologyError::LeafSpine {
+                        leaves: self.leaves,
+                        spines: self.spines,
+                        hosts: self.hosts,
+                    });
                 }
                 let hosts: Vec<usize> = (0..self.hosts).map(|_| t.add(NodeKind::Host)).collect();
                 let leaves: Vec<usize> =
@@ -259,11 +281,7 @@ impl TopologySpec {
                     }
                 }
             }
-            other => {
-                return Err(format!(
-                    "unknown topology kind {other:?} (star, dumbbell, leaf-spine, fat-tree)"
-                ))
-            }
+            other => return Err(TopologyError::Kind(other.into())),
         }
         Ok(t)
     }
@@ -303,8 +321,9 @@ mod tests {
 
     #[test]
     fn bad_specs_are_named() {
-        assert!(spec("ring", 3).build().unwrap_err().contains("\"ring\""));
-        assert!(spec("star", 1).build().unwrap_err().contains("at least 2"));
+        let e = |k, n| spec(k, n).build().unwrap_err().to_string();
+        assert!(e("ring", 3).contains("\"ring\""));
+        assert!(e("star", 1).contains("at least 2"));
         let e = toml::from_str::<TopologySpec>("kind = \"star\"\nhostz = 3").unwrap_err();
         assert!(e.to_string().contains("hostz"), "{e}");
     }
@@ -312,7 +331,7 @@ mod tests {
     #[test]
     fn host_addresses_round_trip() {
         for i in [0, 1, 255, 256, 319, 70_000] {
-            assert_eq!(host_index(host_ip(i)), i);
+            assert_eq!(host_index(host_ip(i)), Some(i));
         }
     }
 }
