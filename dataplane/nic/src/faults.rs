@@ -240,8 +240,7 @@ impl<P: FramePort> FaultInjector<P> {
     }
 
     fn touches(&self, d: Direction) -> bool {
-        !matches!(self.policy, Policy::None)
-            && (self.direction == Direction::Both || self.direction == d)
+        self.direction == Direction::Both || self.direction == d
     }
 
     /// Decides one frame and files what survives (with its copies) in
@@ -356,10 +355,8 @@ fn flip_random_bit(frame: &mut [u8], rng: &mut ChaCha8Rng) -> bool {
     true
 }
 
-impl<P: FramePort> FramePort for FaultInjector<P> {
-    type Frame = P::Frame;
-
-    fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
+impl<P: FramePort> FaultInjector<P> {
+    fn rx_faulty(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
         if !self.tx_held.is_empty() || !self.tx_due.is_empty() {
             self.flush_tx(now);
         }
@@ -382,7 +379,7 @@ impl<P: FramePort> FramePort for FaultInjector<P> {
         n
     }
 
-    fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
+    fn tx_faulty(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
         if !self.touches(Direction::Tx) {
             if !self.tx_held.is_empty() || !self.tx_due.is_empty() {
                 self.flush_tx(now);
@@ -396,7 +393,29 @@ impl<P: FramePort> FramePort for FaultInjector<P> {
         self.flush_tx(now);
         n
     }
+}
 
+impl<P: FramePort> FramePort for FaultInjector<P> {
+    type Frame = P::Frame;
+
+    #[inline]
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
+        if matches!(self.policy, Policy::None) {
+            // A port configured without faults: straight through.
+            return self.inner.rx_burst(now, out, max);
+        }
+        self.rx_faulty(now, out, max)
+    }
+
+    #[inline]
+    fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
+        if matches!(self.policy, Policy::None) {
+            return self.inner.tx_burst(now, frames);
+        }
+        self.tx_faulty(now, frames)
+    }
+
+    #[inline]
     fn alloc(&mut self) -> Option<P::Frame> {
         self.inner.alloc()
     }

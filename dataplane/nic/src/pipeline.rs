@@ -172,6 +172,9 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     fn receive(&mut self, now: u64) -> bool {
         let n = self.port.rx_burst(now, &mut self.rx, self.burst);
+        if n == 0 {
+            return false;
+        }
         self.counters.rx_frames += n as u64;
         for f in self.rx.drain(..) {
             self.engine.handle_packet(now, f.as_ref());

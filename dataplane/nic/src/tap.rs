@@ -128,15 +128,17 @@ impl<P: FramePort> Tap<P> {
 impl<P: FramePort> FramePort for Tap<P> {
     type Frame = P::Frame;
 
+    #[inline]
     fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
         let start = out.len();
         let n = self.inner.rx_burst(now, out, max);
-        if self.direction != Direction::Tx {
+        if self.direction != Direction::Tx && self.capture.is_some() {
             self.record(now, &out[start..]);
         }
         n
     }
 
+    #[inline]
     fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
         if self.direction == Direction::Rx || self.capture.is_none() {
             return self.inner.tx_burst(now, frames);
