@@ -33,7 +33,11 @@ fn ip(i: u8) -> Ipv4Addr {
 
 /// Runs `ops` over two NICs whose ports are `pa` and `pb`; returns the
 /// completions of A.
-fn run<P: FramePort>(pa: P, pb: P, ops: &[(WrOp, u32)]) -> (Vec<WcStatus>, [Nic<P, VecMemory>; 2]) {
+fn run<P: FramePort, Q: FramePort>(
+    pa: P,
+    pb: Q,
+    ops: &[(WrOp, u32)],
+) -> (Vec<WcStatus>, (Nic<P, VecMemory>, Nic<Q, VecMemory>)) {
     let (mut ea, ka, qa) = engine(0);
     let (mut eb, kb, qb) = engine(1);
     let p = ConnectParams {
@@ -55,7 +59,7 @@ fn run<P: FramePort>(pa: P, pb: P, ops: &[(WrOp, u32)]) -> (Vec<WcStatus>, [Nic<
     for (k, b) in eb.mem_mut().slice_mut(BASE, LEN / 2).iter_mut().enumerate() {
         *b = (k % 241) as u8;
     }
-    let mut nics = [Nic::new(ea, pa, 1024), Nic::new(eb, pb, 1024)];
+    let (mut na, mut nb) = (Nic::new(ea, pa, 1024), Nic::new(eb, pb, 1024));
     let mut done = Completions::default();
     let mut now = 0;
     for (i, &(op, len)) in ops.iter().enumerate() {
@@ -69,19 +73,22 @@ fn run<P: FramePort>(pa: P, pb: P, ops: &[(WrOp, u32)]) -> (Vec<WcStatus>, [Nic<
             remote_va: if op == WrOp::Read { BASE } else { BASE + half },
             signaled: true,
         };
-        nics[0].engine_mut().post_send(qa, wr, now).unwrap();
+        na.engine_mut().post_send(qa, wr, now).unwrap();
         loop {
-            nics[0].poll(now, &mut done);
-            nics[1].poll(now, &mut Completions::default());
+            na.poll(now, &mut done);
+            nb.poll(now, &mut Completions::default());
             if done.0.len() > i {
                 break;
             }
-            let next = nics.iter().filter_map(|n| n.next_wakeup(now)).min();
+            let next = [na.next_wakeup(now), nb.next_wakeup(now)]
+                .into_iter()
+                .flatten()
+                .min();
             now = next
                 .expect("a pending operation always has a next event")
                 .max(now);
         }
-        let (a, b) = (nics[0].engine().mem(), nics[1].engine().mem());
+        let (a, b) = (na.engine().mem(), nb.engine().mem());
         let n = len as usize;
         if op == WrOp::Read {
             assert_eq!(a.slice(BASE + half, n), b.slice(BASE, n), "READ {len}");
@@ -89,7 +96,7 @@ fn run<P: FramePort>(pa: P, pb: P, ops: &[(WrOp, u32)]) -> (Vec<WcStatus>, [Nic<
             assert_eq!(a.slice(BASE, n), b.slice(BASE + half, n), "WRITE {len}");
         }
     }
-    (done.0.iter().map(|c| c.status).collect(), nics)
+    (done.0.iter().map(|c| c.status).collect(), (na, nb))
 }
 
 const OPS: [(WrOp, u32); 8] = [
@@ -108,10 +115,11 @@ fn writes_and_reads_cross_a_clean_link() {
     let (a, b) = mem_link([mac(0), mac(1)], 1500, 1_000);
     let (st, nics) = run(a, b, &OPS);
     assert!(st.iter().all(|s| *s == WcStatus::Success), "{st:?}");
-    let c = nics[0].counters();
+    let c = nics.0.counters();
     assert_eq!(c.tx_no_buffer + c.tx_buffer_too_small, 0);
+    assert_eq!(nics.0.engine().counters().tx_frames, c.tx_frames);
     assert_eq!(c.completions, OPS.len() as u64);
-    assert_eq!(nics[1].counters().rx_frames, c.tx_frames);
+    assert_eq!(nics.1.counters().rx_frames, c.tx_frames);
 }
 
 #[test]
@@ -130,13 +138,93 @@ fn writes_and_reads_cross_a_faulty_link_intact() {
     let b = FaultInjector::new(b, faults(2)).unwrap();
     let (st, nics) = run(a, b, &OPS);
     assert!(st.iter().all(|s| *s == WcStatus::Success), "{st:?}");
-    let fa = nics[0].port().counters();
-    let fb = nics[1].port().counters();
+    let fa = nics.0.port().counters();
+    let fb = nics.1.port().counters();
     assert!(fa.lost + fb.lost > 0 && fa.corrupted + fb.corrupted > 0);
     // Every corrupted frame that reached an engine was refused by it.
-    let refused: u64 = nics
+    let refused: u64 = [nics.0.engine(), nics.1.engine()]
         .iter()
-        .map(|n| n.engine().counters().wire_drops.iter().sum::<u64>())
+        .map(|e| e.counters().wire_drops.iter().sum::<u64>())
         .sum();
     assert_eq!(refused, fa.corrupted_delivered + fb.corrupted_delivered);
+}
+
+/// A port that has no buffers for its first `starve` frames.
+struct Starved<P> {
+    inner: P,
+    starve: u32,
+}
+
+impl<P: FramePort> FramePort for Starved<P> {
+    type Frame = P::Frame;
+    fn rx_burst(&mut self, now: u64, out: &mut Vec<P::Frame>, max: usize) -> usize {
+        self.inner.rx_burst(now, out, max)
+    }
+    fn tx_burst(&mut self, now: u64, frames: &mut Vec<P::Frame>) -> usize {
+        self.inner.tx_burst(now, frames)
+    }
+    fn alloc(&mut self) -> Option<P::Frame> {
+        if self.starve > 0 {
+            self.starve -= 1;
+            return None;
+        }
+        self.inner.alloc()
+    }
+    fn next_event(&self) -> Option<u64> {
+        self.inner.next_event()
+    }
+    fn mac(&self) -> MacAddr {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> u32 {
+        self.inner.mtu()
+    }
+    fn link_up(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_frame_without_a_buffer_is_counted_and_recovered() {
+    let (a, b) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let a = Starved {
+        inner: a,
+        starve: 3,
+    };
+    let b = Starved {
+        inner: b,
+        starve: 0,
+    };
+    let (st, nics) = run(a, b, &OPS[..4]);
+    assert!(st.iter().all(|s| *s == WcStatus::Success), "{st:?}");
+    // Every frame the engine built either left or is counted.
+    let c = nics.0.counters();
+    assert!(c.tx_no_buffer > 0);
+    assert_eq!(
+        nics.0.engine().counters().tx_frames,
+        c.tx_frames + c.tx_no_buffer
+    );
+    assert!(nics.0.engine().qp_counters(0x11).unwrap().retransmitted > 0);
+}
+
+#[test]
+fn the_tap_records_what_a_port_sends_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/tap.pcap");
+    let cap = nic::Capture::create(&path, u64::MAX).unwrap();
+    let (a, b) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let a = nic::Tap::new(a, Some(cap.clone()), Direction::Tx);
+    let (st, nics) = run(a, b, &OPS[..3]);
+    assert!(st.iter().all(|s| *s == WcStatus::Success));
+    let written = cap.lock().unwrap().finish().unwrap();
+    assert_eq!(written, nics.0.counters().tx_frames);
+    let mut r = nic::pcap::Reader::open(&path).unwrap();
+    let mut n = 0;
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        let p = transport::wire::Packet::parse(&rec.data).unwrap();
+        assert_eq!(p.repr.eth.src, mac(0));
+        n += 1;
+    }
+    assert_eq!(n, written);
 }
