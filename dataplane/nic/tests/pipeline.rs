@@ -31,13 +31,16 @@ fn ip(i: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, i + 1)
 }
 
+/// The two NICs of a run.
+type Nics<P, Q> = (Nic<P, VecMemory>, Nic<Q, VecMemory>);
+
 /// Runs `ops` over two NICs whose ports are `pa` and `pb`; returns the
 /// completions of A.
 fn run<P: FramePort, Q: FramePort>(
     pa: P,
     pb: Q,
     ops: &[(WrOp, u32)],
-) -> (Vec<WcStatus>, (Nic<P, VecMemory>, Nic<Q, VecMemory>)) {
+) -> (Vec<WcStatus>, Nics<P, Q>) {
     let (mut ea, ka, qa) = engine(0);
     let (mut eb, kb, qb) = engine(1);
     let p = ConnectParams {
