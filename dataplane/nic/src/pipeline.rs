@@ -197,19 +197,30 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 }
                 break;
             };
-            let engine = &mut self.engine;
-            match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
-                Ok(Some(_)) => self.tx.push(f),
-                Ok(None) => {
+            if f.capacity() >= self.max_frame {
+                // Built in place (an mbuf): no copy.
+                let engine = &mut self.engine;
+                match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
+                    Ok(Some(_)) => self.tx.push(f),
+                    Ok(None) => {
+                        self.spare = Some(f);
+                        break;
+                    }
+                    // Not reached (capacity checked); nothing was built.
+                    Err(_) => break,
+                }
+            } else {
+                // Built in the scratch buffer and copied into a buffer of
+                // the frame's size (a `Vec`; an mbuf of a pool sized for a
+                // smaller MTU is refused by `set` and counted).
+                let Some(n) = self.engine.poll_transmit(now, &mut self.scratch) else {
                     self.spare = Some(f);
                     break;
-                }
-                Err(_) => {
-                    if self.engine.poll_transmit(now, &mut self.scratch).is_some() {
-                        self.counters.tx_buffer_too_small += 1;
-                        continue;
-                    }
-                    break;
+                };
+                if f.set(&self.scratch[..n]) {
+                    self.tx.push(f);
+                } else {
+                    self.counters.tx_buffer_too_small += 1;
                 }
             }
             if self.tx.len() == room && room == self.burst {

@@ -13,6 +13,16 @@ use transport::wire::MacAddr;
 
 /// An owned frame buffer.
 pub trait Frame: AsRef<[u8]> + AsMut<[u8]> {
+    /// Bytes an empty frame of this buffer can hold without growing: the
+    /// pipeline builds a frame in place when it fits (an mbuf), else in a
+    /// scratch buffer that [`Frame::set`] copies (a `Vec` sized to the
+    /// frame).
+    fn capacity(&self) -> usize;
+
+    /// Makes the frame exactly `bytes`; false (frame unchanged) when they
+    /// do not fit.
+    fn set(&mut self, bytes: &[u8]) -> bool;
+
     /// Lets `build` write a frame into at least `max` bytes of room and
     /// makes the frame as long as `build` says. With nothing built (`None`)
     /// the frame stays empty, ready for reuse. Fails, building nothing,
@@ -33,6 +43,16 @@ pub struct TooSmall {
 }
 
 impl Frame for Vec<u8> {
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+
+    fn set(&mut self, bytes: &[u8]) -> bool {
+        self.clear();
+        self.extend_from_slice(bytes);
+        true
+    }
+
     fn build(
         &mut self,
         max: usize,
@@ -50,14 +70,7 @@ impl Frame for Vec<u8> {
 /// injected frames); `None` when the port has no buffer or it is too small.
 pub fn copy_frame<P: FramePort + ?Sized>(port: &mut P, bytes: &[u8]) -> Option<P::Frame> {
     let mut f = port.alloc()?;
-    let n = bytes.len();
-    match f.build(n, |b| {
-        b[..n].copy_from_slice(bytes);
-        Some(n)
-    }) {
-        Ok(Some(_)) => Some(f),
-        _ => None,
-    }
+    f.set(bytes).then_some(f)
 }
 
 /// Something that receives and transmits Ethernet frames.

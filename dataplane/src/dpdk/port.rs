@@ -374,6 +374,24 @@ impl TxHalf {
 }
 
 impl Frame for Mbuf {
+    fn capacity(&self) -> usize {
+        self.tailroom() + self.data().len()
+    }
+
+    fn set(&mut self, bytes: &[u8]) -> bool {
+        let len = self.data().len();
+        if bytes.len() > self.capacity() || !self.trim(len) {
+            return false;
+        }
+        match self.append(bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn build(
         &mut self,
         max: usize,
