@@ -279,29 +279,29 @@ impl Service {
         let now = self.clock.now_ns();
         let mut moved = false;
         for h in 0..self.hosts.len() {
-            let Host { nic, qps, .. } = &mut self.hosts[h];
-            let mut apps = Apps {
-                qps,
-                apps: &mut self.apps,
-                counters: &mut self.counters,
-                pending: &mut self.pending,
-            };
+            let (nic, mut apps) = self.host_apps(h);
             moved |= nic.poll(now, &mut apps);
             moved |= apps.drain_pending();
         }
         moved
     }
 
-    /// Routes the completions host `h`'s engine holds (outside a pass:
-    /// after the control path flushed QPs).
-    fn route_completions(&mut self, h: usize) {
+    /// Host `h`'s pipeline and the application side it serves.
+    fn host_apps(&mut self, h: usize) -> (&mut Nic<HostPort, AppMemory>, Apps<'_>) {
         let Host { nic, qps, .. } = &mut self.hosts[h];
-        let mut apps = Apps {
+        let apps = Apps {
             qps,
             apps: &mut self.apps,
             counters: &mut self.counters,
             pending: &mut self.pending,
         };
+        (nic, apps)
+    }
+
+    /// Routes the completions host `h`'s engine holds (outside a pass:
+    /// after the control path flushed QPs).
+    fn route_completions(&mut self, h: usize) {
+        let (nic, mut apps) = self.host_apps(h);
         apps.route(nic.engine_mut());
         apps.drain_pending();
     }
