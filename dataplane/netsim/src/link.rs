@@ -19,7 +19,8 @@ pub struct SimLink {
     rate_bps: u64,
     busy_until: u64,
     inbox: VecDeque<Vec<u8>>,
-    sent: Vec<(u64, Vec<u8>)>,
+    /// The frame put on the wire by the last TX burst (one at a time).
+    sent: Option<(u64, Vec<u8>)>,
 }
 
 impl SimLink {
@@ -30,7 +31,7 @@ impl SimLink {
             rate_bps,
             busy_until: 0,
             inbox: VecDeque::new(),
-            sent: Vec::new(),
+            sent: None,
         }
     }
 
@@ -39,10 +40,11 @@ impl SimLink {
         self.inbox.push_back(frame);
     }
 
-    /// The frames put on the wire since the last call, each with the time
-    /// its last bit left.
-    pub fn take_sent(&mut self) -> std::vec::Drain<'_, (u64, Vec<u8>)> {
-        self.sent.drain(..)
+    /// The frame put on the wire since the last call, with the time its
+    /// last bit leaves (the link serializes one frame at a time, and the
+    /// NIC builds one only when the link is free).
+    pub fn take_sent(&mut self) -> Option<(u64, Vec<u8>)> {
+        self.sent.take()
     }
 
     /// When the frame on the wire has left (the link is free from then).
@@ -65,12 +67,12 @@ impl FramePort for SimLink {
     }
 
     fn tx_burst(&mut self, now: u64, frames: &mut Vec<Vec<u8>>) -> usize {
-        if self.tx_ready(now) == 0 || frames.is_empty() {
+        if self.tx_ready(now) == 0 || frames.is_empty() || self.sent.is_some() {
             return 0;
         }
         let f = frames.remove(0);
         self.busy_until = now + serialization_ns(f.len(), self.rate_bps);
-        self.sent.push((self.busy_until, f));
+        self.sent = Some((self.busy_until, f));
         1
     }
 

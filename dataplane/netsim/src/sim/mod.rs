@@ -479,8 +479,7 @@ impl Simulator {
         let host = &mut self.hosts[h];
         host.nic.poll(now, &mut done);
         let (peer, delay) = (host.peer, host.delay_ns);
-        let sent: Vec<(u64, Vec<u8>)> = host.nic.port_mut().take_sent().collect();
-        for (left, frame) in sent {
+        if let Some((left, frame)) = host.nic.port_mut().take_sent() {
             self.host_tx_bytes += frame.len() as u64;
             let probe = RoceFrame::new_checked(&frame[..]).is_ok_and(|f| {
                 [Opcode::TlmRequest as u8, Opcode::TlmResponse as u8].contains(&f.opcode_raw())
