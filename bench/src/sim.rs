@@ -76,7 +76,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
     };
     let spec = ScenarioSpec::parse(&text).map_err(|e| format!("{source}: {e}"))?;
     let ccs: Vec<&str> = if args.cc == "all" {
-        vec!["hpcc", "hpcc-probe", "hpcc-rx", "dcqcn", "none"]
+        transport::rc::CcMode::NAMES.to_vec()
     } else {
         args.cc.split(',').map(str::trim).collect()
     };
