@@ -179,6 +179,14 @@ pub struct Checked {
 }
 
 const MTUS: &str = "not 256, 512, 1024, 2048 or 4096";
+/// Rates from 1 Mb/s to 10 Tb/s.
+const MIN_GBPS: f64 = 0.001;
+const MAX_GBPS: f64 = 10_000.0;
+/// Most memory one testbed host registers (it is allocated up front).
+const MAX_HOST_MEMORY: u64 = 1 << 33;
+/// Longest added latency of a fault injector, microseconds (frames wait
+/// in port buffers meanwhile).
+const MAX_DELAY_US: f64 = 1_000_000.0;
 /// Longest Unix socket path (sun_path holds 108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 /// Probe timeout and HPCC++ T of the service's engines (a testbed's RTT).
@@ -203,8 +211,12 @@ impl Ctx<'_> {
     }
 
     fn rate_bps(&self, key: &str, gbps: f64) -> Result<u64, ConfigError> {
-        if !(gbps.is_finite() && gbps > 0.0) {
-            return Err(self.bad(key, gbps, "a rate must be a positive number of Gb/s"));
+        if !(gbps.is_finite() && (MIN_GBPS..=MAX_GBPS).contains(&gbps)) {
+            return Err(self.bad(
+                key,
+                gbps,
+                format!("a rate is a number of Gb/s from {MIN_GBPS} to {MAX_GBPS}"),
+            ));
         }
         Ok((gbps * 1e9) as u64)
     }
@@ -212,6 +224,13 @@ impl Ctx<'_> {
     fn cc(&self, key: &str, name: &str, base_rtt_ns: u64) -> Result<CcMode, ConfigError> {
         CcMode::from_name(name, 3, base_rtt_ns)
             .map_err(|e| self.bad(key, format!("{name:?}"), e.to_string()))
+    }
+
+    fn at_most(&self, key: &str, v: u64, max: u64) -> Result<(), ConfigError> {
+        if v > max {
+            return Err(self.bad(key, v, format!("at most {max}")));
+        }
+        Ok(())
     }
 
     fn positive(&self, key: &str, v: u64) -> Result<(), ConfigError> {
@@ -310,6 +329,7 @@ impl Config {
                         "too small to hold a buffer",
                     ));
                 }
+                c.at_most("loopback.mem_bytes", l.mem_bytes as u64, MAX_HOST_MEMORY)?;
                 let half = l.mem_bytes / 2;
                 if let Some(&s) = l.sizes.iter().find(|&&s| s as usize > half) {
                     return Err(c.bad(
@@ -399,11 +419,11 @@ impl FaultsSection {
                 ))
             }
         };
-        if !(self.delay_us.is_finite() && self.delay_us >= 0.0) {
+        if !(self.delay_us.is_finite() && (0.0..=MAX_DELAY_US).contains(&self.delay_us)) {
             return Err(c.bad(
                 "loopback.faults.delay_us",
                 self.delay_us,
-                "a delay is not negative",
+                format!("a delay from 0 to {MAX_DELAY_US} us"),
             ));
         }
         let f = FaultConfig {
@@ -489,6 +509,25 @@ impl IncastSection {
         c.positive("incast.base_rtt_us", self.base_rtt_us)?;
         c.positive("incast.message_bytes", u64::from(self.message_bytes))?;
         c.positive("incast.depth", self.depth as u64)?;
+        let memory = u64::from(self.message_bytes).saturating_mul(self.depth as u64);
+        if memory > MAX_HOST_MEMORY {
+            return Err(c.bad(
+                "incast.depth",
+                self.depth,
+                format!(
+                    "message_bytes x depth = {memory} bytes per sender, at most {MAX_HOST_MEMORY}"
+                ),
+            ));
+        }
+        let mbufs = self.mbufs.unwrap_or(16383);
+        if mbufs < 64 {
+            return Err(c.bad(
+                "incast.mbufs",
+                mbufs,
+                "at least 64 (a burst each way and a cache)",
+            ));
+        }
+        c.at_most("incast.base_rtt_us", self.base_rtt_us, 1_000_000)?;
         if !(self.seconds.is_finite() && self.seconds > 0.0) {
             return Err(c.bad(
                 "incast.seconds",
@@ -509,7 +548,10 @@ impl IncastSection {
             c.bad(
                 "incast.base_rtt_us",
                 self.base_rtt_us,
-                format!("HPCC++ parameters: {e}"),
+                format!(
+                    "HPCC++ parameters with host_gbps = {} and mtu = {}: {e}",
+                    self.host_gbps, self.mtu
+                ),
             )
         })?;
         let mut runs = Vec::new();
@@ -533,7 +575,7 @@ impl IncastSection {
                         pmax: 0.2,
                     }),
                     name: format!("incast{k}"),
-                    mbufs: self.mbufs.unwrap_or(16383),
+                    mbufs,
                     tap: self
                         .tap
                         .as_ref()

@@ -46,6 +46,13 @@ impl PipePort {
     }
 }
 
+impl PipePort {
+    /// Frames waiting in the RX queue.
+    pub fn queued(&self) -> usize {
+        self.rx.len()
+    }
+}
+
 impl FramePort for PipePort {
     type Frame = Mbuf;
 
@@ -61,16 +68,23 @@ impl FramePort for PipePort {
         n
     }
 
-    /// Queues as many frames as the TX queue has room for (this thread is
-    /// its only producer, so the room seen stays available).
-    fn tx_burst(&mut self, now: u64, frames: &mut Vec<Mbuf>) -> usize {
-        let n = self.tx_ready(now).min(frames.len());
+    /// Queues frames from the front while the TX queue has room; what it
+    /// refuses stays in `frames`, in order.
+    fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
         let mut sent = 0;
-        for m in frames.drain(..n) {
-            // Fails only once the TX pipe has stopped (shutdown): the
-            // frame is freed with the error.
-            sent += usize::from(self.tx.try_send(m).is_ok());
+        let mut back = Vec::new();
+        let mut rest = frames.drain(..);
+        for m in rest.by_ref() {
+            match self.tx.try_send(m) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    back.push(e.into_inner());
+                    break;
+                }
+            }
         }
+        back.extend(rest);
+        frames.extend(back);
         sent
     }
 

@@ -173,6 +173,9 @@ pub struct Loopback {
     /// The lcore ids the RX and TX pipe threads of the last pipelined run
     /// registered as (they are DPDK lcores, with mempool caches).
     pub pipeline_lcores: Vec<u32>,
+    /// Frames the pipes freed when a pipelined run stopped (queued towards
+    /// the engines, or towards ports that no longer took them).
+    pub pipe_dropped: u64,
     mem_bytes: usize,
 }
 
@@ -283,6 +286,7 @@ impl Loopback {
             clock: TscClock::new(eal),
             capture,
             pipeline_lcores: Vec::new(),
+            pipe_dropped: 0,
             mem_bytes: cfg.mem_bytes,
         })
     }
@@ -347,7 +351,10 @@ impl Loopback {
         let hosts = &mut self.hosts;
         let lcores = std::sync::Mutex::new(Vec::new());
         let lcores = &lcores;
-        let (rx_halves, tx_halves) = std::thread::scope(|s| {
+        // Passes of the TX pipe without progress, after the stop, before it
+        // frees what the ports will not take (a link gone down).
+        const DRAIN_PASSES: u32 = 100_000;
+        let ((rx_halves, rx_dropped), (tx_halves, tx_dropped)) = std::thread::scope(|s| {
             let stop_rx = &stop;
             let rx = s.spawn(move || {
                 let lcore = LcoreGuard::register(pool);
@@ -355,17 +362,29 @@ impl Loopback {
                     lcores.lock().expect("lcores").push(g.lcore_id);
                 }
                 let mut got = Vec::with_capacity(crate::dpdk::port::BURST);
-                'run: while !stop_rx.load(Ordering::Relaxed) {
+                let mut dropped = 0u64;
+                while !stop_rx.load(Ordering::Relaxed) {
                     for (half, send) in rx_halves.iter_mut().zip(&rx_sends) {
                         half.rx_burst(&mut got);
-                        for m in got.drain(..) {
-                            if send.send(m).is_err() {
-                                break 'run;
+                        for mut m in got.drain(..) {
+                            // Waits for room (backpressure) until the stop.
+                            loop {
+                                match send.try_send(m) {
+                                    Ok(()) => break,
+                                    Err(e) if !stop_rx.load(Ordering::Relaxed) && e.is_full() => {
+                                        m = e.into_inner();
+                                        std::hint::spin_loop();
+                                    }
+                                    Err(_) => {
+                                        dropped += 1;
+                                        break;
+                                    }
+                                }
                             }
                         }
                     }
                 }
-                rx_halves
+                (rx_halves, dropped)
             });
             let stop_tx = &stop;
             let tx = s.spawn(move || {
@@ -374,7 +393,9 @@ impl Loopback {
                     lcores.lock().expect("lcores").push(g.lcore_id);
                 }
                 let mut out: Vec<Vec<Mbuf>> = tx_halves.iter().map(|_| Vec::new()).collect();
+                let mut stalled = 0u32;
                 loop {
+                    let mut progress = false;
                     for (i, recv) in tx_recvs.iter().enumerate() {
                         while out[i].len() < crate::dpdk::port::BURST {
                             let Ok(m) = recv.try_recv() else {
@@ -383,35 +404,62 @@ impl Loopback {
                             out[i].push(m);
                         }
                         if !out[i].is_empty() {
-                            tx_halves[i].tx_burst(&mut out[i]);
+                            progress |= tx_halves[i].tx_burst(&mut out[i]) > 0;
                         }
                     }
-                    if stop_tx.load(Ordering::Relaxed) && tx_recvs.iter().all(|r| r.is_empty()) {
-                        break;
+                    if stop_tx.load(Ordering::Relaxed) {
+                        let empty = tx_recvs.iter().all(|r| r.is_empty())
+                            && out.iter().all(|o| o.is_empty());
+                        stalled = if progress { 0 } else { stalled + 1 };
+                        if empty || stalled > DRAIN_PASSES {
+                            break;
+                        }
                     }
                 }
                 // Frames the ports never took are freed here (Drop).
-                tx_halves
+                let left = out.iter().map(|o| o.len() as u64).sum::<u64>()
+                    + tx_recvs.iter().map(|r| r.len() as u64).sum::<u64>();
+                (tx_halves, left)
             });
-            loop {
-                let now = clock.now_ns();
-                for h in hosts.iter_mut() {
-                    h.nic.poll(now, &mut h.cqes);
+            {
+                // Stops the pipes however this loop ends (a panicking app
+                // included), so that the scope can join them.
+                struct StopGuard<'a>(&'a AtomicBool);
+                impl Drop for StopGuard<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::Relaxed);
+                    }
                 }
-                if !app(hosts, now) {
-                    break;
+                let _stop = StopGuard(&stop);
+                loop {
+                    let now = clock.now_ns();
+                    for h in hosts.iter_mut() {
+                        h.nic.poll(now, &mut h.cqes);
+                    }
+                    if !app(hosts, now) {
+                        break;
+                    }
                 }
             }
-            stop.store(true, Ordering::Relaxed);
             (
                 rx.join().expect("RX pipe thread"),
                 tx.join().expect("TX pipe thread"),
             )
         });
         // Back to run-to-completion; frames still queued towards the
-        // engines are freed with the pipes.
+        // engines are freed with the pipes, and counted.
+        let queued: u64 = self
+            .hosts
+            .iter()
+            .map(|h| match link(h.nic.port()) {
+                DpdkLink::Pipe(p) => p.queued() as u64,
+                DpdkLink::Port(_) => 0,
+            })
+            .sum();
+        self.pipe_dropped += rx_dropped + tx_dropped + queued;
         for ((h, rx), tx) in self.hosts.iter_mut().zip(rx_halves).zip(tx_halves) {
-            *link_mut(h.nic.port_mut()) = DpdkLink::Port(rx.join(tx));
+            let port = rx.join(tx).expect("the halves of one port, split above");
+            *link_mut(h.nic.port_mut()) = DpdkLink::Port(port);
         }
         self.pipeline_lcores = lcores.lock().expect("lcores").clone();
     }

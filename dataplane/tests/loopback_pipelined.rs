@@ -82,7 +82,8 @@ fn main() {
     }
     assert_eq!(tb.tx_alloc_failures(), 0);
     assert_eq!(tb.mbufs_in_use(), 0, "no mbuf leaked");
+    let dropped = tb.pipe_dropped;
     drop(tb);
     drop(eal);
-    println!("loopback_pipelined: {verified} WRITEs and READs (0 B .. 1 MiB) verified over RX/engine/TX lcores {:?}, no mbuf leaked", l);
+    println!("loopback_pipelined: {verified} WRITEs and READs (0 B .. 1 MiB) verified over RX/engine/TX lcores {l:?}, no mbuf leaked, {dropped} frames freed by the pipes at the stop");
 }

@@ -80,6 +80,11 @@ impl FramePort for SimLink {
         Some(Vec::new())
     }
 
+    /// Frames waiting in the inbox are due now.
+    fn next_event(&self) -> Option<u64> {
+        (!self.inbox.is_empty()).then_some(0)
+    }
+
     /// One frame when the wire is free: frames are built when they can
     /// leave, as the NIC's TX pipe does.
     fn tx_ready(&self, now: u64) -> usize {

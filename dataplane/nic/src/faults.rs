@@ -168,7 +168,6 @@ impl<F> Ord for Held<F> {
 
 /// A port whose frames meet faults.
 pub struct FaultInjector<P: FramePort> {
-    inner: P,
     policy: Policy,
     direction: Direction,
     delay_ns: u64,
@@ -179,6 +178,8 @@ pub struct FaultInjector<P: FramePort> {
     scratch: Vec<P::Frame>,
     seq: u64,
     counters: FaultCounters,
+    // Last: held frames are freed before the port (and its pool).
+    inner: P,
 }
 
 impl<P: FramePort> FaultInjector<P> {
@@ -248,7 +249,7 @@ impl<P: FramePort> FaultInjector<P> {
     fn apply(&mut self, dir: Direction, now: u64, mut frame: P::Frame, rx: bool) {
         self.counters.frames += 1;
         let n = self.counters.frames - 1;
-        let mut at = now + self.delay_ns;
+        let mut at = now.saturating_add(self.delay_ns);
         let mut dup_at = None;
         let mut corrupted = false;
         match &mut self.policy {
@@ -266,11 +267,11 @@ impl<P: FramePort> FaultInjector<P> {
                 }
                 let span = cfg.reorder_ns.max(2);
                 if rng.gen_bool(cfg.reorder) {
-                    at += rng.gen_range(1..=span);
+                    at = at.saturating_add(rng.gen_range(1..=span));
                     self.counters.reordered += 1;
                 }
                 if rng.gen_bool(cfg.duplicate) {
-                    dup_at = Some(at + rng.gen_range(1..=span / 2));
+                    dup_at = Some(at.saturating_add(rng.gen_range(1..=span / 2)));
                 }
             }
             Policy::Script(script) => match script(dir, frame.as_ref(), n) {
@@ -281,7 +282,7 @@ impl<P: FramePort> FaultInjector<P> {
                 }
                 Fault::Duplicate => dup_at = Some(at),
                 Fault::Delay(ns) => {
-                    at += ns;
+                    at = at.saturating_add(ns);
                     self.counters.reordered += 1;
                 }
                 Fault::FlipBit { at: i, bit } => {

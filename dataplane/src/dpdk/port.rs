@@ -27,16 +27,19 @@ pub const BURST: usize = 32;
 type NotSync = PhantomData<Cell<()>>;
 
 /// The started device; stopped and closed when its last owner (the port
-/// or both its halves) is dropped.
+/// or both its halves) is dropped. It keeps the pool its RX queues fill
+/// from alive until then.
 #[derive(Debug)]
 struct Device {
     id: u16,
+    pool: Arc<Mempool>,
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: the port was started by us; stopping and closing it
-        // releases the mbufs its queues hold.
+        // releases the mbufs its queues hold, into `pool`, which is still
+        // alive (dropped after this).
         unsafe {
             dpdk_sys::rte_eth_dev_stop(self.id);
             dpdk_sys::rte_eth_dev_close(self.id);
@@ -49,7 +52,6 @@ impl Drop for Device {
 #[derive(Debug)]
 pub struct Port {
     dev: Arc<Device>,
-    pool: Arc<Mempool>,
     mac: MacAddr,
     mtu: u32,
     /// Frames the NIC flagged with a bad IPv4 checksum, dropped.
@@ -162,7 +164,10 @@ impl Port {
                 return Err(DpdkError::last(format!("start port {id}"), r));
             }
         }
-        let dev = Arc::new(Device { id });
+        let dev = Arc::new(Device {
+            id,
+            pool: pool.clone(),
+        });
         let mut mac = dpdk_sys::rte_ether_addr::default();
         let mut mtu = 0u16;
         // SAFETY: both are valid out-parameters for a started port.
@@ -172,7 +177,6 @@ impl Port {
         }
         Ok(Port {
             dev,
-            pool: pool.clone(),
             mac: MacAddr(mac.addr_bytes),
             mtu: u32::from(mtu),
             rx_bad_checksum: 0,
@@ -207,7 +211,7 @@ impl Port {
 
     /// The pool the port builds frames from.
     pub fn pool(&self) -> &Arc<Mempool> {
-        &self.pool
+        &self.dev.pool
     }
 
     /// Whether the link is up (virtual devices such as memif come up once
@@ -317,7 +321,7 @@ impl FramePort for Port {
     }
 
     fn alloc(&mut self) -> Option<Mbuf> {
-        self.pool.alloc()
+        self.dev.pool.alloc()
     }
 
     fn tx_ready(&self, _now: u64) -> usize {
@@ -352,9 +356,14 @@ impl RxHalf {
         rx_queues(p.id, p.queues, check, out, BURST, &mut p.rx_bad_checksum)
     }
 
-    /// The whole port again, once the TX pipe thread has returned its half.
-    pub fn join(self, _tx: TxHalf) -> Port {
-        self.port
+    /// The whole port again, once the TX pipe thread has returned its
+    /// half; the halves of two different ports are handed back apart.
+    pub fn join(self, tx: TxHalf) -> Result<Port, (RxHalf, TxHalf)> {
+        if Arc::ptr_eq(&self.port.dev, &tx._dev) {
+            Ok(self.port)
+        } else {
+            Err((self, tx))
+        }
     }
 }
 
