@@ -66,6 +66,8 @@ pub struct NicCounters {
     /// Frames lost because a port buffer was smaller than the longest
     /// frame (a misconfigured pool).
     pub tx_buffer_too_small: u64,
+    /// Completions handed to the host by `poll` (a host that drains the
+    /// engine itself, outside a pass, counts its own).
     pub completions: u64,
 }
 
