@@ -765,6 +765,29 @@ fn opcode_sequence_and_qp_access_are_checked() {
 }
 
 #[test]
+fn zero_length_write_and_read_do_not_check_the_r_key_c9_88() {
+    let mut p = Pair::new(Setup::default());
+    for (id, op) in [(1, WrOp::Write), (2, WrOp::Read)] {
+        let mut wr = p.wr(id, op, 0, 0, 0);
+        wr.rkey ^= 0x100; // no such region: a zero-length request reaches no memory
+        wr.remote_va = 0xdead_0000;
+        p.post(wr);
+    }
+    p.run(10_000_000);
+    let c = p.completions_a();
+    assert_eq!(
+        c.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [WcStatus::Success; 2]
+    );
+    // One byte with the same key is refused.
+    let mut wr = p.wr(3, WrOp::Write, 0, 0, 1);
+    wr.rkey ^= 0x100;
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
 fn bad_rkey_out_of_bounds_and_missing_access_give_rem_access_err_with_memory_untouched() {
     // A region registered without remote write beside the main one.
     for case in 0..3 {

@@ -514,10 +514,7 @@ impl Qp {
         }
         let mrs = mrs.pd(self.pd);
         if let Some(r) = self.resp.peek_response() {
-            if mrs
-                .check_remote(r.rkey, r.va, u64::from(r.len), false)
-                .is_err()
-            {
+            if !super::responder::remote_ok(mrs, r.rkey, r.va, u64::from(r.len), false) {
                 self.resp.refuse_read(r.psn);
                 self.counters.naks_sent[2] += 1;
                 return Err(WcStatus::WrFlushErr);

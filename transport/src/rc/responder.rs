@@ -22,6 +22,13 @@ pub const NAK_PSN_SEQ: u8 = 0x60;
 pub const NAK_INVALID_REQUEST: u8 = 0x61;
 pub const NAK_REMOTE_ACCESS: u8 = 0x62;
 
+/// Whether a request may reach `[va, va + len)` of the region `rkey` names:
+/// R_Key, bounds and access right. A zero-length RDMA WRITE or READ
+/// reaches no memory, and its R_Key is not checked (IBA C9-88).
+pub(crate) fn remote_ok(mrs: MrView<'_>, rkey: u32, va: u64, len: u64, write: bool) -> bool {
+    len == 0 || mrs.check_remote(rkey, va, len, write).is_ok()
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WriteCtx {
     va: u64,
@@ -233,7 +240,7 @@ impl Responder {
             if len > MAX_DMA_LEN {
                 return self.fatal(psn, NAK_INVALID_REQUEST);
             }
-            if mrs.check_remote(reth.r_key, reth.va, len, false).is_err() {
+            if !remote_ok(mrs, reth.r_key, reth.va, len, false) {
                 return self.fatal(psn, NAK_REMOTE_ACCESS);
             }
             self.msn = (self.msn + 1) & 0x00FF_FFFF;
@@ -280,7 +287,7 @@ impl Responder {
                 if !ok {
                     return self.fatal(psn, NAK_INVALID_REQUEST);
                 }
-                if mrs.check_remote(reth.r_key, reth.va, total, true).is_err() {
+                if !remote_ok(mrs, reth.r_key, reth.va, total, true) {
                     return self.fatal(psn, NAK_REMOTE_ACCESS);
                 }
                 if !only {
@@ -358,10 +365,7 @@ impl Responder {
         {
             return Verdict::Ignored;
         }
-        if mrs
-            .check_remote(m.rkey, reth.va, u64::from(reth.dma_len), false)
-            .is_err()
-        {
+        if !remote_ok(mrs, m.rkey, reth.va, u64::from(reth.dma_len), false) {
             return Verdict::Ignored;
         }
         // Replace any queued responses of the same READ by the replay.
