@@ -597,6 +597,26 @@ fn psn_greater_than_epsn_gets_one_nak_per_episode_then_silence() {
 }
 
 #[test]
+fn a_duplicate_write_is_acknowledged_whatever_its_ack_req() {
+    let mut p = Pair::new(Setup::default());
+    let reth = Some(RethRepr {
+        va: MR_BASE,
+        r_key: p.b.mr.rkey,
+        dma_len: 4,
+    });
+    let first = p.frame_to_b(Opcode::RdmaWriteOnly, 100, false, reth, &[1, 1, 1, 1]);
+    p.b.nic.engine_mut().handle_packet(0, &first);
+    assert!(p.drain_b().is_empty(), "no AckReq, no ACK yet");
+    p.b.nic.engine_mut().handle_packet(0, &first); // the same, again
+    let out = p.drain_b();
+    assert!(!out.is_empty(), "the duplicate is acknowledged");
+    assert!(out.iter().all(|o| o.0 == Opcode::Acknowledge
+        && o.1 == 100
+        && o.2.map(|a| a.syndrome) == Some(0x1f)));
+    assert_eq!(p.b_bytes(0, 4), [1, 1, 1, 1]);
+}
+
+#[test]
 fn duplicates_are_re_acked_and_never_re_applied() {
     let mut p = Pair::new(Setup::default());
     let reth = Some(RethRepr {

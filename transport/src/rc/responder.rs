@@ -337,15 +337,14 @@ impl Responder {
         Verdict::Fatal(syndrome)
     }
 
-    /// A request below ePSN: WRITEs are re-ACKed (when they ask for it),
-    /// READs inside a remembered READ are replayed from memory.
+    /// A request below ePSN: WRITEs are re-ACKed whatever their AckReq
+    /// bit (the requester retransmits because an ACK went missing, as rxe
+    /// answers), READs inside a remembered READ are replayed from memory.
     fn duplicate(&mut self, p: &Packet<'_>, mrs: MrView<'_>) -> Verdict {
         let psn = p.repr.bth.psn;
         if p.repr.bth.opcode != Opcode::RdmaReadRequest {
-            if p.repr.bth.ack_req {
-                self.ack_now(psn_add(self.epsn, 0xFF_FFFF));
-                self.ack_twice = true;
-            }
+            self.ack_now(psn_add(self.epsn, 0xFF_FFFF));
+            self.ack_twice = true;
             return Verdict::Duplicate;
         }
         let Some(m) = self.memos.iter().copied().find(|m| {
