@@ -149,6 +149,40 @@ fn receiver_based_mode_sends_cc_notify_and_the_sender_adopts_it() {
 }
 
 #[test]
+fn a_receiver_answers_ce_marked_frames_with_cnps_in_every_cc_mode() {
+    for mode in [
+        CcMode::None,
+        CcMode::HpccInband { maxhop: 3 },
+        CcMode::HpccProbe {
+            maxhop: 3,
+            timeout_ns: 15_000,
+        },
+        CcMode::RxHpcc { maxhop: 3 },
+        CcMode::Dcqcn,
+    ] {
+        let mut p = Pair::new(setup(mode));
+        p.set_hook(Box::new(|dir, k, _| {
+            if dir == Dir::AtoB && !k.payload.is_empty() {
+                Fate::MarkCe
+            } else {
+                Fate::Deliver
+            }
+        }));
+        for i in 0..3 {
+            let wr = p.wr(i, WrOp::Write, 0, 0, 4096);
+            p.post(wr);
+        }
+        p.run(10_000_000);
+        let c = p.completions_a();
+        assert!(c.iter().all(|c| c.status == WcStatus::Success), "{mode:?}");
+        let b = p.b.nic.engine_mut().qp_counters(p.b.qpn).unwrap();
+        let a = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+        assert!(b.cnps_sent >= 1, "{mode:?}: no CNP");
+        assert_eq!(a.cnps_received, b.cnps_sent, "{mode:?}");
+    }
+}
+
+#[test]
 fn dcqcn_ce_marks_bring_cnps_and_a_lower_rate() {
     let mut p = Pair::new(setup(CcMode::Dcqcn));
     p.set_hook(Box::new(|dir, k, _| {

@@ -429,7 +429,10 @@ impl Qp {
                 _ => {}
             }
         }
-        if self.mode == CcMode::Dcqcn && p.repr.ip.ecn == 3 && self.cnp.on_ce(now) {
+        // CE-marked frames are answered with CNPs whatever this QP's own
+        // congestion control: the peer's may be DCQCN (a standard RoCE
+        // NIC's is).
+        if p.repr.ip.ecn == 3 && self.cnp.on_ce(now) {
             self.pending_cnp = true;
         }
     }
