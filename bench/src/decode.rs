@@ -94,8 +94,18 @@ fn describe(s: &mut String, p: &Packet<'_>) {
             x.va, x.r_key, x.dma_len
         );
     }
+    if let Some(x) = r.atomic {
+        let _ = write!(
+            s,
+            " atomic.va={:#x} atomic.rkey={:#x} atomic.swap_add={:#x} atomic.compare={:#x}",
+            x.va, x.r_key, x.swap_add, x.compare
+        );
+    }
     if let Some(imm) = r.imm {
         let _ = write!(s, " imm={imm:#010x}");
+    }
+    if let Some(k) = r.ieth {
+        let _ = write!(s, " ieth.rkey={k:#010x}");
     }
     if let Some(a) = r.aeth {
         let kind = match a.decoded() {
@@ -109,6 +119,9 @@ fn describe(s: &mut String, p: &Packet<'_>) {
             " aeth.syndrome={:#04x} aeth.kind={kind} aeth.msn={}",
             a.syndrome, a.msn
         );
+    }
+    if let Some(orig) = r.atomic_ack {
+        let _ = write!(s, " atomic_ack.orig={orig:#x}");
     }
     if let Some(x) = r.probe {
         let _ = write!(

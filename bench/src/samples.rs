@@ -5,8 +5,8 @@
 use std::net::Ipv4Addr;
 
 use transport::wire::{
-    AethRepr, EthernetRepr, HopRecord, MacAddr, NotifyRepr, Opcode, PacketRepr, ProbeRepr,
-    RethRepr, TlmRepr,
+    AethRepr, AtomicEthRepr, EthernetRepr, HopRecord, MacAddr, NotifyRepr, Opcode, PacketRepr,
+    ProbeRepr, RethRepr, TlmRepr,
 };
 
 /// Host A (requester) and host B (responder).
@@ -92,7 +92,8 @@ fn stack(nhop: u8, maxhop: u8, echo: bool) -> TlmRepr {
     t
 }
 
-/// One frame of each standard IBA opcode (SEND, WRITE, READ, ACK, CNP).
+/// One frame of each standard IBA opcode (SEND, WRITE, READ, ACK, CNP,
+/// atomics, SEND with invalidate).
 pub fn standard() -> Vec<Sample> {
     use Opcode::*;
     let va = 0x7f3a_0000_1000;
@@ -180,6 +181,49 @@ pub fn standard() -> Vec<Sample> {
     let mut cnp = packet(Cnp, false, 0);
     cnp.bth.becn = true;
     add(cnp, 0);
+    let atomic = |swap_add, compare| {
+        Some(AtomicEthRepr {
+            va: va + 0x40000,
+            r_key: 0x0000_1a2b,
+            swap_add,
+            compare,
+        })
+    };
+    add(
+        PacketRepr {
+            atomic: atomic(0x0102_0304_0506_0708, 0x1111),
+            ..data(CompareSwap, 122, true)
+        },
+        0,
+    );
+    add(
+        PacketRepr {
+            atomic: atomic(5, 0),
+            ..data(FetchAdd, 123, true)
+        },
+        0,
+    );
+    add(
+        PacketRepr {
+            atomic_ack: Some(0x1111),
+            ..resp(AtomicAcknowledge, 122, 0x1f, 13)
+        },
+        0,
+    );
+    add(
+        PacketRepr {
+            ieth: Some(0x0000_1a2b),
+            ..data(SendLastWithInvalidate, 124, true)
+        },
+        33,
+    );
+    add(
+        PacketRepr {
+            ieth: Some(0x0000_3c4d),
+            ..data(SendOnlyWithInvalidate, 125, true)
+        },
+        8,
+    );
     v
 }
 

@@ -24,7 +24,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     );
     let demo = String::from_utf8(out.stdout).unwrap();
     assert!(
-        demo.contains("frames=28 roce=27 icrc_bad=1 errors=1"),
+        demo.contains("frames=33 roce=32 icrc_bad=1 errors=1"),
         "{demo}"
     );
 
@@ -32,19 +32,23 @@ fn demo_writes_a_pcap_that_decode_reads() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 29);
+    assert_eq!(lines.len(), 34);
     for name in [
         "RDMA_WRITE_ONLY",
         "RDMA_READ_REQUEST",
         "ACKNOWLEDGE",
         "CNP",
+        "COMPARE_SWAP",
+        "FETCH_ADD",
+        "ATOMIC_ACKNOWLEDGE",
+        "SEND_ONLY_WITH_INVALIDATE",
         "TLM_REQUEST",
         "TLM_RESPONSE",
         "CC_NOTIFY",
     ] {
         assert!(text.contains(&format!(" op={name} ")), "{name} missing");
     }
-    assert_eq!(lines[28], "frames=28 roce=27 icrc_bad=1 errors=1");
+    assert_eq!(lines[33], "frames=33 roce=32 icrc_bad=1 errors=1");
 }
 
 #[test]
@@ -79,9 +83,9 @@ fn decode_reports_a_truncated_file_after_the_frames_it_read() {
     assert!(!out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.ends_with("frames=27 roce=27 icrc_bad=1 errors=0\n"),
+        text.ends_with("frames=32 roce=32 icrc_bad=1 errors=0\n"),
         "{text}"
     );
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("record 28"), "{err}");
+    assert!(err.contains("record 33"), "{err}");
 }

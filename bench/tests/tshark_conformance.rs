@@ -54,6 +54,10 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
         "infiniband.aeth.syndrome",
         "infiniband.aeth.msn",
         "infiniband.immdt",
+        "infiniband.atomiceth.swapdt",
+        "infiniband.atomiceth.cmpdt",
+        "infiniband.atomicacketh.origremdt",
+        "infiniband.ieth",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-r")
@@ -83,12 +87,11 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
         assert_eq!(int(v[1]), u64::from(r.bth.dest_qp), "DestQP of {op}");
         assert_eq!(int(v[2]), u64::from(r.bth.psn), "PSN of {op}");
         assert_eq!(int(v[3]), u64::from(r.bth.ack_req), "AckReq of {op}");
-        assert_eq!(opt(v[4]), r.reth.map(|x| x.va), "RETH VA of {op}");
-        assert_eq!(
-            opt(v[5]),
-            r.reth.map(|x| u64::from(x.r_key)),
-            "R_Key of {op}"
-        );
+        // Wireshark shows AtomicETH's VA and R_Key in RETH's fields.
+        let va = r.reth.map(|x| x.va).or(r.atomic.map(|x| x.va));
+        assert_eq!(opt(v[4]), va, "RETH/AtomicETH VA of {op}");
+        let r_key = r.reth.map(|x| x.r_key).or(r.atomic.map(|x| x.r_key));
+        assert_eq!(opt(v[5]), r_key.map(u64::from), "R_Key of {op}");
         assert_eq!(
             opt(v[6]),
             r.reth.map(|x| u64::from(x.dma_len)),
@@ -103,5 +106,11 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
         let imm = v[9].split(',').next().unwrap_or("").trim();
         let imm = (!imm.is_empty()).then(|| u64::from_str_radix(imm, 16).unwrap());
         assert_eq!(imm, r.imm.map(u64::from), "ImmDt of {op}");
+        assert_eq!(opt(v[10]), r.atomic.map(|x| x.swap_add), "swap/add of {op}");
+        assert_eq!(opt(v[11]), r.atomic.map(|x| x.compare), "compare of {op}");
+        assert_eq!(opt(v[12]), r.atomic_ack, "original value of {op}");
+        let ieth = v[13].split(',').next().unwrap_or("").trim();
+        let ieth = (!ieth.is_empty()).then(|| u64::from_str_radix(ieth, 16).unwrap());
+        assert_eq!(ieth, r.ieth.map(u64::from), "IETH of {op}");
     }
 }

@@ -5,8 +5,8 @@
 use std::net::Ipv4Addr;
 
 use transport::wire::{
-    AethRepr, ErrorKind, EthernetRepr, HopRecord, Layer, MacAddr, NotifyRepr, Opcode, Packet,
-    PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, WireError,
+    AethRepr, AtomicEthRepr, ErrorKind, EthernetRepr, HopRecord, Layer, MacAddr, NotifyRepr,
+    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, WireError,
 };
 
 const CX4_CNP: &str = "e41d2dab2bc2 7cfe90643b32 0800 \
@@ -44,8 +44,22 @@ fn sample(op: Opcode, tlm_slots: u8) -> PacketRepr {
             dma_len: 70_000,
         });
     }
+    if l.atomic_eth {
+        r.atomic = Some(AtomicEthRepr {
+            va: 0x7f00_dead_beef_0008,
+            r_key: 0x1234_5678,
+            swap_add: 0x0102_0304_0506_0708,
+            compare: u64::MAX - 1,
+        });
+    }
     if l.immdt {
         r.imm = Some(0xcafe_f00d);
+    }
+    if l.ieth {
+        r.ieth = Some(0x8765_4321);
+    }
+    if l.atomic_ack_eth {
+        r.atomic_ack = Some(0xfeed_face_0000_0001);
     }
     if l.aeth {
         r.aeth = Some(AethRepr {

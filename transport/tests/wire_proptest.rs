@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 use transport::wire::{
-    AethRepr, BthRepr, EthernetRepr, HopRecord, Ipv4Repr, MacAddr, NotifyRepr, Opcode, Packet,
-    PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr,
+    AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, HopRecord, Ipv4Repr, MacAddr, NotifyRepr,
+    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -165,8 +165,16 @@ fn frame() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
                         tlm_opt
                     },
                     reth: l.reth.then_some(e.0),
+                    atomic: l.atomic_eth.then_some(AtomicEthRepr {
+                        va: e.0.va,
+                        r_key: e.0.r_key,
+                        swap_add: u64::from(e.1) << 7 | u64::from(e.0.dma_len),
+                        compare: !e.0.va,
+                    }),
                     imm: l.immdt.then_some(e.1),
+                    ieth: l.ieth.then_some(e.1 ^ 0x5a5a_5a5a),
                     aeth: l.aeth.then_some(e.2),
+                    atomic_ack: l.atomic_ack_eth.then_some(e.0.va.rotate_left(13)),
                     probe: l.probe.then_some(e.3),
                     notify: l.notify.then_some(e.4),
                 };

@@ -31,7 +31,12 @@ impl Bytes<'_> {
         Some(b)
     }
     fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes([self.u8()?, self.u8()?, self.u8()?, self.u8()?]))
+        Some(u32::from_le_bytes([
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+        ]))
     }
     fn take(&mut self, n: usize) -> &[u8] {
         let n = n.min(self.0.len());
@@ -82,7 +87,12 @@ fuzz_target!(|data: &[u8]| {
         ..ConnectParams::new(mtu)
     };
     for (i, (mac, ip)) in [(mb, ib), (ma, ia)].into_iter().enumerate() {
-        let peer = Endpoint { qpn: q[1 - i], psn: 0xFF_FFF0, mac, ip };
+        let peer = Endpoint {
+            qpn: q[1 - i],
+            psn: 0xFF_FFF0,
+            mac,
+            ip,
+        };
         e[i].connect_to(q[i], 0xFF_FFF0, &peer, &params).unwrap();
     }
     let fates: Fates = Rc::new(RefCell::new(VecDeque::new()));
@@ -147,15 +157,40 @@ fuzz_target!(|data: &[u8]| {
                 if l.reth {
                     r.reth = Some(RethRepr {
                         va: BASE + u64::from(input.u32().unwrap_or(0) % (2 * SIZE as u32)),
-                        r_key: if psn & 2 == 0 { keys[side].rkey } else { input.u32().unwrap_or(0) },
+                        r_key: if psn & 2 == 0 {
+                            keys[side].rkey
+                        } else {
+                            input.u32().unwrap_or(0)
+                        },
                         dma_len: input.u32().unwrap_or(0) % 20_000,
                     });
                 }
                 if l.aeth {
-                    r.aeth = Some(AethRepr { syndrome: input.u8().unwrap_or(0), msn: psn >> 8 });
+                    r.aeth = Some(AethRepr {
+                        syndrome: input.u8().unwrap_or(0),
+                        msn: psn >> 8,
+                    });
                 }
                 if l.immdt {
                     r.imm = Some(psn);
+                }
+                if l.ieth {
+                    r.ieth = Some(keys[side].rkey);
+                }
+                if l.atomic_eth {
+                    r.atomic = Some(transport::wire::AtomicEthRepr {
+                        va: BASE + u64::from(input.u32().unwrap_or(0) % (SIZE as u32 / 8)) * 8,
+                        r_key: if psn & 2 == 0 {
+                            keys[side].rkey
+                        } else {
+                            input.u32().unwrap_or(0)
+                        },
+                        swap_add: u64::from(input.u32().unwrap_or(0)),
+                        compare: 0,
+                    });
+                }
+                if l.atomic_ack_eth {
+                    r.atomic_ack = Some(u64::from(psn));
                 }
                 if l.probe {
                     r.probe = Some(Default::default());
@@ -166,7 +201,11 @@ fuzz_target!(|data: &[u8]| {
                 if l.tlm_required {
                     r.tlm = Some(transport::wire::TlmRepr::empty(2));
                 }
-                let n = if l.payload { usize::from(input.u8().unwrap_or(0)) * 8 } else { 0 };
+                let n = if l.payload {
+                    usize::from(input.u8().unwrap_or(0)) * 8
+                } else {
+                    0
+                };
                 let payload = vec![0xA5u8; n];
                 let mut f = vec![0u8; r.frame_len(n)];
                 if r.emit(&payload, &mut f).is_ok() {
@@ -196,8 +235,15 @@ fuzz_target!(|data: &[u8]| {
         for s in 0..2 {
             let _ = nics[s].next_wakeup(now);
             for c in cqes[s].0.drain(..) {
-                assert!(posted.contains(&(s, c.wr_id)), "completion for a WR never posted");
-                assert!(completed.insert((s, c.wr_id)), "WR {} completed twice", c.wr_id);
+                assert!(
+                    posted.contains(&(s, c.wr_id)),
+                    "completion for a WR never posted"
+                );
+                assert!(
+                    completed.insert((s, c.wr_id)),
+                    "WR {} completed twice",
+                    c.wr_id
+                );
             }
         }
     }

@@ -22,7 +22,13 @@ fuzz_target!(|data: &[u8]| {
         match sq.pop(&seg) {
             Ok(Some(w)) => {
                 let _ = w.to_wr();
-                let _ = cq.push(&seg, &Cqe { wr_id: w.wr_id, ..bytemuck::Zeroable::zeroed() });
+                let _ = cq.push(
+                    &seg,
+                    &Cqe {
+                        wr_id: w.wr_id,
+                        ..bytemuck::Zeroable::zeroed()
+                    },
+                );
             }
             Ok(None) | Err(_) => break,
         }

@@ -1,4 +1,6 @@
-//! Immediate Data Extended Transport Header (4 bytes).
+//! The 4-byte extension headers: Immediate Data (ImmDt) and the
+//! Invalidate ETH (IETH, the R_Key a SEND_WITH_INVALIDATE names). Both are
+//! one big-endian `u32`.
 
 use super::bytes::{check_len, get_u32, set_u32};
 use super::{Layer, WireError};
@@ -14,7 +16,12 @@ pub struct ImmDt<T> {
 
 impl<T: AsRef<[u8]>> ImmDt<T> {
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        check_len(buffer.as_ref(), HEADER_LEN, Layer::ImmDt)?;
+        Self::new_checked_as(buffer, Layer::ImmDt)
+    }
+
+    /// A view of the 4-byte header `layer` (ImmDt or IETH).
+    pub fn new_checked_as(buffer: T, layer: Layer) -> Result<Self, WireError> {
+        check_len(buffer.as_ref(), HEADER_LEN, layer)?;
         Ok(ImmDt { buffer })
     }
 

@@ -12,6 +12,7 @@
 mod bytes;
 
 pub mod aeth;
+pub mod atomic;
 pub mod bth;
 pub mod cnp;
 mod error;
@@ -28,6 +29,7 @@ pub mod tlm;
 pub mod udp;
 
 pub use aeth::{Aeth, AethRepr, NakCode, Syndrome};
+pub use atomic::{AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
 pub use cnp::Cnp;
 pub use error::{ErrorKind, Layer, WireError};

@@ -23,6 +23,11 @@ pub enum Opcode {
     RdmaReadResponseLast = 0x0F,
     RdmaReadResponseOnly = 0x10,
     Acknowledge = 0x11,
+    AtomicAcknowledge = 0x12,
+    CompareSwap = 0x13,
+    FetchAdd = 0x14,
+    SendLastWithInvalidate = 0x16,
+    SendOnlyWithInvalidate = 0x17,
     Cnp = 0x81,
     TlmRequest = 0xC0,
     TlmResponse = 0xC1,
@@ -30,12 +35,16 @@ pub enum Opcode {
 }
 
 /// Which headers follow BTH (and TLM) for an opcode, in wire order:
-/// RETH, ImmDt, AETH, PROBE, NOTIFY, CNP reserved bytes, then payload.
+/// RETH, AtomicETH, ImmDt or IETH, AETH, AtomicAckETH, PROBE, NOTIFY, CNP
+/// reserved bytes, then payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     pub reth: bool,
+    pub atomic_eth: bool,
     pub immdt: bool,
+    pub ieth: bool,
     pub aeth: bool,
+    pub atomic_ack_eth: bool,
     pub probe: bool,
     pub notify: bool,
     pub cnp: bool,
@@ -48,8 +57,11 @@ pub struct Layout {
 
 const NONE: Layout = Layout {
     reth: false,
+    atomic_eth: false,
     immdt: false,
+    ieth: false,
     aeth: false,
+    atomic_ack_eth: false,
     probe: false,
     notify: false,
     cnp: false,
@@ -59,7 +71,7 @@ const NONE: Layout = Layout {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 22] = [
+    pub const ALL: [Opcode; 27] = [
         Opcode::SendFirst,
         Opcode::SendMiddle,
         Opcode::SendLast,
@@ -78,6 +90,11 @@ impl Opcode {
         Opcode::RdmaReadResponseLast,
         Opcode::RdmaReadResponseOnly,
         Opcode::Acknowledge,
+        Opcode::AtomicAcknowledge,
+        Opcode::CompareSwap,
+        Opcode::FetchAdd,
+        Opcode::SendLastWithInvalidate,
+        Opcode::SendOnlyWithInvalidate,
         Opcode::Cnp,
         Opcode::TlmRequest,
         Opcode::TlmResponse,
@@ -105,6 +122,11 @@ impl Opcode {
             0x0F => Opcode::RdmaReadResponseLast,
             0x10 => Opcode::RdmaReadResponseOnly,
             0x11 => Opcode::Acknowledge,
+            0x12 => Opcode::AtomicAcknowledge,
+            0x13 => Opcode::CompareSwap,
+            0x14 => Opcode::FetchAdd,
+            0x16 => Opcode::SendLastWithInvalidate,
+            0x17 => Opcode::SendOnlyWithInvalidate,
             0x81 => Opcode::Cnp,
             0xC0 => Opcode::TlmRequest,
             0xC1 => Opcode::TlmResponse,
@@ -140,6 +162,11 @@ impl Opcode {
             Opcode::RdmaReadResponseLast => "RDMA_READ_RESPONSE_LAST",
             Opcode::RdmaReadResponseOnly => "RDMA_READ_RESPONSE_ONLY",
             Opcode::Acknowledge => "ACKNOWLEDGE",
+            Opcode::AtomicAcknowledge => "ATOMIC_ACKNOWLEDGE",
+            Opcode::CompareSwap => "COMPARE_SWAP",
+            Opcode::FetchAdd => "FETCH_ADD",
+            Opcode::SendLastWithInvalidate => "SEND_LAST_WITH_INVALIDATE",
+            Opcode::SendOnlyWithInvalidate => "SEND_ONLY_WITH_INVALIDATE",
             Opcode::Cnp => "CNP",
             Opcode::TlmRequest => "TLM_REQUEST",
             Opcode::TlmResponse => "TLM_RESPONSE",
@@ -181,6 +208,19 @@ impl Opcode {
                 ..payload
             },
             Acknowledge => Layout { aeth: true, ..NONE },
+            AtomicAcknowledge => Layout {
+                aeth: true,
+                atomic_ack_eth: true,
+                ..NONE
+            },
+            CompareSwap | FetchAdd => Layout {
+                atomic_eth: true,
+                ..NONE
+            },
+            SendLastWithInvalidate | SendOnlyWithInvalidate => Layout {
+                ieth: true,
+                ..payload
+            },
             Cnp => Layout { cnp: true, ..NONE },
             TlmRequest | TlmResponse => Layout {
                 probe: true,
@@ -193,6 +233,17 @@ impl Opcode {
                 ..NONE
             },
         }
+    }
+
+    /// A request the responder executes (SEND, WRITE, READ request,
+    /// atomic), as opposed to a response or a control packet.
+    pub const fn is_request(self) -> bool {
+        (self as u8) <= 0x0C
+            || matches!(self, Opcode::CompareSwap | Opcode::FetchAdd)
+            || matches!(
+                self,
+                Opcode::SendLastWithInvalidate | Opcode::SendOnlyWithInvalidate
+            )
     }
 
     /// Is this one of the standard IBA opcodes (everything but the telemetry
@@ -242,7 +293,19 @@ mod tests {
             .filter(|o| o.layout().aeth)
             .map(|o| o.as_u8())
             .collect();
-        assert_eq!(with_aeth, [0x0D, 0x0F, 0x10, 0x11]);
+        assert_eq!(with_aeth, [0x0D, 0x0F, 0x10, 0x11, 0x12]);
+        let with_atomic: Vec<u8> = Opcode::ALL
+            .iter()
+            .filter(|o| o.layout().atomic_eth)
+            .map(|o| o.as_u8())
+            .collect();
+        assert_eq!(with_atomic, [0x13, 0x14]);
+        let with_ieth: Vec<u8> = Opcode::ALL
+            .iter()
+            .filter(|o| o.layout().ieth)
+            .map(|o| o.as_u8())
+            .collect();
+        assert_eq!(with_ieth, [0x16, 0x17]);
         let with_imm: Vec<u8> = Opcode::ALL
             .iter()
             .filter(|o| o.layout().immdt)

@@ -7,9 +7,10 @@
 //! as `bad_icrc` rather than by whatever field the corruption hit.
 
 use super::{
-    aeth, bth, cnp, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr, Bth, BthRepr,
-    Cnp, EthernetFrame, EthernetRepr, ImmDt, Ipv4Packet, Ipv4Repr, Layer, Notify, NotifyRepr,
-    Opcode, Probe, ProbeRepr, Reth, RethRepr, Tlm, TlmRepr, UdpPacket, UdpRepr, WireError,
+    aeth, atomic, bth, cnp, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr,
+    AtomicEth, AtomicEthRepr, Bth, BthRepr, Cnp, EthernetFrame, EthernetRepr, ImmDt, Ipv4Packet,
+    Ipv4Repr, Layer, Notify, NotifyRepr, Opcode, Probe, ProbeRepr, Reth, RethRepr, Tlm, TlmRepr,
+    UdpPacket, UdpRepr, WireError,
 };
 
 /// Bytes of Ethernet + IPv4 + UDP in front of BTH in frames we emit.
@@ -26,8 +27,13 @@ pub struct PacketRepr {
     pub bth: BthRepr,
     pub tlm: Option<TlmRepr>,
     pub reth: Option<RethRepr>,
+    pub atomic: Option<AtomicEthRepr>,
     pub imm: Option<u32>,
+    /// IETH: the R_Key a SEND_WITH_INVALIDATE invalidates.
+    pub ieth: Option<u32>,
     pub aeth: Option<AethRepr>,
+    /// AtomicAckETH: the original value at the atomic's address.
+    pub atomic_ack: Option<u64>,
     pub probe: Option<ProbeRepr>,
     pub notify: Option<NotifyRepr>,
 }
@@ -106,8 +112,22 @@ impl<'a> Packet<'a> {
         } else {
             None
         };
+        let atomic = if layout.atomic_eth {
+            let r = AtomicEthRepr::parse(&AtomicEth::new_checked(&body[at..])?);
+            at += atomic::ATOMIC_ETH_LEN;
+            Some(r)
+        } else {
+            None
+        };
         let imm = if layout.immdt {
             let v = ImmDt::new_checked(&body[at..])?.imm();
+            at += immdt::HEADER_LEN;
+            Some(v)
+        } else {
+            None
+        };
+        let ieth = if layout.ieth {
+            let v = ImmDt::new_checked_as(&body[at..], Layer::Ieth)?.imm();
             at += immdt::HEADER_LEN;
             Some(v)
         } else {
@@ -117,6 +137,13 @@ impl<'a> Packet<'a> {
             let r = AethRepr::parse(&Aeth::new_checked(&body[at..])?);
             at += aeth::HEADER_LEN;
             Some(r)
+        } else {
+            None
+        };
+        let atomic_ack = if layout.atomic_ack_eth {
+            let v = atomic::parse_ack(&body[at..])?;
+            at += atomic::ATOMIC_ACK_ETH_LEN;
+            Some(v)
         } else {
             None
         };
@@ -161,8 +188,11 @@ impl<'a> Packet<'a> {
                 bth,
                 tlm,
                 reth,
+                atomic,
                 imm,
+                ieth,
                 aeth,
+                atomic_ack,
                 probe,
                 notify,
             },
@@ -193,8 +223,11 @@ impl PacketRepr {
             bth: BthRepr::new(opcode, dest_qp, psn),
             tlm: None,
             reth: None,
+            atomic: None,
             imm: None,
+            ieth: None,
             aeth: None,
+            atomic_ack: None,
             probe: None,
             notify: None,
         }
@@ -206,8 +239,10 @@ impl PacketRepr {
         bth::HEADER_LEN
             + self.tlm.map_or(0, |t| t.block_len())
             + usize::from(l.reth) * reth::HEADER_LEN
-            + usize::from(l.immdt) * immdt::HEADER_LEN
+            + usize::from(l.atomic_eth) * atomic::ATOMIC_ETH_LEN
+            + usize::from(l.immdt || l.ieth) * immdt::HEADER_LEN
             + usize::from(l.aeth) * aeth::HEADER_LEN
+            + usize::from(l.atomic_ack_eth) * atomic::ATOMIC_ACK_ETH_LEN
             + usize::from(l.probe) * probe::BLOCK_LEN
             + usize::from(l.notify) * probe::BLOCK_LEN
             + usize::from(l.cnp) * cnp::BODY_LEN
@@ -228,8 +263,11 @@ impl PacketRepr {
         let op = self.bth.opcode;
         let l = op.layout();
         if l.reth != self.reth.is_some()
+            || l.atomic_eth != self.atomic.is_some()
             || l.immdt != self.imm.is_some()
+            || l.ieth != self.ieth.is_some()
             || l.aeth != self.aeth.is_some()
+            || l.atomic_ack_eth != self.atomic_ack.is_some()
             || l.probe != self.probe.is_some()
             || l.notify != self.notify.is_some()
         {
@@ -293,13 +331,21 @@ impl PacketRepr {
             r.emit(&mut frame[at..]);
             at += reth::HEADER_LEN;
         }
-        if let Some(v) = self.imm {
+        if let Some(r) = &self.atomic {
+            r.emit(&mut frame[at..]);
+            at += atomic::ATOMIC_ETH_LEN;
+        }
+        if let Some(v) = self.imm.or(self.ieth) {
             immdt::emit(v, &mut frame[at..]);
             at += immdt::HEADER_LEN;
         }
         if let Some(r) = &self.aeth {
             r.emit(&mut frame[at..]);
             at += aeth::HEADER_LEN;
+        }
+        if let Some(v) = self.atomic_ack {
+            atomic::emit_ack(v, &mut frame[at..]);
+            at += atomic::ATOMIC_ACK_ETH_LEN;
         }
         if let Some(r) = &self.probe {
             r.emit(&mut frame[at..]);
