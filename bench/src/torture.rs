@@ -18,7 +18,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus, WrOp,
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, Sge, WcStatus, WrOp,
 };
 use transport::wire::MacAddr;
 
@@ -339,16 +339,13 @@ pub fn run(
             });
             slot_busy[s] = true;
             slot_last[s] = Some(id);
-            let wr = SendWr {
-                wr_id: id,
-                op: if read { WrOp::Read } else { WrOp::Write },
+            let local = Sge {
                 lkey: a.mr.lkey,
-                local_va: addr,
+                va: addr,
                 len,
-                rkey: b.mr.rkey,
-                remote_va: addr,
-                signaled: true,
             };
+            let op = if read { WrOp::Read } else { WrOp::Write };
+            let wr = SendWr::new(id, op, local, b.mr.rkey, addr);
             if a.nic.engine_mut().post_send(a.qpns[qp], wr, now).is_err() {
                 ops[id as usize].state = OpState::Failed;
                 slot_busy[s] = false;

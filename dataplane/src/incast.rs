@@ -15,8 +15,8 @@ use nic::{Completions, FramePort, Nic};
 use pacer::HpccSettings;
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus,
-    WrOp,
+    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, Sge,
+    WcStatus, WrOp,
 };
 use transport::wire::{MacAddr, RoceFrame};
 
@@ -118,16 +118,12 @@ impl nic::Host<VecMemory> for Writer {
         let mut posted = false;
         while self.outstanding < self.depth {
             let slot = self.outstanding as u64 * u64::from(self.message_bytes);
-            let wr = SendWr {
-                wr_id: 0,
-                op: WrOp::Write,
+            let local = Sge {
                 lkey: self.lkey,
-                local_va: MEM + slot,
+                va: MEM + slot,
                 len: self.message_bytes,
-                rkey: self.rkey,
-                remote_va: MEM,
-                signaled: true,
             };
+            let wr = SendWr::new(0, WrOp::Write, local, self.rkey, MEM);
             if engine.post_send(self.qpn, wr, now).is_err() {
                 break;
             }

@@ -20,7 +20,8 @@ use nic::{
 };
 use transport::mr::{Access, MrError, MrKeys, VecMemory};
 use transport::rc::{
-    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, RcError, SendWr, WcStatus, WrOp,
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, Qpn, RcError, SendWr, Sge, WcStatus,
+    WrOp,
 };
 use transport::wire::MacAddr;
 
@@ -494,16 +495,18 @@ impl Loopback {
         for (k, b) in mem.iter_mut().enumerate() {
             *b = (k as u8).wrapping_mul(7) ^ seed;
         }
-        let wr = SendWr {
-            wr_id: u64::from(seed),
-            op,
+        let buf = Sge {
             lkey: self.hosts[0].mr.lkey,
-            local_va: MEM_BASE + local,
+            va: MEM_BASE + local,
             len,
-            rkey: self.hosts[1].mr.rkey,
-            remote_va: MEM_BASE + remote,
-            signaled: true,
         };
+        let wr = SendWr::new(
+            u64::from(seed),
+            op,
+            buf,
+            self.hosts[1].mr.rkey,
+            MEM_BASE + remote,
+        );
         let (qpn, now) = (self.hosts[0].qpn, self.now());
         self.hosts[0].engine_mut().post_send(qpn, wr, now)?;
         let c = loop {

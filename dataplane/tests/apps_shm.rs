@@ -223,9 +223,11 @@ fn garbage(a: &Args) {
         rkey,
         len,
         imm: 0,
+        compare: 0,
+        swap_add: 0,
         opcode: op,
         flags: transport::abi::WQE_SIGNALED,
-        _reserved: [0; 22],
+        _reserved: [0; 6],
     };
     use transport::abi::wqe_op::{RDMA_READ, RDMA_WRITE};
     let mine = mr1.remote();

@@ -6,7 +6,7 @@
 mod loopback_util;
 
 use dataplane::testbed::{Loopback, LoopbackConfig, OpPlan, MEM_BASE};
-use transport::rc::{SendWr, WcStatus, WrOp};
+use transport::rc::{SendWr, Sge, WcStatus, WrOp};
 
 fn main() {
     let eal = loopback_util::eal("loopback-pipe", &[]);
@@ -35,16 +35,12 @@ fn main() {
             {
                 *b = (k as u8).wrapping_mul(3) ^ next as u8;
             }
-            let wr = SendWr {
-                wr_id: next as u64,
-                op,
+            let buf = Sge {
                 lkey: hosts[0].mr.lkey,
-                local_va: MEM_BASE + local,
+                va: MEM_BASE + local,
                 len,
-                rkey: hosts[1].mr.rkey,
-                remote_va: MEM_BASE + remote,
-                signaled: true,
             };
+            let wr = SendWr::new(next as u64, op, buf, hosts[1].mr.rkey, MEM_BASE + remote);
             let q = hosts[0].qpn;
             hosts[0].engine_mut().post_send(q, wr, now).expect("post");
             posted = true;

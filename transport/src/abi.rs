@@ -23,10 +23,10 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::rc::{SendWr, WcOpcode, WcStatus, WrOp};
+use crate::rc::{SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp};
 
 /// Version of this layout; the control protocol refuses another.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Cache line size the ring header separates indices by.
 pub const CACHE_LINE: usize = 64;
@@ -36,13 +36,20 @@ pub mod wqe_op {
     pub const RDMA_WRITE: u8 = 1;
     pub const RDMA_WRITE_WITH_IMM: u8 = 2;
     pub const RDMA_READ: u8 = 3;
+    pub const SEND: u8 = 4;
+    pub const SEND_WITH_IMM: u8 = 5;
+    pub const ATOMIC_CMP_AND_SWP: u8 = 6;
+    pub const ATOMIC_FETCH_AND_ADD: u8 = 7;
 }
 
 /// WQE flag: report a successful completion (errors always are).
 pub const WQE_SIGNALED: u8 = 1;
+/// WQE flag: wait for earlier READs and atomics (IBV_SEND_FENCE).
+pub const WQE_FENCE: u8 = 2;
 
-/// A send work queue entry, 64 bytes. Addresses are the device's virtual
-/// addresses of registered memory (what a memory region's `va` says).
+/// A send work queue entry, 64 bytes, with one local buffer. Addresses are
+/// the device's virtual addresses of registered memory (what a memory
+/// region's `va` says).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
 pub struct Wqe {
@@ -52,10 +59,15 @@ pub struct Wqe {
     pub lkey: u32,
     pub rkey: u32,
     pub len: u32,
+    /// SEND/WRITE with immediate: the value posted.
     pub imm: u32,
+    /// CMP_SWAP: the value compared with.
+    pub compare: u64,
+    /// CMP_SWAP: the value swapped in; FETCH_ADD: the addend.
+    pub swap_add: u64,
     pub opcode: u8,
     pub flags: u8,
-    pub _reserved: [u8; 22],
+    pub _reserved: [u8; 6],
 }
 
 /// Why a WQE read from shared memory cannot be posted.
@@ -65,28 +77,42 @@ pub enum WqeError {
     UnknownOpcode(u8),
     #[error("unknown WQE flags {0:#04x}")]
     UnknownFlags(u8),
+    #[error("the WQE has {0} scatter/gather entries; this ABI carries one")]
+    TooManySges(usize),
 }
 
 impl Wqe {
-    /// The WQE of a work request.
-    pub fn from_wr(wr: &SendWr) -> Wqe {
-        let (opcode, imm) = match wr.op {
-            WrOp::Write => (wqe_op::RDMA_WRITE, 0),
-            WrOp::WriteImm(imm) => (wqe_op::RDMA_WRITE_WITH_IMM, imm),
-            WrOp::Read => (wqe_op::RDMA_READ, 0),
+    /// The WQE of a work request with at most one local buffer.
+    pub fn from_wr(wr: &SendWr) -> Result<Wqe, WqeError> {
+        let (opcode, imm, compare, swap_add) = match wr.op {
+            WrOp::Write => (wqe_op::RDMA_WRITE, 0, 0, 0),
+            WrOp::WriteImm(imm) => (wqe_op::RDMA_WRITE_WITH_IMM, imm, 0, 0),
+            WrOp::Read => (wqe_op::RDMA_READ, 0, 0, 0),
+            WrOp::Send => (wqe_op::SEND, 0, 0, 0),
+            WrOp::SendImm(imm) => (wqe_op::SEND_WITH_IMM, imm, 0, 0),
+            WrOp::CmpSwap { compare, swap } => (wqe_op::ATOMIC_CMP_AND_SWP, 0, compare, swap),
+            WrOp::FetchAdd { add } => (wqe_op::ATOMIC_FETCH_AND_ADD, 0, 0, add),
         };
-        Wqe {
-            wr_id: wr.wr_id,
-            local_va: wr.local_va,
-            remote_va: wr.remote_va,
-            lkey: wr.lkey,
-            rkey: wr.rkey,
-            len: wr.len,
-            imm,
-            opcode,
-            flags: if wr.signaled { WQE_SIGNALED } else { 0 },
-            _reserved: [0; 22],
+        let sges = wr.sg.as_slice();
+        if sges.len() > 1 {
+            return Err(WqeError::TooManySges(sges.len()));
         }
+        let local = sges.first().copied().unwrap_or_default();
+        Ok(Wqe {
+            wr_id: wr.wr_id,
+            local_va: local.va,
+            remote_va: wr.remote_va,
+            lkey: local.lkey,
+            rkey: wr.rkey,
+            len: local.len,
+            imm,
+            compare,
+            swap_add,
+            opcode,
+            flags: if wr.signaled { WQE_SIGNALED } else { 0 }
+                | if wr.fence { WQE_FENCE } else { 0 },
+            _reserved: [0; 6],
+        })
     }
 
     /// The work request this WQE describes, if it is well formed.
@@ -95,20 +121,35 @@ impl Wqe {
             wqe_op::RDMA_WRITE => WrOp::Write,
             wqe_op::RDMA_WRITE_WITH_IMM => WrOp::WriteImm(self.imm),
             wqe_op::RDMA_READ => WrOp::Read,
+            wqe_op::SEND => WrOp::Send,
+            wqe_op::SEND_WITH_IMM => WrOp::SendImm(self.imm),
+            wqe_op::ATOMIC_CMP_AND_SWP => WrOp::CmpSwap {
+                compare: self.compare,
+                swap: self.swap_add,
+            },
+            wqe_op::ATOMIC_FETCH_AND_ADD => WrOp::FetchAdd { add: self.swap_add },
             other => return Err(WqeError::UnknownOpcode(other)),
         };
-        if self.flags & !WQE_SIGNALED != 0 {
+        if self.flags & !(WQE_SIGNALED | WQE_FENCE) != 0 {
             return Err(WqeError::UnknownFlags(self.flags));
         }
+        let sg = if self.len == 0 {
+            SgList::EMPTY
+        } else {
+            SgList::one(Sge {
+                lkey: self.lkey,
+                va: self.local_va,
+                len: self.len,
+            })
+        };
         Ok(SendWr {
             wr_id: self.wr_id,
             op,
-            lkey: self.lkey,
-            local_va: self.local_va,
-            len: self.len,
+            sg,
             rkey: self.rkey,
             remote_va: self.remote_va,
             signaled: self.flags & WQE_SIGNALED != 0,
+            fence: self.flags & WQE_FENCE != 0,
         })
     }
 }
@@ -122,10 +163,18 @@ pub struct Cqe {
     pub byte_len: u32,
     /// [`status_code`] of a [`WcStatus`].
     pub status: u8,
-    /// 1 = RDMA WRITE, 2 = RDMA READ.
+    /// [`opcode_code`] of a [`WcOpcode`] (ibverbs' `ibv_wc_opcode`).
     pub opcode: u8,
-    pub _reserved: [u8; 14],
+    /// [`CQE_WITH_IMM`]: `imm` holds immediate data.
+    pub flags: u8,
+    pub _pad: u8,
+    /// The immediate value the sender posted.
+    pub imm: u32,
+    pub _reserved: [u8; 8],
 }
+
+/// CQE flag: the completion carries immediate data.
+pub const CQE_WITH_IMM: u8 = 1;
 
 const STATUSES: [WcStatus; 10] = [
     WcStatus::Success,
@@ -150,6 +199,27 @@ pub fn status_from_code(c: u8) -> Option<WcStatus> {
     STATUSES.get(usize::from(c)).copied()
 }
 
+/// Completion opcodes and their `ibv_wc_opcode` values.
+const OPCODES: [(WcOpcode, u8); 7] = [
+    (WcOpcode::Send, 0),
+    (WcOpcode::RdmaWrite, 1),
+    (WcOpcode::RdmaRead, 2),
+    (WcOpcode::CompSwap, 3),
+    (WcOpcode::FetchAdd, 4),
+    (WcOpcode::Recv, 128),
+    (WcOpcode::RecvRdmaWithImm, 129),
+];
+
+/// The ABI code of a completion opcode: its `ibv_wc_opcode` value.
+pub fn opcode_code(o: WcOpcode) -> u8 {
+    OPCODES.iter().find(|x| x.0 == o).map_or(1, |x| x.1)
+}
+
+/// The completion opcode of an ABI code.
+pub fn opcode_from_code(c: u8) -> Option<WcOpcode> {
+    OPCODES.iter().find(|x| x.1 == c).map(|x| x.0)
+}
+
 impl Cqe {
     pub fn from_rc(c: &crate::rc::Cqe) -> Cqe {
         Cqe {
@@ -157,11 +227,11 @@ impl Cqe {
             qpn: c.qpn,
             byte_len: c.byte_len,
             status: status_code(c.status),
-            opcode: match c.opcode {
-                WcOpcode::RdmaWrite => 1,
-                WcOpcode::RdmaRead => 2,
-            },
-            _reserved: [0; 14],
+            opcode: opcode_code(c.opcode),
+            flags: if c.imm.is_some() { CQE_WITH_IMM } else { 0 },
+            _pad: 0,
+            imm: c.imm.unwrap_or(0),
+            _reserved: [0; 8],
         }
     }
 
@@ -172,12 +242,9 @@ impl Cqe {
             wr_id: self.wr_id,
             qpn: self.qpn,
             status: status_from_code(self.status).unwrap_or(WcStatus::WrFlushErr),
-            opcode: if self.opcode == 2 {
-                WcOpcode::RdmaRead
-            } else {
-                WcOpcode::RdmaWrite
-            },
+            opcode: opcode_from_code(self.opcode).unwrap_or(WcOpcode::RdmaWrite),
             byte_len: self.byte_len,
+            imm: (self.flags & CQE_WITH_IMM != 0).then_some(self.imm),
         }
     }
 }
@@ -550,23 +617,48 @@ mod tests {
 
     #[test]
     fn wqe_round_trips_and_bad_opcodes_are_named() {
-        let wr = SendWr {
-            wr_id: 9,
-            op: WrOp::WriteImm(0xdead),
+        let local = crate::rc::Sge {
             lkey: 1,
-            local_va: 2,
-            len: 3,
-            rkey: 4,
-            remote_va: 5,
-            signaled: true,
+            va: 2,
+            len: 8,
         };
-        assert_eq!(Wqe::from_wr(&wr).to_wr(), Ok(wr));
-        let mut w = Wqe::from_wr(&wr);
+        for op in [
+            WrOp::Write,
+            WrOp::WriteImm(0xdead),
+            WrOp::Read,
+            WrOp::Send,
+            WrOp::SendImm(7),
+            WrOp::CmpSwap {
+                compare: 1 << 40,
+                swap: 3,
+            },
+            WrOp::FetchAdd { add: u64::MAX },
+        ] {
+            let mut wr = SendWr::new(9, op, local, 4, 5);
+            wr.fence = true;
+            assert_eq!(Wqe::from_wr(&wr).unwrap().to_wr(), Ok(wr));
+        }
+        let wr = SendWr::new(9, WrOp::Write, local, 4, 5);
+        let mut w = Wqe::from_wr(&wr).unwrap();
         w.opcode = 77;
         assert_eq!(w.to_wr(), Err(WqeError::UnknownOpcode(77)));
         w.opcode = wqe_op::RDMA_READ;
         w.flags = 0x80;
         assert_eq!(w.to_wr(), Err(WqeError::UnknownFlags(0x80)));
+        let two = SendWr {
+            sg: crate::rc::SgList::new(&[local, local]).unwrap(),
+            ..wr
+        };
+        assert_eq!(Wqe::from_wr(&two), Err(WqeError::TooManySges(2)));
+    }
+
+    #[test]
+    fn every_completion_opcode_has_its_ibverbs_code() {
+        for (o, code) in OPCODES {
+            assert_eq!(opcode_code(o), code);
+            assert_eq!(opcode_from_code(code), Some(o));
+        }
+        assert_eq!(opcode_from_code(5), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub struct Access {
     pub local_write: bool,
     pub remote_write: bool,
     pub remote_read: bool,
+    pub remote_atomic: bool,
 }
 
 impl Access {
@@ -20,6 +21,7 @@ impl Access {
         local_write: true,
         remote_write: true,
         remote_read: true,
+        remote_atomic: true,
     };
 }
 
@@ -206,6 +208,17 @@ impl MrView<'_> {
         Ok(())
     }
 
+    /// Checks a remote atomic on the 8 bytes at `va`: R_Key, bounds and
+    /// the remote-atomic right (alignment is the responder's check).
+    pub fn check_remote_atomic(&self, rkey: u32, va: u64) -> Result<(), MrError> {
+        let r = self.find(rkey, true)?;
+        Self::bounds(&r, va, 8)?;
+        if !r.access.remote_atomic {
+            return Err(MrError::AccessDenied("remote atomic"));
+        }
+        Ok(())
+    }
+
     /// Checks a remote access (R_Key, bounds, right) by the responder.
     pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
         let r = self.find(rkey, true)?;
@@ -227,6 +240,43 @@ pub trait Memory {
     fn read(&self, va: u64, dst: &mut [u8]);
     /// Copies `src` to `va` (empty `src`: no-op, any `va`).
     fn write(&mut self, va: u64, src: &[u8]);
+    /// Runs `op` on the 8-byte value (host byte order) at `va`, 8-byte
+    /// aligned, and returns the value it held before. The engine runs every
+    /// atomic of its QPs one at a time; memory another agent may change at
+    /// once (shared with applications) overrides this with a hardware
+    /// atomic.
+    fn atomic(&mut self, va: u64, op: AtomicOp) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(va, &mut b);
+        let old = u64::from_ne_bytes(b);
+        self.write(va, &op.apply(old).to_ne_bytes());
+        old
+    }
+}
+
+/// An 8-byte atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Write `swap` if the value equals `compare`.
+    CmpSwap { compare: u64, swap: u64 },
+    /// Add `add` (wrapping).
+    FetchAdd { add: u64 },
+}
+
+impl AtomicOp {
+    /// The new value of `old`.
+    pub const fn apply(self, old: u64) -> u64 {
+        match self {
+            AtomicOp::CmpSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+        }
+    }
 }
 
 /// Memory made of `Vec`s, one per region, for tests and the simulator.

@@ -72,6 +72,8 @@ fn segmentation_uses_first_middle_last_and_only() {
     p.post(wr);
     let wr = p.wr(2, WrOp::WriteImm(7), 0, 0, 10);
     p.post(wr);
+    let rwr = p.recv_wr(9, 0, 0);
+    p.post_recv_b(rwr);
     p.run(1_000_000_000);
     let ops: Vec<Opcode> = p.ops(Dir::AtoB);
     assert_eq!(

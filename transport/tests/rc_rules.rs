@@ -138,6 +138,7 @@ fn posting_to_a_qp_not_in_rts_is_an_immediate_error() {
                         dest_ip: rc_util::IP_B,
                         rq_psn: 0,
                         max_dest_rd_atomic: 1,
+                        min_rnr_timer: 12,
                     },
                 )
                 .unwrap(),
@@ -178,6 +179,7 @@ fn states_go_reset_init_rtr_rts_and_attributes_are_checked() {
         dest_ip: rc_util::IP_B,
         rq_psn: 0,
         max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
     };
     let err = e.modify_to_rtr(q, rtr).unwrap_err();
     assert_eq!(
@@ -775,6 +777,7 @@ fn opcode_sequence_and_qp_access_are_checked() {
         access_b: QpAccess {
             remote_write: false,
             remote_read: true,
+            remote_atomic: true,
         },
         ..Setup::default()
     });

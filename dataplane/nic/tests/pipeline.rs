@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use nic::{mem_link, Completions, Direction, FaultConfig, FaultInjector, FramePort, Nic};
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, WcStatus, WrOp,
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WcStatus, WrOp,
 };
 use transport::wire::MacAddr;
 
@@ -66,16 +66,17 @@ fn run<P: FramePort, Q: FramePort>(
     let mut done = Completions::default();
     let mut now = 0;
     for (i, &(op, len)) in ops.iter().enumerate() {
-        let wr = SendWr {
-            wr_id: i as u64,
-            op,
-            lkey: ka.lkey,
-            local_va: if op == WrOp::Read { BASE + half } else { BASE },
-            len,
-            rkey: kb.rkey,
-            remote_va: if op == WrOp::Read { BASE } else { BASE + half },
-            signaled: true,
+        let (local, remote) = if op == WrOp::Read {
+            (BASE + half, BASE)
+        } else {
+            (BASE, BASE + half)
         };
+        let buf = Sge {
+            lkey: ka.lkey,
+            va: local,
+            len,
+        };
+        let wr = SendWr::new(i as u64, op, buf, kb.rkey, remote);
         na.engine_mut().post_send(qa, wr, now).unwrap();
         loop {
             na.poll(now, &mut done);

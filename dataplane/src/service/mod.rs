@@ -426,12 +426,11 @@ impl nic::Host<AppMemory> for Apps<'_> {
                         wr_id: wqe.wr_id,
                         qpn,
                         status: st,
-                        opcode: if wqe.opcode == abi::wqe_op::RDMA_READ {
-                            WcOpcode::RdmaRead
-                        } else {
-                            WcOpcode::RdmaWrite
-                        },
+                        opcode: wqe
+                            .to_wr()
+                            .map_or(WcOpcode::RdmaWrite, |w| w.op.wc_opcode()),
                         byte_len: 0,
+                        imm: None,
                     };
                     errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
                 }

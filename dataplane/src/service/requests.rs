@@ -10,7 +10,7 @@ use std::sync::Arc;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
 use transport::mr::Access;
-use transport::rc::{PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{ConnectParams, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
 use verbs::proto::{
     DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
 };
@@ -264,6 +264,8 @@ impl Service {
                 local_write: access.local_write,
                 remote_write: access.remote_write,
                 remote_read: access.remote_read,
+                // The control protocol does not carry the atomic right yet.
+                remote_atomic: false,
             },
         );
         let a = self.app(conn);
@@ -428,6 +430,7 @@ impl Service {
                 QpAccess {
                     remote_write,
                     remote_read,
+                    remote_atomic: false,
                 },
             ),
             Modify::Rtr {
@@ -463,6 +466,7 @@ impl Service {
                         dest_ip,
                         rq_psn,
                         max_dest_rd_atomic,
+                        min_rnr_timer: ConnectParams::new(path_mtu).min_rnr_timer,
                     },
                 )
             }

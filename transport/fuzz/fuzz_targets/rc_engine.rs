@@ -16,7 +16,9 @@ use std::rc::Rc;
 use libfuzzer_sys::fuzz_target;
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, VecMemory};
-use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, WrOp};
+use transport::rc::{
+    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, RecvWr, SendWr, SgList, Sge, WrOp,
+};
 use transport::wire::{AethRepr, MacAddr, Opcode, PacketRepr, RethRepr};
 
 const BASE: u64 = 0x1_0000;
@@ -118,17 +120,75 @@ fuzz_target!(|data: &[u8]| {
             0 | 1 => {
                 let len = input.u32().unwrap_or(0) % 9000;
                 let off = u64::from(input.u32().unwrap_or(0) % (SIZE as u32));
-                let wr = SendWr {
-                    wr_id: next_id,
-                    op: if op & 1 == 0 { WrOp::Write } else { WrOp::Read },
+                let buf = Sge {
                     lkey: keys[side].lkey ^ u32::from(op & 0x40 != 0),
-                    local_va: BASE + off,
+                    va: BASE + off,
                     len,
-                    rkey: keys[1 - side].rkey,
-                    remote_va: BASE + u64::from(input.u32().unwrap_or(0) % (SIZE as u32)),
+                };
+                let rva = BASE + u64::from(input.u32().unwrap_or(0) % (SIZE as u32));
+                let kind = if op & 1 == 0 { WrOp::Write } else { WrOp::Read };
+                let wr = SendWr {
                     signaled: op & 0x20 == 0,
+                    ..SendWr::new(next_id, kind, buf, keys[1 - side].rkey, rva)
                 };
                 if nics[side].engine_mut().post_send(q[side], wr, now).is_ok() {
+                    posted.insert((side, next_id));
+                }
+                next_id += 1;
+            }
+            9 => {
+                // SEND, SEND/WRITE with immediate or an atomic, over up to
+                // three local buffers, maybe fenced.
+                let k = input.u8().unwrap_or(0);
+                let rva = BASE + u64::from(input.u32().unwrap_or(0) % (SIZE as u32));
+                let kind = match k % 5 {
+                    0 => WrOp::Send,
+                    1 => WrOp::SendImm(u32::from(k)),
+                    2 => WrOp::WriteImm(u32::from(k)),
+                    3 => WrOp::CmpSwap {
+                        compare: 0,
+                        swap: u64::from(k),
+                    },
+                    _ => WrOp::FetchAdd { add: 1 },
+                };
+                let mut sges = Vec::new();
+                for _ in 0..1 + (k >> 3) % 3 {
+                    let off = u64::from(input.u32().unwrap_or(0) % (SIZE as u32));
+                    let len = if kind.is_atomic() {
+                        8
+                    } else {
+                        input.u32().unwrap_or(0) % 3000
+                    };
+                    sges.push(Sge {
+                        lkey: keys[side].lkey,
+                        va: BASE + off,
+                        len,
+                    });
+                }
+                let Ok(sg) = SgList::new(&sges) else { continue };
+                let wr = SendWr {
+                    sg,
+                    fence: k & 0x40 != 0,
+                    signaled: k & 0x80 == 0,
+                    ..SendWr::new(next_id, kind, sges[0], keys[1 - side].rkey, rva)
+                };
+                if nics[side].engine_mut().post_send(q[side], wr, now).is_ok() {
+                    posted.insert((side, next_id));
+                }
+                next_id += 1;
+            }
+            10 => {
+                let off = u64::from(input.u32().unwrap_or(0) % (SIZE as u32));
+                let len = input.u32().unwrap_or(0) % 5000;
+                let wr = RecvWr {
+                    wr_id: next_id,
+                    sg: SgList::one(Sge {
+                        lkey: keys[side].lkey,
+                        va: BASE + off,
+                        len,
+                    }),
+                };
+                if nics[side].engine_mut().post_recv(q[side], wr).is_ok() {
                     posted.insert((side, next_id));
                 }
                 next_id += 1;

@@ -16,6 +16,8 @@ pub struct QpCounters {
     /// NAKs received, by code.
     pub naks_received: [u64; 4],
     pub rnr_naks_received: u64,
+    /// RNR NAKs sent: a SEND or WRITE with immediate found no receive WQE.
+    pub rnr_naks_sent: u64,
     /// Local ACK timeouts.
     pub timeouts: u64,
     /// Duplicate requests seen by the responder.

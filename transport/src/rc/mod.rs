@@ -5,10 +5,12 @@
 //! Driven like quinn-proto: the caller owns time and the network.
 //!
 //! - inputs: [`Engine::handle_packet`] (a received frame, with `now`),
-//!   [`Engine::post_send`], [`Engine::handle_timeout`];
+//!   [`Engine::post_send`], [`Engine::post_recv`],
+//!   [`Engine::post_srq_recv`], [`Engine::handle_timeout`];
 //! - outputs: [`Engine::poll_transmit`] (the next frame to put on the wire),
 //!   [`Engine::poll_timeout`] (when to call `handle_timeout` next),
-//!   [`Engine::poll_completion`].
+//!   [`Engine::poll_completion`] (send and receive completions),
+//!   [`Engine::poll_event`] (asynchronous events: SRQ limit reached).
 //!
 //! Poll order after any input: call `poll_transmit` until it returns
 //! `None`, drain `poll_completion`, then sleep until `poll_timeout` (or
@@ -17,8 +19,10 @@
 
 mod counters;
 mod qp;
+mod recv;
 mod requester;
 mod responder;
+mod sgl;
 mod types;
 
 use std::cmp::Reverse;
@@ -31,14 +35,53 @@ use pacer::CongestionControl;
 
 pub use counters::{EngineCounters, QpCounters};
 pub use qp::{CcMode, UnknownCc};
+pub use recv::MAX_RECV_WR;
 pub use types::{
-    ConnectParams, Cqe, Endpoint, PathMtu, QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr,
-    SendWr, WcOpcode, WcStatus, WrOp,
+    rnr_timer_ns, ConnectParams, Cqe, Endpoint, PathMtu, QpAccess, QpState, Qpn, RcError, RecvWr,
+    RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode, WcStatus, WrOp, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
 use crate::wire::{MacAddr, Packet, WireError};
 use qp::Qp;
+use recv::RecvQueue;
+
+/// A shared receive queue of an engine.
+pub type SrqId = u32;
+
+/// Shared receive queues per engine.
+pub const MAX_SRQS: usize = 1 << 12;
+
+/// Asynchronous events (ibverbs' `ibv_async_event`) the engine raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// The SRQ fell below its armed limit (which is now disarmed).
+    SrqLimitReached(SrqId),
+}
+
+/// How a QP is created: its protection domain, queue sizes, and where its
+/// receive WQEs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInit {
+    pub pd: Pd,
+    pub max_send_wr: usize,
+    /// Its own receive queue's size (ignored with an SRQ).
+    pub max_recv_wr: usize,
+    /// Take receive WQEs from this shared receive queue.
+    pub srq: Option<SrqId>,
+}
+
+impl QpInit {
+    /// A QP of the default PD with its own receive queue of 256 WQEs.
+    pub fn new(max_send_wr: usize) -> Self {
+        QpInit {
+            pd: DEFAULT_PD,
+            max_send_wr,
+            max_recv_wr: 256,
+            srq: None,
+        }
+    }
+}
 
 /// QPNs start here (0 and 1 are special in InfiniBand).
 pub const QPN_BASE: u32 = 0x11;
@@ -115,6 +158,9 @@ pub struct Engine<M: Memory> {
     /// QPs with ACKs, NAKs or telemetry packets waiting.
     ctrl: VecDeque<u32>,
     cq: VecDeque<Cqe>,
+    /// Receive queues: each QP's own and the shared ones, by index.
+    rqs: Vec<Option<RecvQueue>>,
+    events: VecDeque<AsyncEvent>,
     counters: EngineCounters,
     ip_ident: u16,
     /// (deadline, QP index) of every armed QP timer; entries whose QP has
@@ -134,6 +180,8 @@ impl<M: Memory> Engine<M> {
             sched: FlowScheduler::new(cfg.scheduler, now),
             ctrl: VecDeque::new(),
             cq: VecDeque::new(),
+            rqs: Vec::new(),
+            events: VecDeque::new(),
             counters: EngineCounters::default(),
             ip_ident: 0,
             timers: BinaryHeap::new(),
@@ -209,12 +257,29 @@ impl<M: Memory> Engine<M> {
     /// Creates a QP of protection domain `pd`: it reaches only that PD's
     /// regions, as requester and as responder.
     pub fn create_qp_in(&mut self, pd: Pd, max_send_wr: usize, now: u64) -> Result<Qpn, RcError> {
-        if max_send_wr > MAX_SEND_WR {
-            return Err(RcError::OutOfRange {
-                what: "max_send_wr",
-                value: max_send_wr as u64,
-                max: MAX_SEND_WR as u64,
-            });
+        self.create_qp_with(
+            QpInit {
+                pd,
+                ..QpInit::new(max_send_wr)
+            },
+            now,
+        )
+    }
+
+    /// Creates a QP as `init` says.
+    pub fn create_qp_with(&mut self, init: QpInit, now: u64) -> Result<Qpn, RcError> {
+        let max_send_wr = init.max_send_wr;
+        check_bits("max_send_wr", max_send_wr as u64, MAX_SEND_WR as u64)?;
+        check_bits("max_recv_wr", init.max_recv_wr as u64, MAX_RECV_WR as u64)?;
+        if let Some(srq) = init.srq {
+            let srq_pd = self.srq(srq)?.pd;
+            if srq_pd != init.pd {
+                return Err(RcError::SrqOtherPd {
+                    srq,
+                    srq_pd,
+                    qp_pd: init.pd,
+                });
+            }
         }
         let i = match self.qps.iter().position(Option::is_none) {
             Some(i) => i,
@@ -225,19 +290,135 @@ impl<M: Memory> Engine<M> {
             None => return Err(RcError::TooManyQps(MAX_QPS)),
         };
         let qpn = QPN_BASE + i as u32;
+        let rq = match init.srq {
+            Some(srq) => srq as usize,
+            None => self.add_rq(RecvQueue::new(init.pd, init.max_recv_wr, false))?,
+        };
+        if let Some(q) = self.rqs[rq].as_mut() {
+            q.users += 1;
+        }
         let flow = self.sched.add_flow(self.cfg.line_rate_bps, u64::MAX, now);
         if self.flow_qp.len() <= flow.0 as usize {
             self.flow_qp.resize(flow.0 as usize + 1, u32::MAX);
         }
         self.flow_qp[flow.0 as usize] = i as u32;
-        self.qps[i] = Some(Qp::new(qpn, pd, max_send_wr.max(1), flow, &self.cfg));
+        self.qps[i] = Some(Qp::new(
+            qpn,
+            init.pd,
+            rq,
+            max_send_wr.max(1),
+            flow,
+            &self.cfg,
+        ));
         Ok(qpn)
     }
 
-    /// Destroys a QP; its outstanding WRs are dropped without completions.
+    fn add_rq(&mut self, q: RecvQueue) -> Result<usize, RcError> {
+        if let Some(i) = self.rqs.iter().position(Option::is_none) {
+            self.rqs[i] = Some(q);
+            return Ok(i);
+        }
+        if self.rqs.len() >= MAX_QPS + MAX_SRQS {
+            return Err(RcError::TooManySrqs(MAX_SRQS));
+        }
+        self.rqs.push(Some(q));
+        Ok(self.rqs.len() - 1)
+    }
+
+    fn srq(&mut self, srq: SrqId) -> Result<&mut RecvQueue, RcError> {
+        match self.rqs.get_mut(srq as usize) {
+            Some(Some(q)) if q.shared => Ok(q),
+            _ => Err(RcError::NoSuchSrq(srq)),
+        }
+    }
+
+    /// Creates a shared receive queue of protection domain `pd` holding up
+    /// to `max_wr` receive WQEs.
+    pub fn create_srq(&mut self, pd: Pd, max_wr: usize) -> Result<SrqId, RcError> {
+        check_bits("max_srq_wr", max_wr as u64, MAX_RECV_WR as u64)?;
+        let shared = self.rqs.iter().flatten().filter(|q| q.shared).count();
+        if shared >= MAX_SRQS {
+            return Err(RcError::TooManySrqs(MAX_SRQS));
+        }
+        Ok(self.add_rq(RecvQueue::new(pd, max_wr, true))? as SrqId)
+    }
+
+    /// Destroys an SRQ no QP uses any more; its WQEs are dropped.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<(), RcError> {
+        if self.srq(srq)?.users > 0 {
+            return Err(RcError::SrqInUse(srq));
+        }
+        self.rqs[srq as usize] = None;
+        Ok(())
+    }
+
+    /// Arms the SRQ's limit: when a SEND leaves fewer than `limit` WQEs,
+    /// [`AsyncEvent::SrqLimitReached`] is raised once (0 disarms).
+    pub fn modify_srq_limit(&mut self, srq: SrqId, limit: u32) -> Result<(), RcError> {
+        self.srq(srq)?.set_limit(limit);
+        Ok(())
+    }
+
+    /// Receive WQEs waiting in the SRQ.
+    pub fn srq_len(&mut self, srq: SrqId) -> Result<usize, RcError> {
+        Ok(self.srq(srq)?.len())
+    }
+
+    /// Posts a receive WR to the SRQ.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), RcError> {
+        if !self.srq(srq)?.post(wr) {
+            return Err(RcError::SrqFull(srq));
+        }
+        Ok(())
+    }
+
+    /// Posts a receive WR to the QP's own receive queue (any state but
+    /// RESET; in ERR it completes at once with WR_FLUSH_ERR). Refused for a
+    /// QP attached to an SRQ.
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), RcError> {
+        let i = self.index(qpn)?;
+        let qp = self.qps[i].as_ref().expect("index checked");
+        let (state, rq) = (qp.state, qp.rq);
+        if state == QpState::Reset {
+            return Err(RcError::WrongState {
+                qpn,
+                state,
+                need: QpState::Init,
+                what: "posting a receive WR",
+            });
+        }
+        let Some(q) = self.rqs[rq].as_mut() else {
+            return Err(RcError::NoSuchQp(qpn));
+        };
+        if q.shared {
+            return Err(RcError::QpUsesSrq(qpn));
+        }
+        if state == QpState::Err {
+            self.cq.push_back(recv_flush(qpn, &wr));
+            return Ok(());
+        }
+        if !q.post(wr) {
+            return Err(RcError::RecvQueueFull(qpn));
+        }
+        Ok(())
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// Destroys a QP; its outstanding WRs (send and receive) are dropped
+    /// without completions.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
         let i = self.index(qpn)?;
         let qp = self.qps[i].take().expect("index checked");
+        if let Some(q) = self.rqs[qp.rq].as_mut() {
+            q.users = q.users.saturating_sub(1);
+            if !q.shared {
+                self.rqs[qp.rq] = None;
+            }
+        }
         self.sched.remove_flow(qp.flow);
         self.ctrl.retain(|&q| q as usize != i);
         self.drop_stale_timers();
@@ -319,8 +500,10 @@ impl<M: Memory> Engine<M> {
     }
 
     /// Posts a send WR. Refused at once when the QP is not in RTS, the
-    /// send queue is full or the length exceeds 2^31; a bad local buffer
-    /// completes with LOC_PROT_ERR and moves the QP to ERR, as a NIC does.
+    /// send queue is full, the length exceeds 2^31 or an atomic's local
+    /// buffer is not 8 bytes; a bad local buffer completes with LOC_PROT_ERR
+    /// once the WRs before it have completed, and moves the QP to ERR, as a
+    /// NIC does.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr, now: u64) -> Result<(), RcError> {
         let i = self.index(qpn)?;
         let qp = self.qps[i].as_mut().expect("index checked");
@@ -332,24 +515,24 @@ impl<M: Memory> Engine<M> {
                 what: "posting a send WR",
             });
         }
-        if u64::from(wr.len) > responder::MAX_DMA_LEN {
-            return Err(RcError::TooLong(wr.len));
+        if wr.sg.total() > responder::MAX_DMA_LEN {
+            return Err(RcError::TooLong(wr.byte_len()));
+        }
+        if wr.op.is_atomic() && wr.sg.total() != 8 {
+            return Err(RcError::AtomicLength {
+                what: "an atomic",
+                len: wr.sg.total(),
+            });
         }
         if qp.req.is_full() {
             return Err(RcError::SendQueueFull(qpn));
         }
-        let write_local = wr.op == WrOp::Read;
-        if self
-            .mrs
-            .pd(qp.pd)
-            .check_local(wr.lkey, wr.local_va, u64::from(wr.len), write_local)
-            .is_err()
-        {
+        let write_local = wr.op.is_read_or_atomic();
+        if wr.sg.check(self.mrs.pd(qp.pd), write_local).is_err() {
+            qp.req.post_failed(wr, WcStatus::LocProtErr);
+        } else {
             qp.req.post(wr);
-            self.fail_qp(i, WcStatus::LocProtErr);
-            return Ok(());
         }
-        qp.req.post(wr);
         self.refresh(i, now);
         Ok(())
     }
@@ -370,7 +553,14 @@ impl<M: Memory> Engine<M> {
         qp.req.flush(status, &mut |wr, st| {
             cq.push_back(requester::cqe(qpn, &wr, st))
         });
-        qp.resp.reset_queues();
+        // Receive WQEs: the one a SEND held, then the QP's own queue (an
+        // SRQ's WQEs stay for its other QPs).
+        if let Some(wr) = qp.resp.reset_queues() {
+            cq.push_back(recv_flush(qpn, &wr));
+        }
+        if let Some(q) = self.rqs[qp.rq].as_mut().filter(|q| !q.shared) {
+            cq.extend(q.drain().map(|wr| recv_flush(qpn, &wr)));
+        }
         qp.state = QpState::Err;
         self.sched.set_next_packet(qp.flow, None, 0);
         if qp.resp.has_ack() {
@@ -399,6 +589,10 @@ impl<M: Memory> Engine<M> {
             if wr.signaled {
                 self.cq.push_back(requester::cqe(qpn, &wr, st));
             }
+        }
+        if let Some(status) = qp.req.failed_front() {
+            self.fail_qp(i, status);
+            return;
         }
         let size = qp.next_paced_size(&self.cfg);
         self.sched.set_rate(qp.flow, qp.cc.rate_bps(), now);
@@ -462,7 +656,24 @@ impl<M: Memory> Engine<M> {
             self.counters.wrong_state += 1;
             return;
         }
-        let outcome = qp.on_packet(now, &p, &self.mrs, &mut self.mem);
+        let Some(rq) = self.rqs[qp.rq].as_mut() else {
+            return;
+        };
+        let outcome = qp.on_packet(now, &p, &self.mrs, &mut self.mem, rq);
+        if let Some(r) = outcome.recv {
+            self.cq.push_back(Cqe {
+                wr_id: r.wr_id,
+                qpn,
+                status: r.status,
+                opcode: r.opcode,
+                byte_len: r.byte_len,
+                imm: r.imm,
+            });
+        }
+        if outcome.srq_limit {
+            self.events
+                .push_back(AsyncEvent::SrqLimitReached(qp.rq as SrqId));
+        }
         if let Some(status) = outcome.fail {
             self.fail_qp(i, status);
         }
@@ -556,4 +767,23 @@ impl<M: Memory> Engine<M> {
         }
         self.drop_stale_timers();
     }
+}
+
+/// A receive WR flushed by a QP in ERR.
+fn recv_flush(qpn: Qpn, wr: &RecvWr) -> Cqe {
+    Cqe {
+        wr_id: wr.wr_id,
+        qpn,
+        status: WcStatus::WrFlushErr,
+        opcode: WcOpcode::Recv,
+        byte_len: 0,
+        imm: None,
+    }
+}
+
+fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
+    if value > max {
+        return Err(RcError::OutOfRange { what, value, max });
+    }
+    Ok(())
 }

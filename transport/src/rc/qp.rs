@@ -11,8 +11,9 @@ use pacer::telemetry::{Hop, HopStack};
 use pacer::{CongestionControl, Controller, Hpcc};
 
 use super::counters::QpCounters;
+use super::recv::RecvQueue;
 use super::requester::{Fatal, Requester, TxItem};
-use super::responder::{RespItem, Responder, Verdict};
+use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
@@ -79,12 +80,19 @@ pub struct UnknownCc(pub String);
 pub(crate) struct Outcome {
     /// The QP goes to ERR; the oldest WR completes with this status.
     pub fail: Option<WcStatus>,
+    /// A receive WQE the packet finished.
+    pub recv: Option<RecvDone>,
+    /// Taking a receive WQE crossed the SRQ's armed limit.
+    pub srq_limit: bool,
 }
 
 pub(crate) struct Qp {
     pub qpn: Qpn,
     /// The protection domain whose regions this QP reaches.
     pub pd: Pd,
+    /// Index of its receive queue (its own, or a shared one) in the
+    /// engine's table.
+    pub rq: usize,
     pub state: QpState,
     access: QpAccess,
     rtr: Option<RtrAttr>,
@@ -131,7 +139,7 @@ fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
 }
 
 impl Qp {
-    pub fn new(qpn: Qpn, pd: Pd, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
+    pub fn new(qpn: Qpn, pd: Pd, rq: usize, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
         let cc = match cfg.cc {
             CcMode::None => Controller::Fixed(Fixed::line_rate(cfg.line_rate_bps)),
             CcMode::HpccInband { .. } | CcMode::HpccProbe { .. } => {
@@ -145,6 +153,7 @@ impl Qp {
         Qp {
             qpn,
             pd,
+            rq,
             state: QpState::Reset,
             access: QpAccess::default(),
             rtr: None,
@@ -187,6 +196,7 @@ impl Qp {
         self.access = access;
         self.resp.remote_write = access.remote_write;
         self.resp.remote_read = access.remote_read;
+        self.resp.remote_atomic = access.remote_atomic;
         self.state = QpState::Init;
         Ok(())
     }
@@ -196,8 +206,13 @@ impl Qp {
         check_bits("dest_qpn", u64::from(a.dest_qpn), 0xFF_FFFF)?;
         check_bits("rq_psn", u64::from(a.rq_psn), 0xFF_FFFF)?;
         check_bits("max_dest_rd_atomic", u64::from(a.max_dest_rd_atomic), 255)?;
-        self.resp
-            .configure(a.path_mtu.bytes(), a.rq_psn, a.max_dest_rd_atomic);
+        check_bits("min_rnr_timer", u64::from(a.min_rnr_timer), 31)?;
+        self.resp.configure(
+            a.path_mtu.bytes(),
+            a.rq_psn,
+            a.max_dest_rd_atomic,
+            a.min_rnr_timer,
+        );
         self.rtr = Some(a);
         self.state = QpState::Rtr;
         Ok(())
@@ -296,6 +311,7 @@ impl Qp {
         p: &Packet<'_>,
         mrs: &MrTable,
         mem: &mut impl Memory,
+        rq: &mut RecvQueue,
     ) -> Outcome {
         let mrs = mrs.pd(self.pd);
         let mut out = Outcome::default();
@@ -313,9 +329,9 @@ impl Qp {
                         self.counters.naks_received[usize::from(code & 3)] += 1;
                         self.req.on_nak(psn, code, now)
                     }
-                    Syndrome::RnrNak { .. } => {
+                    Syndrome::RnrNak { timer } => {
                         self.counters.rnr_naks_received += 1;
-                        self.req.on_rnr_nak(psn, now)
+                        self.req.on_rnr_nak(psn, timer, now)
                     }
                     Syndrome::Reserved(_) => Ok(false),
                 };
@@ -333,20 +349,17 @@ impl Qp {
             Opcode::RdmaReadResponseFirst
             | Opcode::RdmaReadResponseMiddle
             | Opcode::RdmaReadResponseLast
-            | Opcode::RdmaReadResponseOnly => {
-                match self.req.on_read_response(psn, op, p.payload.len()) {
+            | Opcode::RdmaReadResponseOnly
+            | Opcode::AtomicAcknowledge => {
+                // An atomic's original value lands as 8 bytes in host order.
+                let orig = p.repr.atomic_ack.map(u64::to_ne_bytes);
+                let data = orig.as_ref().map_or(p.payload, |b| &b[..]);
+                match self.req.on_read_response(psn, op, data.len()) {
                     // The region may have been deregistered since the post.
-                    Some((lkey, va))
-                        if mrs
-                            .check_local(lkey, va, p.payload.len() as u64, true)
-                            .is_err() =>
-                    {
-                        out.fail = Some(WcStatus::LocProtErr);
-                    }
-                    Some((_, va)) => {
-                        mem.write(va, p.payload);
-                        self.req.read_landed(psn, now);
-                    }
+                    Some((sg, off)) => match sg.scatter(mrs, mem, off, data) {
+                        Ok(()) => self.req.read_landed(psn, now),
+                        Err(_) => out.fail = Some(WcStatus::LocProtErr),
+                    },
                     None => self.counters.ignored_responses += 1,
                 }
             }
@@ -386,9 +399,12 @@ impl Qp {
                 self.cc.on_cnp(now);
             }
             _ => {
-                let verdict = self.resp.on_request(p, mrs, mem);
+                let verdict = self.resp.on_request(p, mrs, mem, rq);
+                out.recv = self.resp.done.take();
+                out.srq_limit = std::mem::take(&mut self.resp.srq_limit_crossed);
                 match verdict {
                     Verdict::Accepted => {}
+                    Verdict::ReceiverNotReady => self.counters.rnr_naks_sent += 1,
                     Verdict::Duplicate => {
                         self.counters.duplicates += 1;
                         if op == Opcode::RdmaReadRequest {
@@ -469,6 +485,7 @@ impl Qp {
                 msn: r.msn,
             });
         }
+        repr.atomic_ack = r.atomic;
         repr
     }
 
@@ -478,6 +495,7 @@ impl Qp {
         repr.reth = t
             .reth
             .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len });
+        repr.atomic = t.atomic;
         repr.imm = t.imm;
         repr.tlm = self.data_tlm();
         repr
@@ -517,7 +535,8 @@ impl Qp {
         }
         let mrs = mrs.pd(self.pd);
         if let Some(r) = self.resp.peek_response() {
-            if !super::responder::remote_ok(mrs, r.rkey, r.va, u64::from(r.len), false) {
+            let read = r.atomic.is_none();
+            if read && !super::responder::remote_ok(mrs, r.rkey, r.va, u64::from(r.len), false) {
                 self.resp.refuse_read(r.psn);
                 self.counters.naks_sent[2] += 1;
                 return Err(WcStatus::WrFlushErr);
@@ -534,15 +553,17 @@ impl Qp {
         let Some(t) = self.req.peek(self.cc.window_bytes()) else {
             return Ok(None);
         };
-        if t.len > 0
-            && mrs
-                .check_local(t.lkey, t.va, u64::from(t.len), false)
-                .is_err()
-        {
-            return Err(WcStatus::LocProtErr);
+        let Some(sg) = self.req.tx_sg() else {
+            return Ok(None);
+        };
+        if sg.check_range(mrs, t.off, u64::from(t.len), false).is_err() {
+            // The region went since the post: this WR fails in its turn.
+            self.req.fail_tx(WcStatus::LocProtErr);
+            return Ok(None);
         }
         let repr = self.request_repr(cfg, &t, ident);
-        let Ok(n) = repr.emit_with(t.len as usize, buf, |dst| mem.read(t.va, dst)) else {
+        let Ok(n) = repr.emit_with(t.len as usize, buf, |dst| sg.read_range(mem, t.off, dst))
+        else {
             return Ok(None);
         };
         self.req.sent(&t, now);

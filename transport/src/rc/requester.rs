@@ -1,8 +1,10 @@
-//! The RC requester of one QP: segments WRITE and READ work requests into
-//! packets, keeps PSNs, bytes in flight and the outstanding READs bounded,
-//! and recovers with go-back-N on NAK(PSN sequence error), on local ACK
-//! timeout and on implied NAKs (an ACK past a READ whose responses were
-//! lost). Completions leave in post order.
+//! The RC requester of one QP: segments SEND, WRITE, READ and atomic work
+//! requests into packets, keeps PSNs, bytes in flight and the outstanding
+//! READs and atomics bounded, holds fenced WRs behind earlier READs and
+//! atomics, and recovers with go-back-N on NAK(PSN sequence error), on
+//! local ACK timeout, on implied NAKs (an ACK past a READ or atomic whose
+//! responses were lost) and, after the peer's RNR timer, on RNR NAKs.
+//! Completions leave in post order.
 //!
 //! It never touches memory or builds frames: it says which packet is next
 //! ([`Requester::peek`]) and learns what was sent and what came back.
@@ -11,8 +13,8 @@ use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
-use super::types::{Cqe, Qpn, SendWr, WcOpcode, WcStatus, WrOp};
-use crate::wire::Opcode;
+use super::types::{rnr_timer_ns, Cqe, Qpn, SendWr, SgList, WcStatus, WrOp};
+use crate::wire::{AtomicEthRepr, Opcode};
 
 /// Packets between AckReq flags on long messages (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
@@ -21,14 +23,21 @@ pub const ACK_REQ_EVERY: u32 = 64;
 pub(crate) struct SqEntry {
     pub wr: SendWr,
     pub first_psn: u32,
-    /// PSNs the request uses: packets (WRITE) or response packets (READ).
+    /// PSNs the request uses: packets (SEND, WRITE) or response packets
+    /// (READ); an atomic uses one.
     pub npsn: u32,
-    /// READ: response packets received in order.
+    /// Message length (bytes of the local buffers).
+    pub len: u32,
+    /// READ or atomic: response packets received in order.
     pub rd_got: u32,
     /// READ: PSN of the last request sent (responses are numbered from it).
     pub rd_req_psn: u32,
     pub rd_requested: bool,
     pub done: bool,
+    /// Fails with this status once every WR before it has completed (a bad
+    /// local buffer found at post or at send time); nothing after it goes
+    /// out.
+    pub fail: Option<WcStatus>,
 }
 
 impl SqEntry {
@@ -36,8 +45,9 @@ impl SqEntry {
         psn_add(self.first_psn, self.npsn - 1)
     }
 
+    /// A READ or atomic: answered by responses, not ACKs.
     fn is_read(&self) -> bool {
-        self.wr.op == WrOp::Read
+        self.wr.op.is_read_or_atomic()
     }
 
     fn contains(&self, psn: u32) -> bool {
@@ -52,12 +62,14 @@ pub(crate) struct TxItem {
     pub psn: u32,
     pub opcode: Opcode,
     pub ack_req: bool,
-    /// Local memory to send (WRITE payload): L_Key, VA and length.
-    pub lkey: u32,
-    pub va: u64,
+    /// Payload (SEND and WRITE): bytes `[off, off + len)` of the message,
+    /// gathered from the WR's local buffers.
+    pub off: u64,
     pub len: u32,
     /// RETH (FIRST/ONLY/READ request): remote VA, R_Key, DMA length.
     pub reth: Option<(u64, u32, u32)>,
+    /// AtomicETH (CMP_SWAP, FETCH_ADD).
+    pub atomic: Option<AtomicEthRepr>,
     pub imm: Option<u32>,
     /// A packet sent before (after go-back-N).
     pub retransmit: bool,
@@ -112,6 +124,8 @@ pub(crate) struct Requester {
     /// After a timeout with nothing heard, the first packet goes twice, so
     /// that one lost copy does not cost a whole retry on a lossy path.
     repeat_next: bool,
+    /// After an RNR NAK: nothing is sent before this time.
+    rnr_wait: Option<u64>,
 }
 
 /// Timeouts without progress tolerated while the peer keeps answering (so a
@@ -158,6 +172,7 @@ impl Requester {
             heard: false,
             stalls: 0,
             repeat_next: false,
+            rnr_wait: None,
         }
     }
 
@@ -208,17 +223,44 @@ impl Requester {
         self.una != self.hi
     }
 
+    /// Queues a WR that fails with `status` when its turn comes.
+    pub fn post_failed(&mut self, wr: SendWr, status: WcStatus) {
+        self.post(wr);
+        if let Some(e) = self.sq.back_mut() {
+            e.fail = Some(status);
+        }
+    }
+
+    /// The WR about to be sent fails with `status` when its turn comes.
+    pub fn fail_tx(&mut self, status: WcStatus) {
+        if let Some(e) = self.sq.get_mut(self.tx_idx) {
+            e.fail = Some(status);
+        }
+    }
+
+    /// The status to fail the QP with: the oldest WR is a failed one.
+    pub fn failed_front(&self) -> Option<WcStatus> {
+        self.sq.front().and_then(|e| e.fail)
+    }
+
     /// Queues a validated WR.
     pub fn post(&mut self, wr: SendWr) {
-        let npsn = packets(wr.len, self.mtu);
+        let len = wr.byte_len();
+        let npsn = if wr.op.is_atomic() {
+            1
+        } else {
+            packets(len, self.mtu)
+        };
         self.sq.push_back(SqEntry {
             wr,
             first_psn: self.next_psn,
             npsn,
+            len,
             rd_got: 0,
             rd_req_psn: self.next_psn,
             rd_requested: false,
             done: false,
+            fail: None,
         });
         self.next_psn = psn_add(self.next_psn, npsn);
     }
@@ -226,7 +268,23 @@ impl Requester {
     /// The next packet to send, if the PSN window, the READ limit and the
     /// byte window `window` allow one.
     pub fn peek(&self, window: u64) -> Option<TxItem> {
+        if self.rnr_wait.is_some() {
+            return None;
+        }
         let e = self.sq.get(self.tx_idx)?;
+        if e.fail.is_some() {
+            return None;
+        }
+        // A fence holds a WR until the READs and atomics before it are done.
+        if e.wr.fence
+            && self
+                .sq
+                .iter()
+                .take(self.tx_idx)
+                .any(|p| !p.done && p.is_read())
+        {
+            return None;
+        }
         let outstanding = psn_diff(self.tx_psn, self.una).max(0) as u32;
         if outstanding > 0 && outstanding >= self.max_outstanding_psns {
             return None;
@@ -236,42 +294,52 @@ impl Requester {
             if !e.rd_requested && self.rd_outstanding >= self.max_rd {
                 return None;
             }
-            let k = psn_diff(self.tx_psn, e.first_psn) as u32;
-            let off = u64::from(k) * u64::from(self.mtu);
+            let (opcode, reth, atomic) = match e.wr.op {
+                WrOp::CmpSwap { compare, swap } => {
+                    (Opcode::CompareSwap, None, Some((compare, swap)))
+                }
+                WrOp::FetchAdd { add } => (Opcode::FetchAdd, None, Some((0, add))),
+                _ => {
+                    let k = psn_diff(self.tx_psn, e.first_psn) as u32;
+                    let off = u64::from(k) * u64::from(self.mtu);
+                    let rest = (u64::from(e.len) - off.min(u64::from(e.len))) as u32;
+                    (
+                        Opcode::RdmaReadRequest,
+                        Some((e.wr.remote_va + off, e.wr.rkey, rest)),
+                        None,
+                    )
+                }
+            };
             return Some(TxItem {
                 psn: self.tx_psn,
-                opcode: Opcode::RdmaReadRequest,
-                ack_req: false,
-                lkey: e.wr.lkey,
-                va: 0,
+                opcode,
+                // As rxe sets it on every READ request and atomic.
+                ack_req: true,
+                off: 0,
                 len: 0,
-                reth: Some((
-                    e.wr.remote_va + off,
-                    e.wr.rkey,
-                    (u64::from(e.wr.len) - off.min(u64::from(e.wr.len))) as u32,
-                )),
+                reth,
+                atomic: atomic.map(|(compare, swap_add)| AtomicEthRepr {
+                    va: e.wr.remote_va,
+                    r_key: e.wr.rkey,
+                    swap_add,
+                    compare,
+                }),
                 imm: None,
                 retransmit,
             });
         }
         let k = psn_diff(self.tx_psn, e.first_psn) as u32;
-        let len = bytes_of(e.wr.len, self.mtu, k, k + 1) as u32;
+        let len = bytes_of(e.len, self.mtu, k, k + 1) as u32;
         if self.inflight > 0 && self.inflight + u64::from(len) > window {
             return None;
         }
         let last = k + 1 == e.npsn;
         let imm = match e.wr.op {
-            WrOp::WriteImm(v) if last => Some(v),
+            WrOp::WriteImm(v) | WrOp::SendImm(v) if last => Some(v),
             _ => None,
         };
-        let opcode = match (e.npsn == 1, k == 0, last, imm.is_some()) {
-            (true, _, _, false) => Opcode::RdmaWriteOnly,
-            (true, _, _, true) => Opcode::RdmaWriteOnlyWithImmediate,
-            (false, true, _, _) => Opcode::RdmaWriteFirst,
-            (false, false, true, false) => Opcode::RdmaWriteLast,
-            (false, false, true, true) => Opcode::RdmaWriteLastWithImmediate,
-            (false, false, false, _) => Opcode::RdmaWriteMiddle,
-        };
+        let send = e.wr.op.is_send();
+        let opcode = segment_opcode(send, e.npsn == 1, k == 0, last, imm.is_some());
         Some(TxItem {
             psn: self.tx_psn,
             opcode,
@@ -284,10 +352,10 @@ impl Requester {
                 || retransmit
                 || self.inflight + u64::from(len) + u64::from(self.mtu) > window
                 || outstanding + 1 >= self.max_outstanding_psns,
-            lkey: e.wr.lkey,
-            va: e.wr.local_va + u64::from(k) * u64::from(self.mtu),
+            off: u64::from(k) * u64::from(self.mtu),
             len,
-            reth: (k == 0).then_some((e.wr.remote_va, e.wr.rkey, e.wr.len)),
+            reth: (k == 0 && !send).then_some((e.wr.remote_va, e.wr.rkey, e.len)),
+            atomic: None,
             imm,
             retransmit,
         })
@@ -324,8 +392,14 @@ impl Requester {
         }
     }
 
+    /// The local buffers of the WR whose packet [`Requester::peek`] returns.
+    pub fn tx_sg(&self) -> Option<&SgList> {
+        self.sq.get(self.tx_idx).map(|e| &e.wr.sg)
+    }
+
+    /// The earliest of the retransmission timer and the RNR wait.
     pub fn timer(&self) -> Option<u64> {
-        self.timer
+        self.rnr_wait.or(self.timer)
     }
 
     /// Restarts the retransmission timer after progress.
@@ -419,7 +493,7 @@ impl Requester {
             let k1 = psn_diff(self.una, e.first_psn).clamp(0, e.npsn as i32) as u32;
             let k2 = psn_diff(acked_to, e.first_psn).clamp(0, e.npsn as i32) as u32;
             if k2 > k1 {
-                acked += bytes_of(e.wr.len, self.mtu, k1, k2);
+                acked += bytes_of(e.len, self.mtu, k1, k2);
             }
         }
         self.inflight = self.inflight.saturating_sub(acked);
@@ -474,11 +548,14 @@ impl Requester {
         }
     }
 
-    /// An RNR NAK for `psn`: retry from there while rnr_retry lasts.
-    pub fn on_rnr_nak(&mut self, psn: u32, now: u64) -> Result<bool, Fatal> {
-        if !(self.valid_ack_psn(psn) || psn == self.hi) {
+    /// An RNR NAK for `psn` with the responder's timer `code`: everything
+    /// before `psn` is acknowledged; after the wait the code names, resend
+    /// from `psn`, while rnr_retry lasts (7: for ever).
+    pub fn on_rnr_nak(&mut self, psn: u32, code: u8, now: u64) -> Result<bool, Fatal> {
+        if !self.valid_ack_psn(psn) {
             return Ok(false);
         }
+        self.heard = true;
         self.ack_through(psn_add(psn, 0xFF_FFFF));
         if self.rnr_retry != 7 {
             if self.rnr_left == 0 {
@@ -487,37 +564,50 @@ impl Requester {
             self.rnr_left -= 1;
         }
         self.go_back(psn);
-        self.timer = (self.rto_ns > 0).then_some(now + self.rto_ns);
+        self.timer = None;
+        self.rnr_wait = Some(now + rnr_timer_ns(code));
         Ok(true)
     }
 
-    /// A READ response packet. Returns the L_Key and local VA to write `len`
-    /// payload bytes to when the packet is the next expected one (the
-    /// caller checks and copies, then calls [`Requester::read_landed`]);
-    /// `None` to drop it.
-    pub fn on_read_response(&mut self, psn: u32, opcode: Opcode, len: usize) -> Option<(u32, u64)> {
+    /// A READ response or atomic acknowledgement (whose `len` is the 8
+    /// bytes of its original value). Returns the local buffers and the
+    /// message offset to write the `len` bytes to when the packet is the
+    /// next expected one (the caller checks and copies, then calls
+    /// [`Requester::read_landed`]); `None` to drop it.
+    pub fn on_read_response(
+        &mut self,
+        psn: u32,
+        opcode: Opcode,
+        len: usize,
+    ) -> Option<(SgList, u64)> {
         let mtu = self.mtu;
         // Responses arrive in PSN order: only the oldest incomplete READ may
         // take one; anything later means responses were lost.
         let idx = self.sq.iter().position(|e| !e.done && e.is_read())?;
-        let e = self.sq[idx];
+        let e = &self.sq[idx];
         if !e.rd_requested {
             return None;
         }
+        if (opcode == Opcode::AtomicAcknowledge) != e.wr.op.is_atomic() {
+            // Not the kind of response this request gets: a stale one.
+            return if psn_gt(psn, psn_add(e.first_psn, e.rd_got)) {
+                self.gap(psn, psn_add(e.first_psn, e.rd_got));
+                None
+            } else {
+                None
+            };
+        }
+        let e = *e;
         self.heard = true;
         let expected = psn_add(e.first_psn, e.rd_got);
         if psn != expected {
-            // A gap: ask again from the first missing PSN, once per burst of
-            // responses (a new burst starts at or below the last trigger).
-            if psn_gt(psn, expected) && (!self.ooo_retry_done || !psn_gt(psn, self.ooo_trigger_psn))
-            {
-                self.ooo_retry_done = true;
-                self.ooo_trigger_psn = psn;
-                self.go_back(expected);
-            } else if psn_gt(psn, expected) {
-                self.ooo_trigger_psn = psn;
+            if psn_gt(psn, expected) {
+                self.gap(psn, expected);
             }
             return None;
+        }
+        if e.wr.op.is_atomic() {
+            return (len == 8).then_some((e.wr.sg, 0));
         }
         // Data lands by PSN, so any response carrying the expected PSN and
         // length is good, whichever request (the first or a retry) it
@@ -528,10 +618,21 @@ impl Requester {
             opcode,
             Opcode::RdmaReadResponseLast | Opcode::RdmaReadResponseOnly
         );
-        if last != ends || bytes_of(e.wr.len, mtu, k, k + 1) != len as u64 {
+        if last != ends || bytes_of(e.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some((e.wr.lkey, e.wr.local_va + u64::from(k) * u64::from(mtu)))
+        Some((e.wr.sg, u64::from(k) * u64::from(mtu)))
+    }
+
+    /// A response beyond the `expected` PSN: ask again from the first
+    /// missing one, once per burst of responses (a new burst starts at or
+    /// below the last trigger).
+    fn gap(&mut self, psn: u32, expected: u32) {
+        if !self.ooo_retry_done || !psn_gt(psn, self.ooo_trigger_psn) {
+            self.ooo_retry_done = true;
+            self.go_back(expected);
+        }
+        self.ooo_trigger_psn = psn;
     }
     /// The response for `psn` (accepted by `on_read_response`) was copied.
     pub fn read_landed(&mut self, psn: u32, now: u64) {
@@ -561,6 +662,12 @@ impl Requester {
     /// retry_cnt retries; one while the peer was heard counts towards
     /// [`MAX_STALLS`]. `Err` when either runs out.
     pub fn on_timer(&mut self, now: u64) -> Result<bool, Fatal> {
+        if let Some(t) = self.rnr_wait {
+            if t <= now {
+                self.rnr_wait = None;
+            }
+            return Ok(false);
+        }
         match self.timer {
             Some(t) if t <= now => {}
             _ => return Ok(false),
@@ -617,8 +724,30 @@ impl Requester {
         }
         self.tx_idx = 0;
         self.timer = None;
+        self.rnr_wait = None;
         self.inflight = 0;
         self.rd_outstanding = 0;
+    }
+}
+
+/// The opcode of packet `k` of a SEND (`send`) or WRITE message: ONLY when
+/// it is the one packet, else FIRST, MIDDLE or LAST; the last one carries
+/// the immediate when there is one.
+fn segment_opcode(send: bool, only: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    use Opcode::*;
+    match (send, only, first, last, imm) {
+        (false, true, _, _, false) => RdmaWriteOnly,
+        (false, true, _, _, true) => RdmaWriteOnlyWithImmediate,
+        (false, false, true, _, _) => RdmaWriteFirst,
+        (false, false, false, true, false) => RdmaWriteLast,
+        (false, false, false, true, true) => RdmaWriteLastWithImmediate,
+        (false, false, false, false, _) => RdmaWriteMiddle,
+        (true, true, _, _, false) => SendOnly,
+        (true, true, _, _, true) => SendOnlyWithImmediate,
+        (true, false, true, _, _) => SendFirst,
+        (true, false, false, true, false) => SendLast,
+        (true, false, false, true, true) => SendLastWithImmediate,
+        (true, false, false, false, _) => SendMiddle,
     }
 }
 
@@ -628,16 +757,13 @@ pub(crate) fn cqe(qpn: Qpn, wr: &SendWr, status: WcStatus) -> Cqe {
         wr_id: wr.wr_id,
         qpn,
         status,
-        opcode: if wr.op == WrOp::Read {
-            WcOpcode::RdmaRead
-        } else {
-            WcOpcode::RdmaWrite
-        },
+        opcode: wr.op.wc_opcode(),
         byte_len: if status == WcStatus::Success {
-            wr.len
+            wr.byte_len()
         } else {
             0
         },
+        imm: None,
     }
 }
 

@@ -1,17 +1,21 @@
 //! The RC responder of one QP: checks each request in rc.md's order (PSN,
 //! opcode sequence, opcode allowed, resources, length, R_Key + bounds +
-//! access), executes WRITEs into memory, queues READ responses, remembers
-//! recent READs to replay duplicates, sends one NAK per out-of-order
-//! episode, and coalesces ACKs.
+//! access), executes SENDs into receive WQEs, WRITEs and atomics into
+//! memory, queues READ responses and atomic acknowledgements, remembers
+//! recent READs and atomics (max_dest_rd_atomic of them) to replay
+//! duplicates, answers a SEND that finds no receive WQE with an RNR NAK,
+//! sends one NAK per out-of-order episode, and coalesces ACKs.
 //!
-//! ACKs and NAKs wait while READ responses are queued, so that nothing the
+//! ACKs and NAKs wait while responses are queued, so that nothing the
 //! responder sends acknowledges a PSN before the responses that precede it.
 
 use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff};
 
-use crate::mr::{Memory, MrView};
+use super::recv::RecvQueue;
+use super::types::{RecvWr, WcOpcode, WcStatus};
+use crate::mr::{AtomicOp, Memory, MrView};
 use crate::wire::{aeth, Opcode, Packet};
 
 /// Largest DMA length of one message.
@@ -21,6 +25,9 @@ pub const MAX_DMA_LEN: u64 = 1 << 31;
 pub const NAK_PSN_SEQ: u8 = 0x60;
 pub const NAK_INVALID_REQUEST: u8 = 0x61;
 pub const NAK_REMOTE_ACCESS: u8 = 0x62;
+pub const NAK_REMOTE_OP: u8 = 0x63;
+/// RNR NAK syndrome: `001` and the 5-bit timer code.
+pub const RNR_NAK: u8 = 0x20;
 
 /// Whether a request may reach `[va, va + len)` of the region `rkey` names:
 /// R_Key, bounds and access right. A zero-length RDMA WRITE or READ
@@ -29,13 +36,20 @@ pub(crate) fn remote_ok(mrs: MrView<'_>, rkey: u32, va: u64, len: u64, write: bo
     len == 0 || mrs.check_remote(rkey, va, len, write).is_ok()
 }
 
+/// The message being received, between its FIRST and LAST packets (one
+/// per QP, so the receive WQE is held in place rather than boxed).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WriteCtx {
-    va: u64,
-    left: u64,
+enum InMsg {
+    /// An RDMA WRITE: where the next byte goes, bytes left, and the whole
+    /// length (the byte_len of a WRITE_WITH_IMM completion).
+    Write { va: u64, left: u64, total: u64 },
+    /// A SEND into this receive WQE, `off` bytes placed so far.
+    Send { wqe: RecvWr, off: u64 },
 }
 
-/// A READ whose responses are queued or were sent.
+/// A READ whose responses are queued or were sent, or an atomic whose
+/// acknowledgement is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadJob {
     /// PSN of the request being answered (responses are numbered from it).
@@ -48,26 +62,33 @@ pub(crate) struct ReadJob {
     pub rkey: u32,
     /// MSN of the READ (carried in its responses' AETH).
     pub msn: u32,
+    /// An atomic: the original value its ATOMIC_ACKNOWLEDGE carries.
+    pub atomic: Option<u64>,
 }
 
 impl ReadJob {
     fn packets(&self, mtu: u32) -> u32 {
+        if self.atomic.is_some() {
+            return 1;
+        }
         (self.len.div_ceil(u64::from(mtu)).max(1)) as u32
     }
 }
 
-/// A READ remembered for duplicate requests.
+/// A READ or atomic remembered for duplicate requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ReadMemo {
+struct Memo {
     first_psn: u32,
     npsn: u32,
     va: u64,
     len: u64,
     rkey: u32,
     msn: u32,
+    /// An atomic's saved result (never executed twice).
+    atomic: Option<u64>,
 }
 
-/// One READ response packet to send.
+/// One response packet to send: READ response or ATOMIC_ACKNOWLEDGE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RespItem {
     pub psn: u32,
@@ -76,6 +97,7 @@ pub(crate) struct RespItem {
     pub va: u64,
     pub len: u32,
     pub msn: u32,
+    pub atomic: Option<u64>,
 }
 
 /// An ACK or NAK to send: (BTH PSN, AETH syndrome, MSN).
@@ -86,15 +108,27 @@ pub(crate) struct AckItem {
     pub msn: u32,
 }
 
+/// A receive WQE the responder finished (successfully or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecvDone {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    pub imm: Option<u32>,
+}
+
 /// What the responder made of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Executed (WRITE data applied, READ queued).
+    /// Executed (data placed, READ or atomic queued).
     Accepted,
     /// A duplicate: not re-executed (re-ACKed or replayed).
     Duplicate,
     /// Beyond the expected PSN: dropped (NAK sent once per episode).
     OutOfOrder,
+    /// No receive WQE: RNR NAK sent, nothing executed.
+    ReceiverNotReady,
     /// Refused with this NAK; the QP goes to ERR.
     Fatal(u8),
     /// Not a request this responder handles; dropped.
@@ -108,9 +142,12 @@ pub(crate) struct Responder {
     pub mtu: u32,
     pub remote_write: bool,
     pub remote_read: bool,
+    pub remote_atomic: bool,
+    /// RNR NAK timer code sent with RNR NAKs.
+    pub min_rnr_timer: u8,
     nak_sent: bool,
-    write: Option<WriteCtx>,
-    memos: VecDeque<ReadMemo>,
+    msg: Option<InMsg>,
+    memos: VecDeque<Memo>,
     max_memos: usize,
     pub jobs: VecDeque<ReadJob>,
     /// Coalesced ACK waiting to go.
@@ -120,6 +157,10 @@ pub(crate) struct Responder {
     /// Send the pending ACK twice: it answers a retransmission, so the
     /// previous ACK was probably lost.
     ack_twice: bool,
+    /// Receive WQEs finished by the last request (a SEND's, or one failed
+    /// with it), and whether an SRQ limit was crossed taking one.
+    pub done: Option<RecvDone>,
+    pub srq_limit_crossed: bool,
 }
 
 impl Responder {
@@ -130,27 +171,32 @@ impl Responder {
             mtu: 1024,
             remote_write: false,
             remote_read: false,
+            remote_atomic: false,
+            min_rnr_timer: 0,
             nak_sent: false,
-            write: None,
+            msg: None,
             memos: VecDeque::new(),
             max_memos: 1,
             jobs: VecDeque::new(),
             ack: None,
             nak: None,
             ack_twice: false,
+            done: None,
+            srq_limit_crossed: false,
         }
     }
 
     /// Settings of the RTR transition.
-    pub fn configure(&mut self, mtu: u32, rq_psn: u32, max_dest_rd_atomic: u8) {
+    pub fn configure(&mut self, mtu: u32, rq_psn: u32, max_dest_rd_atomic: u8, min_rnr_timer: u8) {
         self.mtu = mtu;
         self.epsn = rq_psn;
+        self.min_rnr_timer = min_rnr_timer & 31;
         self.max_memos = usize::from(max_dest_rd_atomic.max(1));
         self.memos = VecDeque::with_capacity(self.max_memos);
         self.jobs = VecDeque::with_capacity(self.max_memos + 1);
     }
 
-    /// The ACK or NAK to send now, if any and if no READ response must go
+    /// The ACK or NAK to send now, if any and if no response must go
     /// before it.
     pub fn take_ack(&mut self) -> Option<AckItem> {
         if !self.jobs.is_empty() {
@@ -185,15 +231,19 @@ impl Responder {
         });
     }
 
-    /// Handles a request packet (WRITE or READ request; SEND is not
-    /// supported and refused as an invalid request).
+    /// Handles a request packet (SEND, WRITE, READ request, atomic).
+    /// Receive WQEs come from `rq`; a finished one is left in `done`.
     pub fn on_request(
         &mut self,
         p: &Packet<'_>,
         mrs: MrView<'_>,
         mem: &mut impl Memory,
+        rq: &mut RecvQueue,
     ) -> Verdict {
         let op = p.repr.bth.opcode;
+        if !op.is_request() {
+            return Verdict::Ignored;
+        }
         let psn = p.repr.bth.psn;
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
@@ -207,77 +257,268 @@ impl Responder {
             return self.duplicate(p, mrs);
         }
 
-        // Opcode sequence: inside a multi-packet WRITE only MIDDLE/LAST.
-        let continues = matches!(
-            op,
-            Opcode::RdmaWriteMiddle | Opcode::RdmaWriteLast | Opcode::RdmaWriteLastWithImmediate
-        );
-        if continues != self.write.is_some() {
+        // Opcode sequence: inside a multi-packet message only its own
+        // MIDDLE/LAST; outside one, no MIDDLE/LAST.
+        use Opcode::*;
+        let seq_ok = match (self.msg, op) {
+            (Some(InMsg::Write { .. }), RdmaWriteMiddle | RdmaWriteLast)
+            | (Some(InMsg::Write { .. }), RdmaWriteLastWithImmediate)
+            | (Some(InMsg::Send { .. }), SendMiddle | SendLast | SendLastWithImmediate)
+            | (Some(InMsg::Send { .. }), SendLastWithInvalidate) => true,
+            (Some(_), _) => false,
+            (None, RdmaWriteMiddle | RdmaWriteLast | RdmaWriteLastWithImmediate) => false,
+            (None, SendMiddle | SendLast | SendLastWithImmediate | SendLastWithInvalidate) => false,
+            (None, _) => true,
+        };
+        if !seq_ok {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         }
-        // Opcode allowed by the QP's access flags (SEND: no receive queue).
+        // Opcode allowed by the QP's access flags; SEND with invalidate
+        // needs memory windows, which this NIC does not have.
         let allowed = match op {
-            Opcode::RdmaReadRequest => self.remote_read,
-            Opcode::RdmaWriteFirst
-            | Opcode::RdmaWriteMiddle
-            | Opcode::RdmaWriteLast
-            | Opcode::RdmaWriteLastWithImmediate
-            | Opcode::RdmaWriteOnly
-            | Opcode::RdmaWriteOnlyWithImmediate => self.remote_write,
+            RdmaReadRequest => self.remote_read,
+            RdmaWriteFirst
+            | RdmaWriteMiddle
+            | RdmaWriteLast
+            | RdmaWriteLastWithImmediate
+            | RdmaWriteOnly
+            | RdmaWriteOnlyWithImmediate => self.remote_write,
+            CompareSwap | FetchAdd => self.remote_atomic,
+            SendFirst
+            | SendMiddle
+            | SendLast
+            | SendLastWithImmediate
+            | SendOnly
+            | SendOnlyWithImmediate => true,
             _ => false,
         };
         if !allowed {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         }
+        match op {
+            RdmaReadRequest => self.read_request(p, mrs),
+            CompareSwap | FetchAdd => self.atomic(p, mrs, mem),
+            SendFirst
+            | SendMiddle
+            | SendLast
+            | SendLastWithImmediate
+            | SendOnly
+            | SendOnlyWithImmediate => self.send(p, mrs, mem, rq),
+            _ => self.write(p, mrs, mem, rq),
+        }
+    }
 
+    /// The request at ePSN was executed: expect the next, ACK if asked.
+    fn accepted(&mut self, p: &Packet<'_>, npsn: u32) -> Verdict {
+        let psn = p.repr.bth.psn;
+        self.epsn = psn_add(psn, npsn);
+        self.nak_sent = false;
+        if p.repr.bth.ack_req
+            && !matches!(
+                p.repr.bth.opcode,
+                Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
+            )
+        {
+            self.ack_now(psn);
+        }
+        Verdict::Accepted
+    }
+
+    fn bump_msn(&mut self) {
+        self.msn = (self.msn + 1) & 0x00FF_FFFF;
+    }
+
+    fn remember(&mut self, m: Memo) {
+        if self.memos.len() == self.max_memos {
+            self.memos.pop_front();
+        }
+        self.memos.push_back(m);
+    }
+
+    fn read_request(&mut self, p: &Packet<'_>, mrs: MrView<'_>) -> Verdict {
+        let psn = p.repr.bth.psn;
+        let Some(reth) = p.repr.reth else {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        };
+        let len = u64::from(reth.dma_len);
+        if len > MAX_DMA_LEN {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
+        if !remote_ok(mrs, reth.r_key, reth.va, len, false) {
+            return self.fatal(psn, NAK_REMOTE_ACCESS);
+        }
+        self.bump_msn();
+        let job = ReadJob {
+            req_psn: psn,
+            next_psn: psn,
+            va: reth.va,
+            len,
+            rkey: reth.r_key,
+            msn: self.msn,
+            atomic: None,
+        };
+        let npsn = job.packets(self.mtu);
+        self.remember(Memo {
+            first_psn: psn,
+            npsn,
+            va: reth.va,
+            len,
+            rkey: reth.r_key,
+            msn: self.msn,
+            atomic: None,
+        });
+        self.jobs.push_back(job);
+        self.accepted(p, npsn)
+    }
+
+    /// CMP_SWAP or FETCH_ADD: 8-byte aligned (else invalid request), R_Key
+    /// with remote-atomic right (else remote access error), executed once
+    /// and its result remembered for duplicates.
+    fn atomic(&mut self, p: &Packet<'_>, mrs: MrView<'_>, mem: &mut impl Memory) -> Verdict {
+        let psn = p.repr.bth.psn;
+        let Some(a) = p.repr.atomic else {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        };
+        if a.va % 8 != 0 {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
+        if mrs.check_remote_atomic(a.r_key, a.va).is_err() {
+            return self.fatal(psn, NAK_REMOTE_ACCESS);
+        }
+        let op = if p.repr.bth.opcode == Opcode::CompareSwap {
+            AtomicOp::CmpSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = mem.atomic(a.va, op);
+        self.bump_msn();
+        self.remember(Memo {
+            first_psn: psn,
+            npsn: 1,
+            va: a.va,
+            len: 8,
+            rkey: a.r_key,
+            msn: self.msn,
+            atomic: Some(orig),
+        });
+        self.jobs.push_back(ReadJob {
+            req_psn: psn,
+            next_psn: psn,
+            va: a.va,
+            len: 8,
+            rkey: a.r_key,
+            msn: self.msn,
+            atomic: Some(orig),
+        });
+        self.accepted(p, 1)
+    }
+
+    /// No receive WQE for a SEND (or WRITE with immediate): RNR NAK with
+    /// this QP's timer for the packet's PSN; later packets are dropped
+    /// without NAKs until it comes again.
+    fn not_ready(&mut self, psn: u32) -> Verdict {
+        self.nak(psn, RNR_NAK | self.min_rnr_timer);
+        self.nak_sent = true;
+        Verdict::ReceiverNotReady
+    }
+
+    fn take_wqe(&mut self, rq: &mut RecvQueue) -> Option<RecvWr> {
+        let (wqe, crossed) = rq.pop()?;
+        self.srq_limit_crossed |= crossed;
+        Some(wqe)
+    }
+
+    fn send(
+        &mut self,
+        p: &Packet<'_>,
+        mrs: MrView<'_>,
+        mem: &mut impl Memory,
+        rq: &mut RecvQueue,
+    ) -> Verdict {
+        use Opcode::*;
+        let op = p.repr.bth.opcode;
+        let psn = p.repr.bth.psn;
+        let plen = p.payload.len() as u64;
+        let mtu = u64::from(self.mtu);
+        let first = matches!(op, SendFirst | SendOnly | SendOnlyWithImmediate);
+        let last = op != SendFirst && op != SendMiddle;
+        let len_ok = match (first, last) {
+            (true, true) => plen <= mtu,
+            (_, false) => plen == mtu,
+            (false, true) => (1..=mtu).contains(&plen),
+        };
+        if !len_ok {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
+        let (wqe, off) = match self.msg {
+            Some(InMsg::Send { wqe, off }) => (wqe, off),
+            _ => match self.take_wqe(rq) {
+                Some(w) => (w, 0),
+                None => return self.not_ready(psn),
+            },
+        };
+        if off + plen > wqe.sg.total() {
+            self.msg = None;
+            self.finish(&wqe, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
+        if wqe.sg.scatter(mrs, mem, off, p.payload).is_err() {
+            self.msg = None;
+            self.finish(&wqe, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
+            return self.fatal(psn, NAK_REMOTE_OP);
+        }
+        let off = off + plen;
+        if last {
+            self.msg = None;
+            self.bump_msn();
+            self.finish(&wqe, WcStatus::Success, WcOpcode::Recv, off, p.repr.imm);
+        } else {
+            self.msg = Some(InMsg::Send { wqe, off });
+        }
+        self.accepted(p, 1)
+    }
+
+    fn finish(
+        &mut self,
+        wqe: &RecvWr,
+        status: WcStatus,
+        opcode: WcOpcode,
+        len: u64,
+        imm: Option<u32>,
+    ) {
+        self.done = Some(RecvDone {
+            wr_id: wqe.wr_id,
+            status,
+            opcode,
+            byte_len: len.min(u64::from(u32::MAX)) as u32,
+            imm,
+        });
+    }
+
+    /// RDMA WRITE: length rules, R_Key + bounds + access, a receive WQE
+    /// for the immediate, then execute.
+    fn write(
+        &mut self,
+        p: &Packet<'_>,
+        mrs: MrView<'_>,
+        mem: &mut impl Memory,
+        rq: &mut RecvQueue,
+    ) -> Verdict {
+        use Opcode::*;
+        let op = p.repr.bth.opcode;
+        let psn = p.repr.bth.psn;
         let mtu = u64::from(self.mtu);
         let plen = p.payload.len() as u64;
-        if op == Opcode::RdmaReadRequest {
-            let Some(reth) = p.repr.reth else {
-                return self.fatal(psn, NAK_INVALID_REQUEST);
-            };
-            let len = u64::from(reth.dma_len);
-            if len > MAX_DMA_LEN {
-                return self.fatal(psn, NAK_INVALID_REQUEST);
-            }
-            if !remote_ok(mrs, reth.r_key, reth.va, len, false) {
-                return self.fatal(psn, NAK_REMOTE_ACCESS);
-            }
-            self.msn = (self.msn + 1) & 0x00FF_FFFF;
-            let job = ReadJob {
-                req_psn: psn,
-                next_psn: psn,
-                va: reth.va,
-                len,
-                rkey: reth.r_key,
-                msn: self.msn,
-            };
-            let npsn = job.packets(self.mtu);
-            if self.memos.len() == self.max_memos {
-                self.memos.pop_front();
-            }
-            self.memos.push_back(ReadMemo {
-                first_psn: psn,
-                npsn,
-                va: reth.va,
-                len,
-                rkey: reth.r_key,
-                msn: self.msn,
-            });
-            self.jobs.push_back(job);
-            self.epsn = psn_add(psn, npsn);
-            self.nak_sent = false;
-            return Verdict::Accepted;
-        }
-
-        // WRITE: length rules, then R_Key + bounds + access, then execute.
-        let (va, last) = match op {
-            Opcode::RdmaWriteFirst | Opcode::RdmaWriteOnly | Opcode::RdmaWriteOnlyWithImmediate => {
+        let (va, left, total, last) = match op {
+            RdmaWriteFirst | RdmaWriteOnly | RdmaWriteOnlyWithImmediate => {
                 let Some(reth) = p.repr.reth else {
                     return self.fatal(psn, NAK_INVALID_REQUEST);
                 };
                 let total = u64::from(reth.dma_len);
-                let only = op != Opcode::RdmaWriteFirst;
+                let only = op != RdmaWriteFirst;
                 let ok = total <= MAX_DMA_LEN
                     && if only {
                         plen <= mtu && plen == total
@@ -290,59 +531,71 @@ impl Responder {
                 if !remote_ok(mrs, reth.r_key, reth.va, total, true) {
                     return self.fatal(psn, NAK_REMOTE_ACCESS);
                 }
-                if !only {
-                    self.write = Some(WriteCtx {
-                        va: reth.va + plen,
-                        left: total - plen,
-                    });
-                }
-                (reth.va, only)
+                (reth.va, total, total, only)
             }
             _ => {
-                let Some(w) = self.write else {
+                let Some(InMsg::Write { va, left, total }) = self.msg else {
                     return self.fatal(psn, NAK_INVALID_REQUEST);
                 };
-                let last = op != Opcode::RdmaWriteMiddle;
+                let last = op != RdmaWriteMiddle;
                 let ok = if last {
-                    plen >= 1 && plen <= mtu && plen == w.left
+                    plen >= 1 && plen <= mtu && plen == left
                 } else {
-                    plen == mtu && w.left > mtu
+                    plen == mtu && left > mtu
                 };
                 if !ok {
                     return self.fatal(psn, NAK_INVALID_REQUEST);
                 }
-                self.write = (!last).then_some(WriteCtx {
-                    va: w.va + plen,
-                    left: w.left - plen,
-                });
-                (w.va, last)
+                (va, left, total, last)
             }
+        };
+        let wqe = if p.repr.imm.is_some() {
+            match self.take_wqe(rq) {
+                Some(w) => Some(w),
+                None => return self.not_ready(psn),
+            }
+        } else {
+            None
         };
         mem.write(va, p.payload);
         if last {
-            self.write = None;
-            self.msn = (self.msn + 1) & 0x00FF_FFFF;
+            self.msg = None;
+            self.bump_msn();
+            if let Some(w) = wqe {
+                self.finish(
+                    &w,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    total,
+                    p.repr.imm,
+                );
+            }
+        } else {
+            self.msg = Some(InMsg::Write {
+                va: va + plen,
+                left: left - plen,
+                total,
+            });
         }
-        self.epsn = psn_add(psn, 1);
-        self.nak_sent = false;
-        if p.repr.bth.ack_req {
-            self.ack_now(psn);
-        }
-        Verdict::Accepted
+        self.accepted(p, 1)
     }
 
     fn fatal(&mut self, psn: u32, syndrome: u8) -> Verdict {
         self.nak(psn, syndrome);
-        self.write = None;
         Verdict::Fatal(syndrome)
     }
 
-    /// A request below ePSN: WRITEs are re-ACKed whatever their AckReq
-    /// bit (the requester retransmits because an ACK went missing, as rxe
-    /// answers), READs inside a remembered READ are replayed from memory.
+    /// A request below ePSN: SENDs and WRITEs are re-ACKed whatever their
+    /// AckReq bit (the requester retransmits because an ACK went missing,
+    /// as rxe answers); READs inside a remembered READ are replayed from
+    /// memory; atomics answer with their saved result.
     fn duplicate(&mut self, p: &Packet<'_>, mrs: MrView<'_>) -> Verdict {
         let psn = p.repr.bth.psn;
-        if p.repr.bth.opcode != Opcode::RdmaReadRequest {
+        let op = p.repr.bth.opcode;
+        if !matches!(
+            op,
+            Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
+        ) {
             self.ack_now(psn_add(self.epsn, 0xFF_FFFF));
             self.ack_twice = true;
             return Verdict::Duplicate;
@@ -353,6 +606,22 @@ impl Responder {
         }) else {
             return Verdict::Ignored;
         };
+        if m.atomic.is_some() {
+            if op == Opcode::RdmaReadRequest || m.first_psn != psn {
+                return Verdict::Ignored;
+            }
+            self.jobs.retain(|j| j.req_psn != psn);
+            self.jobs.push_back(ReadJob {
+                req_psn: psn,
+                next_psn: psn,
+                va: m.va,
+                len: 8,
+                rkey: m.rkey,
+                msn: m.msn,
+                atomic: m.atomic,
+            });
+            return Verdict::Duplicate;
+        }
         let off = u64::from(psn_diff(psn, m.first_psn) as u32) * u64::from(self.mtu);
         let Some(reth) = p.repr.reth else {
             return Verdict::Ignored;
@@ -379,13 +648,25 @@ impl Responder {
             len: u64::from(reth.dma_len),
             rkey: m.rkey,
             msn: m.msn,
+            atomic: None,
         });
         Verdict::Duplicate
     }
 
-    /// The next READ response packet, if any.
+    /// The next response packet, if any.
     pub fn peek_response(&self) -> Option<RespItem> {
         let j = self.jobs.front()?;
+        if j.atomic.is_some() {
+            return Some(RespItem {
+                psn: j.next_psn,
+                rkey: j.rkey,
+                opcode: Opcode::AtomicAcknowledge,
+                va: j.va,
+                len: 0,
+                msn: j.msn,
+                atomic: j.atomic,
+            });
+        }
         let n = j.packets(self.mtu);
         let i = psn_diff(j.next_psn, j.req_psn) as u32;
         let mtu = u64::from(self.mtu);
@@ -404,6 +685,7 @@ impl Responder {
             va: j.va + off,
             len,
             msn: j.msn,
+            atomic: None,
         })
     }
 
@@ -425,10 +707,14 @@ impl Responder {
         self.nak(psn, NAK_REMOTE_ACCESS);
     }
 
-    /// Drops everything queued (the QP went to ERR).
-    pub fn reset_queues(&mut self) {
+    /// Drops everything queued (the QP went to ERR); returns the receive
+    /// WQE a SEND in progress held, to be flushed.
+    pub fn reset_queues(&mut self) -> Option<RecvWr> {
         self.jobs.clear();
         self.ack = None;
-        self.write = None;
+        match self.msg.take() {
+            Some(InMsg::Send { wqe, .. }) => Some(wqe),
+            _ => None,
+        }
     }
 }

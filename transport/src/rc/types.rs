@@ -6,6 +6,8 @@ use core::net::Ipv4Addr;
 
 use crate::wire::MacAddr;
 
+pub use super::sgl::{SgList, Sge, TooManySges, MAX_SGE};
+
 /// Queue pair number (24 bits).
 pub type Qpn = u32;
 
@@ -52,6 +54,7 @@ impl PathMtu {
 pub struct QpAccess {
     pub remote_write: bool,
     pub remote_read: bool,
+    pub remote_atomic: bool,
 }
 
 /// Attributes of the INIT -> RTR transition.
@@ -63,8 +66,22 @@ pub struct RtrAttr {
     pub dest_ip: Ipv4Addr,
     /// First PSN expected from the peer (24 bits).
     pub rq_psn: u32,
-    /// READ requests remembered for duplicates (responder side), >= 1.
+    /// READ requests and atomics remembered for duplicates (responder
+    /// side), >= 1.
     pub max_dest_rd_atomic: u8,
+    /// The RNR NAK timer code this responder sends (5 bits, see
+    /// [`rnr_timer_ns`]).
+    pub min_rnr_timer: u8,
+}
+
+/// The wait an RNR NAK timer code asks for, in nanoseconds (IBA table
+/// 45): code 0 is 655.36 ms, codes 1..=31 run from 0.01 ms to 491.52 ms.
+pub const fn rnr_timer_ns(code: u8) -> u64 {
+    const US_X100: [u32; 32] = [
+        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+        1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    US_X100[(code & 31) as usize] as u64 * 10_000
 }
 
 /// Attributes of the RTR -> RTS transition.
@@ -103,24 +120,30 @@ pub struct ConnectParams {
     pub timeout: u8,
     pub retry_cnt: u8,
     pub rnr_retry: u8,
-    /// READs outstanding each way (max_rd_atomic and max_dest_rd_atomic).
+    /// READs and atomics outstanding each way (max_rd_atomic and
+    /// max_dest_rd_atomic).
     pub rd_atomic: u8,
+    /// RNR NAK timer code this QP's responder sends.
+    pub min_rnr_timer: u8,
 }
 
 impl ConnectParams {
-    /// Remote WRITE and READ allowed, timeout 14 (67 ms), 7 retries, RNR
-    /// retry 7 (infinite), 16 READs outstanding.
+    /// Remote WRITE, READ and atomics allowed, timeout 14 (67 ms), 7
+    /// retries, RNR retry 7 (infinite), 16 READs or atomics outstanding,
+    /// RNR timer 12 (0.64 ms, what perftest sets).
     pub fn new(mtu: PathMtu) -> Self {
         ConnectParams {
             mtu,
             access: QpAccess {
                 remote_write: true,
                 remote_read: true,
+                remote_atomic: true,
             },
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
             rd_atomic: 16,
+            min_rnr_timer: 12,
         }
     }
 
@@ -135,6 +158,7 @@ impl ConnectParams {
                 dest_ip: peer.ip,
                 rq_psn: peer.psn,
                 max_dest_rd_atomic: self.rd_atomic,
+                min_rnr_timer: self.min_rnr_timer,
             },
             RtsAttr {
                 sq_psn,
@@ -153,21 +177,93 @@ pub enum WrOp {
     Write,
     WriteImm(u32),
     Read,
+    Send,
+    SendImm(u32),
+    /// 8 bytes at the remote VA: if they equal `compare`, write `swap`; the
+    /// original value lands in the local buffer.
+    CmpSwap {
+        compare: u64,
+        swap: u64,
+    },
+    /// Adds `add` to the 8 bytes at the remote VA; the original value lands
+    /// in the local buffer.
+    FetchAdd {
+        add: u64,
+    },
 }
 
-/// A send work request: local buffer (L_Key, VA, length) and remote buffer
-/// (R_Key, VA).
+impl WrOp {
+    /// CMP_SWAP or FETCH_ADD.
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, WrOp::CmpSwap { .. } | WrOp::FetchAdd { .. })
+    }
+
+    /// A READ or an atomic: bounded by max_rd_atomic, waited for by a
+    /// fence, and writes its local buffer.
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(self, WrOp::Read) || self.is_atomic()
+    }
+
+    /// SEND or SEND_WITH_IMM: consumes a receive WQE at the peer.
+    pub const fn is_send(self) -> bool {
+        matches!(self, WrOp::Send | WrOp::SendImm(_))
+    }
+
+    /// The completion opcode of a WR of this kind.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOp::Write | WrOp::WriteImm(_) => WcOpcode::RdmaWrite,
+            WrOp::Read => WcOpcode::RdmaRead,
+            WrOp::Send | WrOp::SendImm(_) => WcOpcode::Send,
+            WrOp::CmpSwap { .. } => WcOpcode::CompSwap,
+            WrOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// A send work request: local buffers (a scatter/gather list) and, for
+/// RDMA and atomic operations, the remote buffer (R_Key, VA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendWr {
     pub wr_id: u64,
     pub op: WrOp,
-    pub lkey: u32,
-    pub local_va: u64,
-    pub len: u32,
+    /// Local buffers: what a SEND or WRITE sends, where a READ's data or an
+    /// atomic's original value (8 bytes) lands.
+    pub sg: SgList,
     pub rkey: u32,
     pub remote_va: u64,
     /// Whether a successful completion is reported (errors always are).
     pub signaled: bool,
+    /// IBV_SEND_FENCE: wait until every earlier READ and atomic of the QP
+    /// has completed before starting.
+    pub fence: bool,
+}
+
+impl SendWr {
+    /// A signaled, unfenced WR over one local buffer.
+    pub fn new(wr_id: u64, op: WrOp, local: Sge, rkey: u32, remote_va: u64) -> SendWr {
+        SendWr {
+            wr_id,
+            op,
+            sg: SgList::one(local),
+            rkey,
+            remote_va,
+            signaled: true,
+            fence: false,
+        }
+    }
+
+    /// Message length: the bytes of every local buffer (saturating).
+    pub fn byte_len(&self) -> u32 {
+        self.sg.total().min(u64::from(u32::MAX)) as u32
+    }
+}
+
+/// A receive work request: where the data of an incoming SEND lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sg: SgList,
 }
 
 /// Completion statuses (ibverbs names).
@@ -189,11 +285,25 @@ pub enum WcStatus {
     WrFlushErr,
 }
 
-/// Completion opcode.
+/// Completion opcode (ibverbs `ibv_wc_opcode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
+    Send,
     RdmaWrite,
     RdmaRead,
+    CompSwap,
+    FetchAdd,
+    /// A receive WQE consumed by a SEND.
+    Recv,
+    /// A receive WQE consumed by an RDMA WRITE with immediate.
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// A completion of the receive queue.
+    pub const fn is_recv(self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
 }
 
 /// A completion queue entry.
@@ -204,6 +314,9 @@ pub struct Cqe {
     pub status: WcStatus,
     pub opcode: WcOpcode,
     pub byte_len: u32,
+    /// Immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM (receive
+    /// completions), as the value the sender posted.
+    pub imm: Option<u32>,
 }
 
 /// Why a control-path call or a post was refused.
@@ -226,6 +339,25 @@ pub enum RcError {
     },
     #[error("send queue of QP {0:#x} is full")]
     SendQueueFull(Qpn),
+    #[error("receive queue of QP {0:#x} is full")]
+    RecvQueueFull(Qpn),
+    #[error("shared receive queue {0} is full")]
+    SrqFull(u32),
+    #[error("no shared receive queue {0}")]
+    NoSuchSrq(u32),
+    #[error("QP {0:#x} takes its receive WQEs from a shared receive queue; post to the SRQ")]
+    QpUsesSrq(Qpn),
+    #[error("shared receive queue {srq} belongs to PD {srq_pd}, the QP to PD {qp_pd}")]
+    SrqOtherPd { srq: u32, srq_pd: u32, qp_pd: u32 },
+    #[error("shared receive queue {0} still has QPs attached")]
+    SrqInUse(u32),
+    #[error("too many shared receive queues (at most {0})")]
+    TooManySrqs(usize),
+    #[error(transparent)]
+    TooManySges(#[from] TooManySges),
+    #[error("{what} needs a local buffer of 8 bytes, got {len}")]
+    AtomicLength { what: &'static str, len: u64 },
+
     #[error("local buffer refused: {0}")]
     LocalAccess(#[from] crate::mr::MrError),
     #[error("message of {0} bytes is longer than 2^31")]

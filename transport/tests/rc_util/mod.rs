@@ -11,9 +11,10 @@ use std::net::Ipv4Addr;
 use std::rc::Rc;
 
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
-use transport::mr::{Access, MrKeys, VecMemory};
+use transport::mr::{Access, MrKeys, VecMemory, DEFAULT_PD};
 use transport::rc::{
-    ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, Qpn, SendWr, WrOp,
+    ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, QpInit, Qpn, RecvWr,
+    SendWr, SgList, Sge, SrqId, WrOp,
 };
 use transport::wire::{
     AethRepr, HopRecord, MacAddr, Opcode, Packet, PacketRepr, RethRepr, RoceFrame,
@@ -69,6 +70,7 @@ pub struct Side {
     pub nic: Nic<Port, VecMemory>,
     pub qpn: Qpn,
     pub mr: MrKeys,
+    pub srq: Option<SrqId>,
     pub cqes: Completions,
 }
 
@@ -101,6 +103,13 @@ pub struct Setup {
     pub psn_b: u32,
     pub timeout: u8,
     pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    /// B's RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// READs and atomics outstanding each way.
+    pub rd_atomic: u8,
+    /// B's QP takes its receive WQEs from an SRQ of this many.
+    pub srq_b: Option<usize>,
     pub access_b: QpAccess,
     pub cfg: fn(MacAddr, Ipv4Addr) -> EngineConfig,
 }
@@ -113,24 +122,39 @@ impl Default for Setup {
             psn_b: 5000,
             timeout: 8, // 1 ms
             retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1, // 10 us
+            rd_atomic: 16,
+            srq_b: None,
             access_b: QpAccess {
                 remote_write: true,
                 remote_read: true,
+                remote_atomic: true,
             },
             cfg: |mac, ip| EngineConfig::new(mac, ip, 100_000_000_000),
         }
     }
 }
 
-fn engine(mac: MacAddr, ip: Ipv4Addr, s: &Setup) -> (Engine<VecMemory>, MrKeys, Qpn) {
+fn engine(
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    s: &Setup,
+    srq: Option<usize>,
+) -> (Engine<VecMemory>, MrKeys, Qpn, Option<SrqId>) {
     let mut mem = VecMemory::new();
     mem.add(MR_BASE, MR_LEN);
     let mut engine = Engine::new((s.cfg)(mac, ip), mem, 0);
     let mr = engine
         .register_mr(MR_BASE, MR_LEN as u64, Access::ALL)
         .unwrap();
-    let qpn = engine.create_qp(1024, 0).unwrap();
-    (engine, mr, qpn)
+    let srq = srq.map(|n| engine.create_srq(DEFAULT_PD, n).unwrap());
+    let init = QpInit {
+        srq,
+        ..QpInit::new(1024)
+    };
+    let qpn = engine.create_qp_with(init, 0).unwrap();
+    (engine, mr, qpn, srq)
 }
 
 /// The fault a hook's fate becomes in the injector.
@@ -159,11 +183,13 @@ fn fault(f: Fate) -> Fault {
 
 impl Pair {
     pub fn new(s: Setup) -> Pair {
-        let (mut ea, ka, qa) = engine(MAC_A, IP_A, &s);
-        let (mut eb, kb, qb) = engine(MAC_B, IP_B, &s);
+        let (mut ea, ka, qa, _) = engine(MAC_A, IP_A, &s, None);
+        let (mut eb, kb, qb, srq) = engine(MAC_B, IP_B, &s, s.srq_b);
         let params = ConnectParams {
             timeout: s.timeout,
             retry_cnt: s.retry_cnt,
+            rnr_retry: s.rnr_retry,
+            rd_atomic: s.rd_atomic,
             ..ConnectParams::new(s.mtu)
         };
         let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };
@@ -171,6 +197,7 @@ impl Pair {
             .unwrap();
         let pb = ConnectParams {
             access: s.access_b,
+            min_rnr_timer: s.min_rnr_timer,
             ..params
         };
         eb.connect_to(qb, s.psn_b, &end(qa, MAC_A, IP_A, s.psn_a), &pb)
@@ -200,12 +227,14 @@ impl Pair {
                 nic: Nic::new(ea, pa, mtu),
                 qpn: qa,
                 mr: ka,
+                srq: None,
                 cqes: Completions::default(),
             },
             b: Side {
                 nic: Nic::new(eb, pb, mtu),
                 qpn: qb,
                 mr: kb,
+                srq,
                 cqes: Completions::default(),
             },
             now: 0,
@@ -223,18 +252,33 @@ impl Pair {
         self.wire.borrow().log.len()
     }
 
-    /// A WRITE (or READ) from A's region at `local` to B's at `remote`.
+    /// A WRITE (or READ, SEND, atomic) from A's region at `local` to B's
+    /// at `remote`.
     pub fn wr(&self, wr_id: u64, op: WrOp, local: u64, remote: u64, len: u32) -> SendWr {
-        SendWr {
-            wr_id,
-            op,
+        let buf = Sge {
             lkey: self.a.mr.lkey,
-            local_va: MR_BASE + local,
+            va: MR_BASE + local,
             len,
-            rkey: self.b.mr.rkey,
-            remote_va: MR_BASE + remote,
-            signaled: true,
+        };
+        SendWr::new(wr_id, op, buf, self.b.mr.rkey, MR_BASE + remote)
+    }
+
+    /// A receive WR of B over its region at `at`, `len` bytes.
+    pub fn recv_wr(&self, wr_id: u64, at: u64, len: u32) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg: SgList::one(Sge {
+                lkey: self.b.mr.lkey,
+                va: MR_BASE + at,
+                len,
+            }),
         }
+    }
+
+    /// Posts a receive WR to B's QP.
+    pub fn post_recv_b(&mut self, wr: RecvWr) {
+        let qpn = self.b.qpn;
+        self.b.nic.engine_mut().post_recv(qpn, wr).unwrap();
     }
 
     pub fn post(&mut self, wr: SendWr) {
@@ -271,6 +315,33 @@ impl Pair {
     pub fn run(&mut self, limit: u64) {
         let end = self.now + limit;
         while self.step(end) {}
+    }
+
+    /// Every frame on the wire so far: direction and opcode.
+    pub fn frame_log(&self) -> Vec<(Dir, Opcode)> {
+        self.wire
+            .borrow()
+            .log
+            .iter()
+            .map(|(d, f)| {
+                (
+                    *d,
+                    Packet::parse(f)
+                        .expect("engines emit valid frames")
+                        .repr
+                        .bth
+                        .opcode,
+                )
+            })
+            .collect()
+    }
+
+    pub fn completions_b(&mut self) -> Vec<Cqe> {
+        let mut out = std::mem::take(&mut self.b.cqes.0);
+        out.extend(std::iter::from_fn(|| {
+            self.b.nic.engine_mut().poll_completion()
+        }));
+        out
     }
 
     pub fn completions_a(&mut self) -> Vec<Cqe> {

@@ -18,8 +18,8 @@ use std::net::Ipv4Addr;
 
 use crate::device::{Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, WorkRequest};
 use crate::proto::MrAccess;
-use transport::abi::{status_code, wqe_op};
-use transport::rc::{WcOpcode, WrOp};
+use transport::abi::{opcode_code, status_code, wqe_op};
+use transport::rc::WrOp;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -450,10 +450,7 @@ pub extern "C" fn rnic_poll_cq(cq: *const RnicCq, n: c_int, wc: *mut RnicWc) -> 
                 qp_num: c.qpn,
                 byte_len: c.byte_len,
                 status: c_int::from(status_code(c.status)),
-                opcode: match c.opcode {
-                    WcOpcode::RdmaWrite => 1,
-                    WcOpcode::RdmaRead => 2,
-                },
+                opcode: c_int::from(opcode_code(c.opcode)),
             };
         }
         filled += k;

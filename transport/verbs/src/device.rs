@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
-use transport::rc::{Cqe as Completion, SendWr, WcStatus, WrOp};
+use transport::rc::{Cqe as Completion, SendWr, Sge, WcStatus, WrOp};
 
 use crate::proto::{
     self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
@@ -664,17 +664,17 @@ impl Qp {
             });
         }
         for w in wrs {
-            let wr = SendWr {
-                wr_id: w.wr_id,
-                op: w.op,
+            let local = Sge {
                 lkey: w.local.lkey,
-                local_va: w.local.va,
+                va: w.local.va,
                 len: w.local.len,
-                rkey: w.rkey,
-                remote_va: w.remote_va,
-                signaled: w.signaled,
             };
-            sq.write(seg, &abi::Wqe::from_wr(&wr));
+            let wr = SendWr {
+                signaled: w.signaled,
+                ..SendWr::new(w.wr_id, w.op, local, w.rkey, w.remote_va)
+            };
+            let wqe = abi::Wqe::from_wr(&wr).expect("one local buffer fits a WQE");
+            sq.write(seg, &wqe);
         }
         sq.publish(seg);
         Ok(())
@@ -760,6 +760,7 @@ pub fn empty_completion() -> Completion {
         status: WcStatus::Success,
         opcode: transport::rc::WcOpcode::RdmaWrite,
         byte_len: 0,
+        imm: None,
     }
 }
 

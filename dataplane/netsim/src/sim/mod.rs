@@ -20,8 +20,8 @@ use nic::{Completions, Nic};
 use pacer::HpccSettings;
 use transport::mr::{Access, Memory, MrKeys};
 use transport::rc::{
-    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, WcStatus,
-    WrOp,
+    CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, Sge,
+    WcStatus, WrOp,
 };
 use transport::wire::{MacAddr, Opcode, RoceFrame};
 
@@ -448,15 +448,14 @@ impl Simulator {
         loop {
             let len = (spec.size - off).min(MAX_WRITE);
             let last = off + len >= spec.size;
-            let wr = SendWr {
-                wr_id: id as u64,
-                op: WrOp::Write,
+            let local = Sge {
                 lkey,
-                local_va: off,
+                va: off,
                 len: len as u32,
-                rkey,
-                remote_va: off,
+            };
+            let wr = SendWr {
                 signaled: last,
+                ..SendWr::new(id as u64, WrOp::Write, local, rkey, off)
             };
             if engine.post_send(qa, wr, now).is_err() {
                 break;
