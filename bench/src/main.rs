@@ -189,9 +189,19 @@ fn hpcc_replay(args: &ReplayArgs) -> ExitCode {
 
 fn torture(args: &TortureArgs) -> ExitCode {
     println!(
-        "torture: seed={} ops={} loss={} dup={} reorder={} corrupt={} max_msg={} mtu={} qps={} start_psn={}",
-        args.seed, args.ops, args.loss, args.dup, args.reorder, args.corrupt, args.max_msg,
-        args.mtu, args.qps, args.start_psn
+        "torture: seed={} ops={} mix={} loss={} dup={} reorder={} corrupt={} max_msg={} mtu={} qps={} start_psn={} late_recv={}",
+        args.seed,
+        args.ops,
+        args.mix.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(","),
+        args.loss,
+        args.dup,
+        args.reorder,
+        args.corrupt,
+        args.max_msg,
+        args.mtu,
+        args.qps,
+        args.start_psn,
+        args.late_recv
     );
     match torture_mod::run(args, |line| eprintln!("torture: {line}")) {
         Ok((r, s)) => {
