@@ -31,6 +31,7 @@ const ALL: MrAccess = MrAccess {
     local_write: true,
     remote_write: true,
     remote_read: true,
+    remote_atomic: true,
 };
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

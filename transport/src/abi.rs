@@ -23,7 +23,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::rc::{SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp};
+use crate::rc::{RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp};
 
 /// Version of this layout; the control protocol refuses another.
 pub const ABI_VERSION: u32 = 2;
@@ -151,6 +151,50 @@ impl Wqe {
             signaled: self.flags & WQE_SIGNALED != 0,
             fence: self.flags & WQE_FENCE != 0,
         })
+    }
+}
+
+/// A receive work queue entry, 32 bytes, with one local buffer (length 0:
+/// none, for WRITE with immediate).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct RecvWqe {
+    pub wr_id: u64,
+    pub va: u64,
+    pub lkey: u32,
+    pub len: u32,
+    pub _reserved: [u8; 8],
+}
+
+impl RecvWqe {
+    pub fn from_wr(wr: &RecvWr) -> Result<RecvWqe, WqeError> {
+        let sges = wr.sg.as_slice();
+        if sges.len() > 1 {
+            return Err(WqeError::TooManySges(sges.len()));
+        }
+        let b = sges.first().copied().unwrap_or_default();
+        Ok(RecvWqe {
+            wr_id: wr.wr_id,
+            va: b.va,
+            lkey: b.lkey,
+            len: b.len,
+            _reserved: [0; 8],
+        })
+    }
+
+    pub fn to_wr(&self) -> RecvWr {
+        RecvWr {
+            wr_id: self.wr_id,
+            sg: if self.len == 0 {
+                SgList::EMPTY
+            } else {
+                SgList::one(Sge {
+                    lkey: self.lkey,
+                    va: self.va,
+                    len: self.len,
+                })
+            },
+        }
     }
 }
 
@@ -544,6 +588,7 @@ mod tests {
     fn entries_have_fixed_sizes() {
         assert_eq!(core::mem::size_of::<Wqe>(), 64);
         assert_eq!(core::mem::size_of::<Cqe>(), 32);
+        assert_eq!(core::mem::size_of::<RecvWqe>(), 32);
     }
 
     #[test]

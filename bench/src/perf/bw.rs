@@ -83,6 +83,7 @@ pub fn run(
                     remote_va: c.remote.va,
                     rkey: c.remote.rkey,
                     signaled: true,
+                    fence: false,
                 });
             }
             match c.qps[qp].post(&batch) {

@@ -57,6 +57,7 @@ const ALL: MrAccess = MrAccess {
     local_write: true,
     remote_write: true,
     remote_read: true,
+    remote_atomic: true,
 };
 
 struct Prepared {

@@ -4,9 +4,9 @@
 //! moves everything:
 //!
 //! control requests (from [`control`]) -> per host, the pipeline: RX burst
-//! -> engine -> timers -> doorbells (the SQ rings of active QPs, read by
-//! [`Apps`]) -> TX burst -> completions (routed by [`Apps`] into the
-//! applications' CQ rings).
+//! -> engine -> timers -> doorbells (the send and receive rings of active
+//! QPs and the shared receive queues' rings, read by [`Apps`]) -> TX burst
+//! -> completions (routed by [`Apps`] into the applications' CQ rings).
 //!
 //! Everything an application writes into shared memory is untrusted: a bad
 //! WQE completes with an error CQE (and moves its QP to ERR, as a NIC
@@ -90,6 +90,16 @@ pub struct ServiceCounters {
     pub wqe_errors: u64,
     /// SQ rings whose producer index was scribbled (QP moved to ERR).
     pub sq_corrupt: u64,
+    /// Receive WQEs taken from receive and shared receive queue rings.
+    #[serde(default)]
+    pub recv_wqes_posted: u64,
+    /// Receive rings whose producer index was scribbled (QP moved to ERR;
+    /// an SRQ's ring is no longer read).
+    #[serde(default)]
+    pub rq_corrupt: u64,
+    /// SRQ limit events (an SRQ fell below its armed limit).
+    #[serde(default)]
+    pub srq_limit_events: u64,
     pub cqes_delivered: u64,
     /// CQEs dropped because an application let its CQ overflow far past
     /// its depth (its QPs are moved to ERR).
@@ -110,7 +120,22 @@ struct QpRt {
     pd: u32,
     sq: Consumer<abi::Wqe>,
     ring: (u64, u64),
-    /// The SQ index was scribbled: the ring is no longer read.
+    /// Its own receive queue's ring (none with an SRQ).
+    rq: Option<RqRt>,
+    /// A ring index was scribbled: the rings are no longer read.
+    broken: bool,
+}
+
+/// A receive ring in an application's segment, and its block.
+struct RqRt {
+    ring: Consumer<abi::RecvWqe>,
+    block: (u64, u64),
+}
+
+/// A shared receive queue's ring.
+struct SrqRt {
+    seg: Arc<Segment>,
+    ring: RqRt,
     broken: bool,
 }
 
@@ -132,6 +157,8 @@ struct App {
     mrs: HashMap<u32, (u32, u64, u64)>,
     cqs: HashMap<u32, CqRt>,
     qps: Vec<Qpn>,
+    /// Its shared receive queues (engine SRQ ids on its host).
+    srqs: Vec<u32>,
     next_cq: u32,
 }
 
@@ -142,6 +169,8 @@ struct Host {
     driver: String,
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
+    /// Shared receive queues of applications on this host.
+    srqs: HashMap<u32, SrqRt>,
 }
 
 impl Host {
@@ -192,6 +221,7 @@ impl Service {
                 nic: Nic::new(engine, port, cfg.max_mtu.bytes()),
                 driver,
                 qps: QpTable::default(),
+                srqs: HashMap::new(),
             });
         }
         Ok(Service {
@@ -288,9 +318,10 @@ impl Service {
 
     /// Host `h`'s pipeline and the application side it serves.
     fn host_apps(&mut self, h: usize) -> (&mut Nic<HostPort, AppMemory>, Apps<'_>) {
-        let Host { nic, qps, .. } = &mut self.hosts[h];
+        let Host { nic, qps, srqs, .. } = &mut self.hosts[h];
         let apps = Apps {
             qps,
+            srqs,
             apps: &mut self.apps,
             counters: &mut self.counters,
             pending: &mut self.pending,
@@ -351,6 +382,10 @@ impl Service {
             let _ = host.nic.engine_mut().destroy_qp(*qpn);
             host.qps.remove(qpn);
         }
+        for srq in &app.srqs {
+            let _ = host.nic.engine_mut().destroy_srq(*srq);
+            host.srqs.remove(srq);
+        }
         for lkey in app.mrs.keys() {
             let _ = host.nic.engine_mut().deregister_mr(*lkey);
         }
@@ -369,6 +404,7 @@ impl Service {
 /// the owners' CQ rings, in batches, one index store each.
 struct Apps<'a> {
     qps: &'a mut QpTable<QpRt>,
+    srqs: &'a mut HashMap<u32, SrqRt>,
     apps: &'a mut HashMap<ConnId, App>,
     counters: &'a mut ServiceCounters,
     /// CQs (application, CQ) with CQEs waiting to enter their ring.
@@ -376,9 +412,13 @@ struct Apps<'a> {
 }
 
 impl nic::Host<AppMemory> for Apps<'_> {
-    /// Takes WQEs from the SQ rings of this host's QPs into the engine.
+    /// Takes WQEs from the send and receive rings of this host's QPs and
+    /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
-        let mut moved = false;
+        let mut moved = self.receive_doorbells(engine);
+        while let Some(transport::rc::AsyncEvent::SrqLimitReached(_)) = engine.poll_event() {
+            self.counters.srq_limit_events += 1;
+        }
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
         for (qpn, rt) in self.qps.iter_mut() {
             if rt.broken {
@@ -457,6 +497,47 @@ impl nic::Host<AppMemory> for Apps<'_> {
 }
 
 impl Apps<'_> {
+    /// Takes receive WQEs from the QPs' own receive rings (once the QP is
+    /// out of RESET) and from the SRQs' rings.
+    fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
+        let mut moved = false;
+        for (qpn, rt) in self.qps.iter_mut() {
+            let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
+                continue;
+            };
+            if engine.qp_state(qpn) == Ok(transport::rc::QpState::Reset) {
+                continue;
+            }
+            match drain_recv(&rt.seg, rq, |wr| engine.post_recv(qpn, wr)) {
+                Ok(n) => {
+                    moved |= n > 0;
+                    self.counters.recv_wqes_posted += n;
+                }
+                Err(()) => {
+                    rt.broken = true;
+                    self.counters.rq_corrupt += 1;
+                    let _ = engine.modify_to_err(qpn);
+                }
+            }
+        }
+        for (&srq, rt) in self.srqs.iter_mut() {
+            if rt.broken {
+                continue;
+            }
+            match drain_recv(&rt.seg, &mut rt.ring, |wr| engine.post_srq_recv(srq, wr)) {
+                Ok(n) => {
+                    moved |= n > 0;
+                    self.counters.recv_wqes_posted += n;
+                }
+                Err(()) => {
+                    rt.broken = true;
+                    self.counters.rq_corrupt += 1;
+                }
+            }
+        }
+        moved
+    }
+
     /// Routes every completion the engine holds.
     fn route(&mut self, engine: &mut Engine<AppMemory>) {
         while let Some(c) = engine.poll_completion() {
@@ -576,4 +657,25 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
         Ok(other) => Err(daemon(format!("unexpected reply {other:?}"))),
         Err(e) => Err(daemon(e.to_string())),
     }
+}
+
+/// Moves receive WQEs from a ring into the engine with `post` while it
+/// takes them (a full receive queue leaves the rest in the ring); `Err`
+/// when the ring's producer index was scribbled.
+fn drain_recv(
+    seg: &Segment,
+    rq: &mut RqRt,
+    mut post: impl FnMut(transport::rc::RecvWr) -> Result<(), RcError>,
+) -> Result<u64, ()> {
+    let n = rq.ring.available(seg).map_err(|_| ())?;
+    let mut taken = 0;
+    for _ in 0..(n as usize).min(SQ_BUDGET) {
+        let wqe = rq.ring.peek(seg);
+        if post(wqe.to_wr()).is_err() {
+            break;
+        }
+        rq.ring.advance(seg);
+        taken += 1;
+    }
+    Ok(taken)
 }

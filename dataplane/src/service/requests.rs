@@ -10,7 +10,7 @@ use std::sync::Arc;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
 use transport::mr::Access;
-use transport::rc::{ConnectParams, PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
 use verbs::proto::{
     DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
 };
@@ -19,7 +19,7 @@ use verbs::shm::Segment;
 use super::alloc::SegmentAlloc;
 use super::control::ConnId;
 use super::memory::AppMemory;
-use super::{App, CqRt, QpRt, Service};
+use super::{App, CqRt, QpRt, RqRt, Service, SrqRt};
 
 type Answer = Result<(Reply, Vec<OwnedFd>), ErrorReply>;
 
@@ -117,7 +117,24 @@ impl Service {
             Request::DeregMr { lkey } => self.dereg_mr(conn, lkey),
             Request::CreateCq { depth } => self.create_cq(conn, depth),
             Request::DestroyCq { cq } => self.destroy_cq(conn, cq),
-            Request::CreateQp { pd, cq, depth } => self.create_qp(conn, pd, cq, depth),
+            Request::CreateQp {
+                pd,
+                cq,
+                depth,
+                rq_depth,
+                srq,
+            } => self.create_qp(conn, pd, cq, depth, rq_depth, srq),
+            Request::CreateSrq { pd, depth } => self.create_srq(conn, pd, depth),
+            Request::ModifySrq { srq, limit } => {
+                let host = self.own_srq(conn, srq)?;
+                self.hosts[host]
+                    .nic
+                    .engine_mut()
+                    .modify_srq_limit(srq, limit)
+                    .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+                done(Reply::Done)
+            }
+            Request::DestroySrq { srq } => self.destroy_srq(conn, srq),
             Request::ModifyQp { qpn, modify } => self.modify_qp(conn, qpn, modify),
             Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
             Request::QueryQp { qpn } => self.query_qp(conn, qpn),
@@ -196,6 +213,7 @@ impl Service {
                 mrs: HashMap::new(),
                 cqs: HashMap::new(),
                 qps: Vec::new(),
+                srqs: Vec::new(),
                 next_cq: 1,
             },
         );
@@ -264,8 +282,7 @@ impl Service {
                 local_write: access.local_write,
                 remote_write: access.remote_write,
                 remote_read: access.remote_read,
-                // The control protocol does not carry the atomic right yet.
-                remote_atomic: false,
+                remote_atomic: access.remote_atomic,
             },
         );
         let a = self.app(conn);
@@ -361,8 +378,19 @@ impl Service {
         }
     }
 
-    fn create_qp(&mut self, conn: ConnId, pd: u32, cq: u32, depth: u32) -> Answer {
+    fn create_qp(
+        &mut self,
+        conn: ConnId,
+        pd: u32,
+        cq: u32,
+        depth: u32,
+        rq_depth: u32,
+        srq: Option<u32>,
+    ) -> Answer {
         self.own_pd(conn, pd)?;
+        if let Some(srq) = srq {
+            self.own_srq(conn, srq)?;
+        }
         let a = self.app(conn);
         if !a.cqs.contains_key(&cq) {
             return Err(err(
@@ -370,23 +398,45 @@ impl Service {
                 format!("no CQ {cq} on this device"),
             ));
         }
+        let rq_depth = if srq.is_some() { 0 } else { rq_depth };
         let ((off, bytes), layout) = a.alloc_ring::<abi::Wqe>("send queue", depth)?;
+        let rq = if rq_depth > 0 {
+            match a.alloc_ring::<abi::RecvWqe>("receive queue", rq_depth) {
+                Ok((block, layout)) => Some(RqRt {
+                    ring: Consumer::new(layout),
+                    block,
+                }),
+                Err(e) => {
+                    a.alloc.release(off, bytes);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let host = a.host;
         let now = self.clock.now_ns();
-        let qpn = match self.hosts[host]
-            .nic
-            .engine_mut()
-            .create_qp_in(pd, depth as usize, now)
-        {
+        let init = transport::rc::QpInit {
+            pd,
+            max_send_wr: depth as usize,
+            max_recv_wr: rq_depth.max(1) as usize,
+            srq,
+        };
+        let qpn = match self.hosts[host].nic.engine_mut().create_qp_with(init, now) {
             Ok(q) => q,
             Err(e) => {
-                self.app(conn).alloc.release(off, bytes);
+                let a = self.app(conn);
+                a.alloc.release(off, bytes);
+                if let Some(r) = rq {
+                    a.alloc.release(r.block.0, r.block.1);
+                }
                 return Err(err(ErrorKind::NoSpace, e.to_string()));
             }
         };
         let a = self.app(conn);
         a.qps.push(qpn);
         a.cqs.get_mut(&cq).expect("checked").qps += 1;
+        let rq_offset = rq.as_ref().map_or(0, |r| r.block.0);
         self.hosts[host].qps.insert(
             qpn,
             QpRt {
@@ -396,6 +446,7 @@ impl Service {
                 pd,
                 sq: Consumer::new(layout),
                 ring: (off, bytes),
+                rq,
                 broken: false,
             },
         );
@@ -403,7 +454,73 @@ impl Service {
             qpn,
             sq_offset: off,
             depth,
+            rq_offset,
+            rq_depth,
         })
+    }
+
+    fn own_srq(&mut self, conn: ConnId, srq: u32) -> Result<usize, ErrorReply> {
+        let a = self.app(conn);
+        if a.srqs.contains(&srq) {
+            Ok(a.host)
+        } else {
+            Err(err(
+                ErrorKind::NoSuchSrq,
+                format!("no shared receive queue {srq} on this device"),
+            ))
+        }
+    }
+
+    fn create_srq(&mut self, conn: ConnId, pd: u32, depth: u32) -> Answer {
+        self.own_pd(conn, pd)?;
+        let a = self.app(conn);
+        let ((off, bytes), layout) = a.alloc_ring::<abi::RecvWqe>("shared receive queue", depth)?;
+        let host = a.host;
+        let srq = match self.hosts[host]
+            .nic
+            .engine_mut()
+            .create_srq(pd, depth as usize)
+        {
+            Ok(s) => s,
+            Err(e) => {
+                self.app(conn).alloc.release(off, bytes);
+                return Err(err(ErrorKind::NoSpace, e.to_string()));
+            }
+        };
+        self.app(conn).srqs.push(srq);
+        let seg = self.apps[&conn].seg.clone();
+        self.hosts[host].srqs.insert(
+            srq,
+            SrqRt {
+                seg,
+                ring: RqRt {
+                    ring: Consumer::new(layout),
+                    block: (off, bytes),
+                },
+                broken: false,
+            },
+        );
+        done(Reply::Srq {
+            srq,
+            offset: off,
+            depth,
+        })
+    }
+
+    fn destroy_srq(&mut self, conn: ConnId, srq: u32) -> Answer {
+        let host = self.own_srq(conn, srq)?;
+        self.hosts[host]
+            .nic
+            .engine_mut()
+            .destroy_srq(srq)
+            .map_err(|e| err(ErrorKind::Busy, e.to_string()))?;
+        let rt = self.hosts[host].srqs.remove(&srq);
+        let a = self.app(conn);
+        a.srqs.retain(|&s| s != srq);
+        if let Some(rt) = rt {
+            a.alloc.release(rt.ring.block.0, rt.ring.block.1);
+        }
+        done(Reply::Done)
     }
 
     fn own_qp(&mut self, conn: ConnId, qpn: Qpn) -> Result<usize, ErrorReply> {
@@ -425,12 +542,13 @@ impl Service {
             Modify::Init {
                 remote_write,
                 remote_read,
+                remote_atomic,
             } => self.hosts[host].nic.engine_mut().modify_to_init(
                 qpn,
                 QpAccess {
                     remote_write,
                     remote_read,
-                    remote_atomic: false,
+                    remote_atomic,
                 },
             ),
             Modify::Rtr {
@@ -439,6 +557,7 @@ impl Service {
                 dest_ip,
                 rq_psn,
                 max_dest_rd_atomic,
+                min_rnr_timer,
             } => {
                 let path_mtu = PathMtu::from_bytes(mtu)
                     .filter(|m| m.bytes() <= self.cfg.max_mtu.bytes())
@@ -466,7 +585,7 @@ impl Service {
                         dest_ip,
                         rq_psn,
                         max_dest_rd_atomic,
-                        min_rnr_timer: ConnectParams::new(path_mtu).min_rnr_timer,
+                        min_rnr_timer,
                     },
                 )
             }
@@ -509,6 +628,9 @@ impl Service {
         a.qps.retain(|&q| q != qpn);
         if let Some(rt) = rt {
             a.alloc.release(rt.ring.0, rt.ring.1);
+            if let Some(r) = rt.rq {
+                a.alloc.release(r.block.0, r.block.1);
+            }
             if let Some(c) = a.cqs.get_mut(&rt.cq) {
                 c.qps -= 1;
             }

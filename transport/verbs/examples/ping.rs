@@ -61,6 +61,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             local_write: true,
             remote_write: true,
             remote_read: true,
+            remote_atomic: true,
         },
     )?;
     let cq = dev.create_cq(256)?;

@@ -4,8 +4,9 @@
  * ibverbs-like: open a device of the dataplane daemon, allocate a
  * protection domain, memory regions (in shared memory), completion queues
  * and RC QPs, connect a QP to the peer's endpoint (exchanged out of band),
- * post RDMA WRITE / READ and poll completions. Posting and polling touch
- * only shared memory.
+ * post RDMA WRITE / READ, SEND (into the peer's receive WQEs), atomics,
+ * and poll completions. Posting and polling touch only shared memory.
+ * Immediate data is passed in host order.
  *
  * Functions returning a pointer return NULL on error, functions returning
  * int return 0 (or a count) or -1; rnic_last_error() says why (per thread).
@@ -31,12 +32,17 @@ enum {
 	RNIC_ACCESS_LOCAL_WRITE = 1,
 	RNIC_ACCESS_REMOTE_WRITE = 2,
 	RNIC_ACCESS_REMOTE_READ = 4,
+	RNIC_ACCESS_REMOTE_ATOMIC = 8,
 };
 
 enum rnic_wr_opcode {
 	RNIC_WR_RDMA_WRITE = 1,
 	RNIC_WR_RDMA_WRITE_WITH_IMM = 2,
 	RNIC_WR_RDMA_READ = 3,
+	RNIC_WR_SEND = 4,
+	RNIC_WR_SEND_WITH_IMM = 5,
+	RNIC_WR_ATOMIC_CMP_AND_SWP = 6,  /* local buffer: 8 bytes */
+	RNIC_WR_ATOMIC_FETCH_AND_ADD = 7, /* local buffer: 8 bytes */
 };
 
 enum rnic_wc_status {
@@ -53,8 +59,17 @@ enum rnic_wc_status {
 };
 
 enum rnic_wc_opcode {
+	RNIC_WC_SEND = 0,
 	RNIC_WC_RDMA_WRITE = 1,
 	RNIC_WC_RDMA_READ = 2,
+	RNIC_WC_COMP_SWAP = 3,
+	RNIC_WC_FETCH_ADD = 4,
+	RNIC_WC_RECV = 128,
+	RNIC_WC_RECV_RDMA_WITH_IMM = 129,
+};
+
+enum {
+	RNIC_WC_WITH_IMM = 1, /* wc_flags: imm_data is valid */
 };
 
 /* What a peer needs: QP number, first PSN, IPv4 address (10.0.0.1 is
@@ -78,6 +93,18 @@ struct rnic_send_wr {
 	uint64_t remote_addr;
 	uint32_t rkey;
 	uint32_t imm_data;
+	uint64_t compare_add; /* FETCH_ADD: the addend; CMP_SWAP: compared with */
+	uint64_t swap;        /* CMP_SWAP: written when the compare matches */
+	int fence;            /* non-zero: wait for earlier READs and atomics */
+	int reserved;
+};
+
+/* Where an incoming SEND lands (length 0: none, for WRITE with imm). */
+struct rnic_recv_wr {
+	uint64_t wr_id;
+	uint32_t lkey;
+	uint32_t length;
+	uint64_t addr;        /* device address: rnic_mr_va() + offset */
 };
 
 struct rnic_wc {
@@ -86,6 +113,8 @@ struct rnic_wc {
 	uint32_t byte_len;
 	int status;     /* enum rnic_wc_status */
 	int opcode;     /* enum rnic_wc_opcode */
+	int wc_flags;   /* RNIC_WC_WITH_IMM */
+	uint32_t imm_data;
 };
 
 const char *rnic_last_error(void);
@@ -112,6 +141,7 @@ int rnic_poll_cq(const struct rnic_cq *cq, int n, struct rnic_wc *wc);
 /* 1: a completion is ready, 0: timeout, -1: error. */
 int rnic_wait_cq(const struct rnic_cq *cq, uint32_t timeout_ms);
 
+/* depth: send and receive queue entries (a power of two). */
 struct rnic_qp *rnic_create_qp(struct rnic_pd *pd, struct rnic_cq *cq, uint32_t depth);
 int rnic_destroy_qp(struct rnic_qp *qp);
 /* mr may be NULL. */
@@ -119,6 +149,9 @@ int rnic_qp_endpoint(const struct rnic_qp *qp, const struct rnic_mr *mr, struct 
 int rnic_connect_qp(struct rnic_qp *qp, const struct rnic_endpoint *remote);
 /* n work requests behind one doorbell, all or none. */
 int rnic_post_send(const struct rnic_qp *qp, const struct rnic_send_wr *wrs, int n);
+/* n receive work requests behind one doorbell, all or none; the QP may be
+ * connected or not yet (post receives before the peer sends). */
+int rnic_post_recv(const struct rnic_qp *qp, const struct rnic_recv_wr *wrs, int n);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,9 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::net::Ipv4Addr;
 
-use crate::device::{Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, WorkRequest};
+use crate::device::{
+    Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, RecvRequest, WorkRequest,
+};
 use crate::proto::MrAccess;
 use transport::abi::{opcode_code, status_code, wqe_op};
 use transport::rc::WrOp;
@@ -34,6 +36,9 @@ fn set_error(msg: impl std::fmt::Display) {
 pub const RNIC_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const RNIC_ACCESS_REMOTE_WRITE: c_int = 2;
 pub const RNIC_ACCESS_REMOTE_READ: c_int = 4;
+pub const RNIC_ACCESS_REMOTE_ATOMIC: c_int = 8;
+/// `RnicWc::wc_flags`: `imm_data` holds immediate data.
+pub const RNIC_WC_WITH_IMM: c_int = 1;
 
 /// What a peer needs (C layout of [`Endpoint`] with its region).
 #[repr(C)]
@@ -54,7 +59,8 @@ pub struct RnicEndpoint {
 pub struct RnicSendWr {
     pub wr_id: u64,
     /// RNIC_WR_RDMA_WRITE (1), RNIC_WR_RDMA_WRITE_WITH_IMM (2),
-    /// RNIC_WR_RDMA_READ (3).
+    /// RNIC_WR_RDMA_READ (3), RNIC_WR_SEND (4), RNIC_WR_SEND_WITH_IMM (5),
+    /// RNIC_WR_ATOMIC_CMP_AND_SWP (6), RNIC_WR_ATOMIC_FETCH_AND_ADD (7).
     pub opcode: c_int,
     /// Non-zero: report success too.
     pub signaled: c_int,
@@ -63,7 +69,25 @@ pub struct RnicSendWr {
     pub local_addr: u64,
     pub remote_addr: u64,
     pub rkey: u32,
+    /// The immediate value (host order).
     pub imm_data: u32,
+    /// FETCH_ADD: the addend; CMP_SWAP: the value compared with.
+    pub compare_add: u64,
+    /// CMP_SWAP: the value written when the compare matches.
+    pub swap: u64,
+    /// Non-zero: wait for earlier READs and atomics (IBV_SEND_FENCE).
+    pub fence: c_int,
+    pub _reserved: c_int,
+}
+
+/// One receive work request of `rnic_post_recv`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RnicRecvWr {
+    pub wr_id: u64,
+    pub lkey: u32,
+    pub length: u32,
+    pub addr: u64,
 }
 
 /// A work completion.
@@ -75,8 +99,13 @@ pub struct RnicWc {
     pub byte_len: u32,
     /// RNIC_WC_SUCCESS (0) or an error (see the header).
     pub status: c_int,
-    /// 1 = RDMA WRITE, 2 = RDMA READ.
+    /// `ibv_wc_opcode` values: 0 SEND, 1 RDMA WRITE, 2 RDMA READ,
+    /// 3 COMP_SWAP, 4 FETCH_ADD, 128 RECV, 129 RECV_RDMA_WITH_IMM.
     pub opcode: c_int,
+    /// RNIC_WC_WITH_IMM when `imm_data` holds immediate data.
+    pub wc_flags: c_int,
+    /// The immediate value the sender posted (host order).
+    pub imm_data: u32,
 }
 
 /// An opened device.
@@ -222,6 +251,7 @@ pub extern "C" fn rnic_reg_mr(pd: *mut RnicPd, len: u64, access: c_int) -> *mut 
         local_write: access & RNIC_ACCESS_LOCAL_WRITE != 0,
         remote_write: access & RNIC_ACCESS_REMOTE_WRITE != 0,
         remote_read: access & RNIC_ACCESS_REMOTE_READ != 0,
+        remote_atomic: access & RNIC_ACCESS_REMOTE_ATOMIC != 0,
     };
     match pd.0.alloc_mr(len, a) {
         Ok(m) => boxed(RnicMr(m)),
@@ -291,7 +321,13 @@ pub extern "C" fn rnic_destroy_cq(cq: *mut RnicCq) -> c_int {
 pub extern "C" fn rnic_create_qp(pd: *mut RnicPd, cq: *mut RnicCq, depth: u32) -> *mut RnicQp {
     let pd = handle!(pd, "pd", std::ptr::null_mut());
     let cq = handle!(cq, "cq", std::ptr::null_mut());
-    match pd.0.qp_builder(&cq.0).depth(depth).build() {
+    match pd
+        .0
+        .qp_builder(&cq.0)
+        .depth(depth)
+        .recv_depth(depth)
+        .build()
+    {
         Ok(q) => boxed(RnicQp::Prepared(q)),
         Err(e) => {
             set_error(e);
@@ -394,6 +430,13 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
             Ok(wqe_op::RDMA_WRITE) => WrOp::Write,
             Ok(wqe_op::RDMA_WRITE_WITH_IMM) => WrOp::WriteImm(w.imm_data),
             Ok(wqe_op::RDMA_READ) => WrOp::Read,
+            Ok(wqe_op::SEND) => WrOp::Send,
+            Ok(wqe_op::SEND_WITH_IMM) => WrOp::SendImm(w.imm_data),
+            Ok(wqe_op::ATOMIC_CMP_AND_SWP) => WrOp::CmpSwap {
+                compare: w.compare_add,
+                swap: w.swap,
+            },
+            Ok(wqe_op::ATOMIC_FETCH_AND_ADD) => WrOp::FetchAdd { add: w.compare_add },
             _ => {
                 set_error(format!("unknown opcode {}", w.opcode));
                 return -1;
@@ -410,9 +453,55 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
             remote_va: w.remote_addr,
             rkey: w.rkey,
             signaled: w.signaled != 0,
+            fence: w.fence != 0,
         });
     }
     match q.post(&batch) {
+        Ok(()) => 0,
+        Err(e) => {
+            set_error(e);
+            -1
+        }
+    }
+}
+
+/// Posts `n` receive work requests behind one doorbell (all or none), to a
+/// QP prepared or connected. Returns 0, or -1 when the receive queue lacks
+/// room or the QP takes its receive WQEs from an SRQ.
+#[no_mangle]
+pub extern "C" fn rnic_post_recv(qp: *const RnicQp, wrs: *const RnicRecvWr, n: c_int) -> c_int {
+    let qp = handle!(qp, "qp", -1);
+    let q = match qp {
+        RnicQp::Prepared(p) => p.qp(),
+        RnicQp::Connected(q) => q,
+        RnicQp::Gone => {
+            set_error("the QP is gone (a connect failed)");
+            return -1;
+        }
+    };
+    if n < 0 || (n > 0 && wrs.is_null()) {
+        set_error(format!("{n} receive work requests at {wrs:?}"));
+        return -1;
+    }
+    let wrs: &[RnicRecvWr] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: non-NULL, and the caller passes `n` initialised
+        // structs (contract of the header).
+        unsafe { std::slice::from_raw_parts(wrs, n as usize) }
+    };
+    let batch: Vec<RecvRequest> = wrs
+        .iter()
+        .map(|w| RecvRequest {
+            wr_id: w.wr_id,
+            local: LocalBuf {
+                lkey: w.lkey,
+                va: w.addr,
+                len: w.length,
+            },
+        })
+        .collect();
+    match q.post_recv(&batch) {
         Ok(()) => 0,
         Err(e) => {
             set_error(e);
@@ -451,6 +540,8 @@ pub extern "C" fn rnic_poll_cq(cq: *const RnicCq, n: c_int, wc: *mut RnicWc) -> 
                 byte_len: c.byte_len,
                 status: c_int::from(status_code(c.status)),
                 opcode: c_int::from(opcode_code(c.opcode)),
+                wc_flags: if c.imm.is_some() { RNIC_WC_WITH_IMM } else { 0 },
+                imm_data: c.imm.unwrap_or(0),
             };
         }
         filled += k;

@@ -2,8 +2,10 @@
 //! [`Pd`] -> [`Mr`] (memory allocated in the shared segment, with L_Key
 //! and R_Key), [`Cq`], [`QpBuilder`] -> [`PreparedQp`] (its [`Endpoint`]
 //! goes to the peer out of band) -> [`Qp`] connected to the peer's
-//! endpoint -> `post_write` / `post_read` / [`Qp::post`] (a batch behind
-//! one doorbell) -> [`Cq::poll`] or [`Cq::wait`].
+//! endpoint -> `post_write` / `post_read` / `post_send` / the atomics /
+//! [`Qp::post`] (a batch behind one doorbell), [`Qp::post_recv`] or a
+//! shared receive queue ([`Srq`]) for incoming SENDs -> [`Cq::poll`] or
+//! [`Cq::wait`].
 //!
 //! Control calls are request/reply on the daemon's socket; posting and
 //! polling touch only shared memory.
@@ -17,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
-use transport::rc::{Cqe as Completion, SendWr, Sge, WcStatus, WrOp};
+use transport::rc::{Cqe as Completion, RecvWr, SendWr, SgList, Sge, WcStatus, WrOp};
 
 use crate::proto::{
     self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
@@ -42,6 +44,14 @@ pub enum VerbsError {
     Ring(#[from] RingError),
     #[error("send queue of QP {qpn:#x} has {free} free slots, {wanted} wanted")]
     SendQueueFull { qpn: u32, free: u32, wanted: usize },
+    #[error("receive queue {what} has {free} free slots, {wanted} wanted")]
+    RecvQueueFull {
+        what: String,
+        free: u32,
+        wanted: usize,
+    },
+    #[error("QP {0:#x} takes its receive WQEs from a shared receive queue; post to the SRQ")]
+    QpUsesSrq(u32),
     #[error("{0}")]
     InvalidArgument(String),
 }
@@ -275,14 +285,114 @@ impl Pd {
                 local_write: true,
                 remote_write: true,
                 remote_read: true,
+                remote_atomic: true,
             },
             mtu: 1024,
             timeout: 14,
             retry_cnt: 7,
             max_rd_atomic: 16,
             psn: None,
+            recv_depth: 128,
+            srq: None,
+            min_rnr_timer: crate::proto::DEFAULT_MIN_RNR_TIMER,
+            rnr_retry: 7,
         }
     }
+
+    /// A shared receive queue of `depth` receive WQEs (a power of two) for
+    /// this PD's QPs.
+    pub fn create_srq(&self, depth: u32) -> Result<Srq> {
+        let (reply, _) = self
+            .dev
+            .inner
+            .call(Request::CreateSrq { pd: self.pd, depth })?;
+        let Reply::Srq { srq, offset, depth } = reply else {
+            return Err(unexpected(reply));
+        };
+        let layout = RingLayout::new(offset as usize, depth, std::mem::size_of::<abi::RecvWqe>())?;
+        Ok(Srq {
+            dev: self.dev.clone(),
+            srq,
+            ring: Mutex::new(Producer::new(layout)),
+        })
+    }
+}
+
+/// A shared receive queue: QPs built with [`QpBuilder::srq`] take their
+/// receive WQEs from it.
+pub struct Srq {
+    dev: Device,
+    srq: u32,
+    ring: Mutex<Producer<abi::RecvWqe>>,
+}
+
+impl Srq {
+    pub fn handle(&self) -> u32 {
+        self.srq
+    }
+
+    /// Posts receive WRs behind one doorbell, all or none.
+    pub fn post_recv(&self, wrs: &[RecvRequest]) -> Result<()> {
+        post_recvs(&self.dev, &self.ring, &format!("of SRQ {}", self.srq), wrs)
+    }
+
+    /// Arms the limit: the daemon counts an SRQ_LIMIT_REACHED event when a
+    /// SEND leaves fewer than `limit` WQEs (0 disarms).
+    pub fn set_limit(&self, limit: u32) -> Result<()> {
+        self.dev.done(Request::ModifySrq {
+            srq: self.srq,
+            limit,
+        })
+    }
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        let _ = self.dev.done(Request::DestroySrq { srq: self.srq });
+    }
+}
+
+/// One receive work request: where an incoming SEND lands (length 0 for a
+/// WRITE with immediate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvRequest {
+    pub wr_id: u64,
+    pub local: LocalBuf,
+}
+
+/// Writes receive WQEs into a ring and publishes them with one store.
+fn post_recvs(
+    dev: &Device,
+    ring: &Mutex<Producer<abi::RecvWqe>>,
+    what: &str,
+    wrs: &[RecvRequest],
+) -> Result<()> {
+    let seg = &dev.inner.seg;
+    let mut rq = ring.lock().unwrap_or_else(|p| p.into_inner());
+    let free = rq.free(seg, wrs.len() as u32)?;
+    if (free as usize) < wrs.len() {
+        return Err(VerbsError::RecvQueueFull {
+            what: what.to_string(),
+            free,
+            wanted: wrs.len(),
+        });
+    }
+    for w in wrs {
+        let sg = if w.local.len == 0 {
+            SgList::EMPTY
+        } else {
+            SgList::one(Sge {
+                lkey: w.local.lkey,
+                va: w.local.va,
+                len: w.local.len,
+            })
+        };
+        let wqe = abi::RecvWqe::from_wr(&RecvWr { wr_id: w.wr_id, sg })
+            .expect("one local buffer fits a receive WQE");
+        rq.write(seg, &wqe);
+    }
+    rq.publish(seg);
+    Ok(())
 }
 
 impl Drop for Pd {
@@ -443,9 +553,34 @@ pub struct QpBuilder<'a> {
     retry_cnt: u8,
     max_rd_atomic: u8,
     psn: Option<u32>,
+    recv_depth: u32,
+    srq: Option<&'a Srq>,
+    min_rnr_timer: u8,
+    rnr_retry: u8,
 }
 
-impl QpBuilder<'_> {
+impl<'a> QpBuilder<'a> {
+    /// Receive queue entries (a power of two) [default 128].
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.recv_depth = n;
+        self
+    }
+
+    /// Take receive WQEs from `srq` instead of an own receive queue.
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// The RNR NAK timer code this QP's responder sends (0-31, IBA table)
+    /// [default 12: 0.64 ms] and how often its requester retries after an
+    /// RNR NAK (0-7, 7: for ever) [default 7].
+    pub fn rnr(mut self, min_rnr_timer: u8, rnr_retry: u8) -> Self {
+        self.min_rnr_timer = min_rnr_timer;
+        self.rnr_retry = rnr_retry;
+        self
+    }
+
     /// Send queue entries (a power of two) [default 128].
     pub fn depth(mut self, n: u32) -> Self {
         self.depth = n;
@@ -493,24 +628,44 @@ impl QpBuilder<'_> {
             pd: self.pd.pd,
             cq: self.cq.cq,
             depth: self.depth,
+            rq_depth: if self.srq.is_some() {
+                0
+            } else {
+                self.recv_depth
+            },
+            srq: self.srq.map(|s| s.srq),
         })?;
         let Reply::Qp {
             qpn,
             sq_offset,
             depth,
+            rq_offset,
+            rq_depth,
         } = reply
         else {
             return Err(unexpected(reply));
         };
         let layout = RingLayout::new(sq_offset as usize, depth, std::mem::size_of::<abi::Wqe>())?;
+        let rq = if rq_depth > 0 {
+            let l = RingLayout::new(
+                rq_offset as usize,
+                rq_depth,
+                std::mem::size_of::<abi::RecvWqe>(),
+            )?;
+            Some(Mutex::new(Producer::new(l)))
+        } else {
+            None
+        };
         let qp = Qp {
             dev: dev.clone(),
             qpn,
             sq: Mutex::new(Producer::new(layout)),
+            rq,
         };
         qp.modify(Modify::Init {
             remote_write: self.access.remote_write,
             remote_read: self.access.remote_read,
+            remote_atomic: self.access.remote_atomic,
         })?;
         let psn = self.psn.unwrap_or_else(|| {
             let t = std::time::SystemTime::now()
@@ -525,6 +680,8 @@ impl QpBuilder<'_> {
             timeout: self.timeout,
             retry_cnt: self.retry_cnt,
             max_rd_atomic: self.max_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            rnr_retry: self.rnr_retry,
         })
     }
 }
@@ -547,6 +704,8 @@ pub struct PreparedQp {
     timeout: u8,
     retry_cnt: u8,
     max_rd_atomic: u8,
+    min_rnr_timer: u8,
+    rnr_retry: u8,
 }
 
 impl PreparedQp {
@@ -575,12 +734,13 @@ impl PreparedQp {
             dest_ip: remote.ip,
             rq_psn: remote.psn,
             max_dest_rd_atomic: self.max_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
         })?;
         self.qp.modify(Modify::Rts {
             sq_psn: self.psn,
             timeout: self.timeout,
             retry_cnt: self.retry_cnt,
-            rnr_retry: 7,
+            rnr_retry: self.rnr_retry,
             max_rd_atomic: self.max_rd_atomic,
         })?;
         Ok(self.qp)
@@ -597,6 +757,23 @@ pub struct WorkRequest {
     pub remote_va: u64,
     pub rkey: u32,
     pub signaled: bool,
+    /// Wait for earlier READs and atomics (IBV_SEND_FENCE).
+    pub fence: bool,
+}
+
+impl WorkRequest {
+    /// A signaled, unfenced request.
+    pub fn new(wr_id: u64, op: WrOp, local: LocalBuf, remote_va: u64, rkey: u32) -> Self {
+        WorkRequest {
+            wr_id,
+            op,
+            local,
+            remote_va,
+            rkey,
+            signaled: true,
+            fence: false,
+        }
+    }
 }
 
 /// A byte range of a local region.
@@ -624,9 +801,71 @@ pub struct Qp {
     dev: Device,
     qpn: u32,
     sq: Mutex<Producer<abi::Wqe>>,
+    /// Its own receive queue (none with an SRQ).
+    rq: Option<Mutex<Producer<abi::RecvWqe>>>,
 }
 
 impl Qp {
+    /// Posts receive WRs behind one doorbell, all or none; refused for a
+    /// QP attached to an SRQ.
+    pub fn post_recv(&self, wrs: &[RecvRequest]) -> Result<()> {
+        let rq = self.rq.as_ref().ok_or(VerbsError::QpUsesSrq(self.qpn))?;
+        post_recvs(&self.dev, rq, &format!("of QP {:#x}", self.qpn), wrs)
+    }
+
+    /// SEND (with `imm`: SEND_WITH_IMM) of `local` into the peer's next
+    /// receive WQE.
+    pub fn post_send(
+        &self,
+        local: LocalBuf,
+        imm: Option<u32>,
+        wr_id: u64,
+        signaled: bool,
+    ) -> Result<()> {
+        let op = imm.map_or(WrOp::Send, WrOp::SendImm);
+        self.post(&[WorkRequest {
+            signaled,
+            ..WorkRequest::new(wr_id, op, local, 0, 0)
+        }])
+    }
+
+    /// FETCH_ADD of `add` on the 8 bytes at the peer's `remote.va +
+    /// remote_offset`; the original value lands in `local` (8 bytes).
+    pub fn post_fetch_add(
+        &self,
+        local: LocalBuf,
+        remote: &RemoteMr,
+        remote_offset: u64,
+        add: u64,
+        wr_id: u64,
+    ) -> Result<()> {
+        let va = remote.va.wrapping_add(remote_offset);
+        self.post(&[WorkRequest::new(
+            wr_id,
+            WrOp::FetchAdd { add },
+            local,
+            va,
+            remote.rkey,
+        )])
+    }
+
+    /// CMP_SWAP on the 8 bytes at the peer's `remote.va + remote_offset`:
+    /// `swap` is written if they equal `compare`; the original value lands
+    /// in `local` (8 bytes).
+    pub fn post_cmp_swap(
+        &self,
+        local: LocalBuf,
+        remote: &RemoteMr,
+        remote_offset: u64,
+        compare: u64,
+        swap: u64,
+        wr_id: u64,
+    ) -> Result<()> {
+        let va = remote.va.wrapping_add(remote_offset);
+        let op = WrOp::CmpSwap { compare, swap };
+        self.post(&[WorkRequest::new(wr_id, op, local, va, remote.rkey)])
+    }
+
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -671,6 +910,7 @@ impl Qp {
             };
             let wr = SendWr {
                 signaled: w.signaled,
+                fence: w.fence,
                 ..SendWr::new(w.wr_id, w.op, local, w.rkey, w.remote_va)
             };
             let wqe = abi::Wqe::from_wr(&wr).expect("one local buffer fits a WQE");
@@ -717,12 +957,14 @@ impl Qp {
         signaled: bool,
     ) -> Result<()> {
         self.post(&[WorkRequest {
-            wr_id,
-            op: WrOp::Write,
-            local,
-            remote_va: remote.va.wrapping_add(remote_offset),
-            rkey: remote.rkey,
             signaled,
+            ..WorkRequest::new(
+                wr_id,
+                WrOp::Write,
+                local,
+                remote.va.wrapping_add(remote_offset),
+                remote.rkey,
+            )
         }])
     }
 
@@ -736,12 +978,14 @@ impl Qp {
         signaled: bool,
     ) -> Result<()> {
         self.post(&[WorkRequest {
-            wr_id,
-            op: WrOp::Read,
-            local,
-            remote_va: remote.va.wrapping_add(remote_offset),
-            rkey: remote.rkey,
             signaled,
+            ..WorkRequest::new(
+                wr_id,
+                WrOp::Read,
+                local,
+                remote.va.wrapping_add(remote_offset),
+                remote.rkey,
+            )
         }])
     }
 }

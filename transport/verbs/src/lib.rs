@@ -22,7 +22,7 @@ pub mod shm;
 
 pub use device::{
     empty_completion, poll_one, Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, QpBuilder,
-    RemoteMr, VerbsError, WorkRequest,
+    RecvRequest, RemoteMr, Srq, VerbsError, WorkRequest,
 };
 pub use proto::{DeviceInfo, ErrorKind, MrAccess};
 pub use transport::rc::{Cqe as Completion, WcOpcode, WcStatus, WrOp};

@@ -29,6 +29,16 @@ pub struct MrAccess {
     pub local_write: bool,
     pub remote_write: bool,
     pub remote_read: bool,
+    #[serde(default)]
+    pub remote_atomic: bool,
+}
+
+/// The RNR NAK timer code a QP's responder sends unless told otherwise
+/// (0.64 ms, what perftest sets).
+pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
+
+fn default_min_rnr_timer() -> u8 {
+    DEFAULT_MIN_RNR_TIMER
 }
 
 /// A QP state transition and its attributes (`../shared/spec/rc.md`).
@@ -37,6 +47,8 @@ pub enum Modify {
     Init {
         remote_write: bool,
         remote_read: bool,
+        #[serde(default)]
+        remote_atomic: bool,
     },
     Rtr {
         mtu: u32,
@@ -44,6 +56,9 @@ pub enum Modify {
         dest_ip: std::net::Ipv4Addr,
         rq_psn: u32,
         max_dest_rd_atomic: u8,
+        /// RNR NAK timer code (5 bits).
+        #[serde(default = "default_min_rnr_timer")]
+        min_rnr_timer: u8,
     },
     Rts {
         sq_psn: u32,
@@ -86,6 +101,26 @@ pub enum Request {
         pd: u32,
         cq: u32,
         depth: u32,
+        /// Its own receive queue's depth (0: none; with `srq`, ignored).
+        #[serde(default)]
+        rq_depth: u32,
+        /// Take receive WQEs from this shared receive queue.
+        #[serde(default)]
+        srq: Option<u32>,
+    },
+    /// A shared receive queue of `depth` receive WQEs, its ring in the
+    /// segment.
+    CreateSrq {
+        pd: u32,
+        depth: u32,
+    },
+    /// Arms the SRQ limit (0 disarms).
+    ModifySrq {
+        srq: u32,
+        limit: u32,
+    },
+    DestroySrq {
+        srq: u32,
     },
     ModifyQp {
         qpn: u32,
@@ -170,6 +205,16 @@ pub enum Reply {
         qpn: u32,
         sq_offset: u64,
         depth: u32,
+        /// The receive queue's ring (depth 0: none).
+        #[serde(default)]
+        rq_offset: u64,
+        #[serde(default)]
+        rq_depth: u32,
+    },
+    Srq {
+        srq: u32,
+        offset: u64,
+        depth: u32,
     },
     Done,
     QpInfo(QpInfo),
@@ -192,6 +237,7 @@ pub enum ErrorKind {
     NoSuchMr,
     NoSuchCq,
     NoSuchQp,
+    NoSuchSrq,
     /// The object is still used (a PD with regions or QPs, a CQ with QPs).
     Busy,
     InvalidArgument,
