@@ -67,6 +67,10 @@ fn server(cli: &Cli, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
         let peer = session.exchange(&mine)?;
         peers.push((prepared.connect(&peer)?, session));
     }
+    // Every client is connected: let them all add at once.
+    for (_, session) in &mut peers {
+        session.sync("go")?;
+    }
     let mut total = 0u64;
     for (_, session) in &mut peers {
         total += session.sync("done?")?.parse::<u64>()?;
@@ -97,6 +101,7 @@ fn client(cli: &Cli, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
     let peer = session.exchange(&mine)?;
     let qp = prepared.connect(&peer)?;
     let counter = peer.mr.ok_or("the server sent no counter region")?;
+    session.sync("ready")?;
     let t0 = Instant::now();
     let mut last = None;
     for i in 0..cli.adds {
