@@ -297,6 +297,42 @@ fn ack_req_on_the_last_packet_and_at_least_every_64_packets() {
 }
 
 #[test]
+fn ack_req_is_set_on_read_requests_atomics_and_message_ends_as_rxe_sets_it() {
+    let mut p = Pair::new(Setup::default());
+    let wr = p.recv_wr(1, 0x10_0000, 4096);
+    p.post_recv_b(wr);
+    for (i, op) in [
+        WrOp::Read,
+        WrOp::FetchAdd { add: 1 },
+        WrOp::CmpSwap {
+            compare: 0,
+            swap: 1,
+        },
+        WrOp::Send,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let len = if op.is_atomic() { 8 } else { 2500 };
+        let wr = p.wr(i as u64, op, 0x1000 * i as u64, 0x8000, len);
+        p.post(wr);
+    }
+    p.run(10_000_000);
+    let sent = p.logged(Dir::AtoB, |k| (k.repr.bth.opcode, k.repr.bth.ack_req));
+    assert_eq!(
+        sent,
+        [
+            (Opcode::RdmaReadRequest, true),
+            (Opcode::FetchAdd, true),
+            (Opcode::CompareSwap, true),
+            (Opcode::SendFirst, false),
+            (Opcode::SendMiddle, false),
+            (Opcode::SendLast, true),
+        ]
+    );
+}
+
+#[test]
 fn at_most_a_bounded_number_of_unacknowledged_psns() {
     let mut p = Pair::new(Setup {
         cfg: |mac, ip| {
@@ -683,20 +719,53 @@ fn a_duplicate_read_request_is_replayed_from_memory() {
     let again = p.frame_to_b(Opcode::RdmaReadRequest, 101, false, Some(tail), &[]);
     p.b.nic.engine_mut().handle_packet(0, &again);
     let replay: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
+    // From inside the READ, the responses continue as MIDDLE/LAST, as rxe
+    // replays them.
     assert_eq!(
         replay,
         [
-            (Opcode::RdmaReadResponseFirst, 101),
+            (Opcode::RdmaReadResponseMiddle, 101),
             (Opcode::RdmaReadResponseLast, 102)
         ]
     );
+    // A part of the READ (the last 100 bytes) from PSN 102: LAST alone; a
+    // request reaching past the READ's bytes, or with another R_Key, is
+    // dropped.
+    let part = RethRepr {
+        va: MR_BASE + 2900,
+        r_key: p.b.mr.rkey,
+        dma_len: 100,
+    };
+    let again = p.frame_to_b(Opcode::RdmaReadRequest, 102, false, Some(part), &[]);
+    p.b.nic.engine_mut().handle_packet(0, &again);
+    let replay: Vec<_> = p.drain_b().into_iter().map(|o| (o.0, o.1)).collect();
+    assert_eq!(replay, [(Opcode::RdmaReadResponseLast, 102)]);
+    for bad in [
+        RethRepr {
+            dma_len: 101,
+            ..part
+        },
+        RethRepr {
+            r_key: part.r_key ^ 1,
+            ..part
+        },
+    ] {
+        let f = p.frame_to_b(Opcode::RdmaReadRequest, 102, false, Some(bad), &[]);
+        p.b.nic.engine_mut().handle_packet(0, &f);
+        assert!(p.drain_b().is_empty(), "{bad:?}");
+    }
+    // The whole READ again from its first PSN: FIRST, MIDDLE, LAST.
+    let again = p.frame_to_b(Opcode::RdmaReadRequest, 100, false, Some(reth), &[]);
+    p.b.nic.engine_mut().handle_packet(0, &again);
+    let ops: Vec<_> = p.drain_b().into_iter().map(|o| o.0).collect();
+    assert_eq!(ops[0], Opcode::RdmaReadResponseFirst);
     assert_eq!(
         p.b.nic
             .engine_mut()
             .qp_counters(p.b.qpn)
             .unwrap()
             .read_replays,
-        1
+        3
     );
 }
 

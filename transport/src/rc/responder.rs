@@ -64,6 +64,9 @@ pub(crate) struct ReadJob {
     pub msn: u32,
     /// An atomic: the original value its ATOMIC_ACKNOWLEDGE carries.
     pub atomic: Option<u64>,
+    /// A replay starting inside the READ's responses: they continue as
+    /// MIDDLE/LAST, as rxe replays them (a new READ starts FIRST/ONLY).
+    pub resumed: bool,
 }
 
 impl ReadJob {
@@ -356,6 +359,7 @@ impl Responder {
             rkey: reth.r_key,
             msn: self.msn,
             atomic: None,
+            resumed: false,
         };
         let npsn = job.packets(self.mtu);
         self.remember(Memo {
@@ -412,6 +416,7 @@ impl Responder {
             rkey: a.r_key,
             msn: self.msn,
             atomic: Some(orig),
+            resumed: false,
         });
         self.accepted(p, 1)
     }
@@ -619,18 +624,22 @@ impl Responder {
                 rkey: m.rkey,
                 msn: m.msn,
                 atomic: m.atomic,
+                resumed: false,
             });
             return Verdict::Duplicate;
         }
-        let off = u64::from(psn_diff(psn, m.first_psn) as u32) * u64::from(self.mtu);
         let Some(reth) = p.repr.reth else {
             return Verdict::Ignored;
         };
-        // The retried request must ask for the rest of the remembered READ.
-        if reth.va != m.va + off
-            || u64::from(reth.dma_len) != m.len - off.min(m.len)
-            || reth.r_key != m.rkey
-        {
+        // As rxe: the retried request must ask for the same bytes or a part
+        // of them, with the same R_Key.
+        let len = u64::from(reth.dma_len);
+        let inside = reth.va >= m.va
+            && reth
+                .va
+                .checked_add(len)
+                .is_some_and(|end| end <= m.va.saturating_add(m.len));
+        if !inside || reth.r_key != m.rkey {
             return Verdict::Ignored;
         }
         if !remote_ok(mrs, m.rkey, reth.va, u64::from(reth.dma_len), false) {
@@ -649,6 +658,7 @@ impl Responder {
             rkey: m.rkey,
             msn: m.msn,
             atomic: None,
+            resumed: psn != m.first_psn,
         });
         Verdict::Duplicate
     }
@@ -672,11 +682,11 @@ impl Responder {
         let mtu = u64::from(self.mtu);
         let off = u64::from(i) * mtu;
         let len = (j.len - off.min(j.len)).min(mtu) as u32;
-        let opcode = match (n == 1, i == 0, i + 1 == n) {
-            (true, _, _) => Opcode::RdmaReadResponseOnly,
-            (false, true, _) => Opcode::RdmaReadResponseFirst,
-            (false, false, true) => Opcode::RdmaReadResponseLast,
-            _ => Opcode::RdmaReadResponseMiddle,
+        let opcode = match (i == 0 && !j.resumed, i + 1 == n) {
+            (true, true) => Opcode::RdmaReadResponseOnly,
+            (true, false) => Opcode::RdmaReadResponseFirst,
+            (false, true) => Opcode::RdmaReadResponseLast,
+            (false, false) => Opcode::RdmaReadResponseMiddle,
         };
         Some(RespItem {
             psn: j.next_psn,
