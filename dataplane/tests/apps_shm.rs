@@ -7,9 +7,12 @@
 //! 1. two apps (rnic0 and rnic1) WRITE and READ 0 B .. 1 MiB, every byte
 //!    checked by the side that did not move it;
 //! 2. an app that posts garbage WQEs (unknown L_Key, another app's L_Key
-//!    and R_Key, out-of-range buffer, unknown opcode, QP not in RTS,
-//!    random bytes, a scribbled ring index) gets error CQEs while a second
-//!    pair's traffic keeps flowing and verifying;
+//!    and R_Key, out-of-range buffer, unknown opcode, too many SGEs, an SGE
+//!    outside its segment, an atomic on a non-atomic MR or with a short
+//!    buffer, QP not in RTS, random bytes, a scribbled ring index, a
+//!    receive WQE outside its segment, post_recv on an SRQ-attached QP)
+//!    gets error CQEs or named refusals while a second pair's traffic keeps
+//!    flowing and verifying;
 //! 3. an app killed with SIGKILL mid-transfer: its peer sees errors, the
 //!    daemon releases its resources (apps, QPs, regions, CQs back to zero)
 //!    and serves a new pair;
@@ -216,23 +219,74 @@ fn garbage(a: &Args) {
         assert_eq!(c.status, want, "{what}");
         println!("garbage: {what} -> {:?}", c.status);
     };
-    let wqe = |op: u8, lkey: u32, va: u64, len: u32, rkey: u32, rva: u64| transport::abi::Wqe {
-        wr_id: 77,
-        local_va: va,
-        remote_va: rva,
-        lkey,
-        rkey,
-        len,
-        imm: 0,
-        compare: 0,
-        swap_add: 0,
-        opcode: op,
-        flags: transport::abi::WQE_SIGNALED,
-        _reserved: [0; 6],
+    let wqe = |op: u8, lkey: u32, va: u64, len: u32, rkey: u32, rva: u64| {
+        let mut w = transport::abi::Wqe {
+            wr_id: 77,
+            remote_va: rva,
+            rkey,
+            opcode: op,
+            flags: transport::abi::WQE_SIGNALED,
+            num_sge: 1,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        w.sges[0] = transport::abi::WqeSge { va, lkey, len };
+        w
     };
-    use transport::abi::wqe_op::{RDMA_READ, RDMA_WRITE};
+    use transport::abi::wqe_op::{ATOMIC_FETCH_AND_ADD, RDMA_READ, RDMA_WRITE};
     let mine = mr1.remote();
-    let cases: [(&str, transport::abi::Wqe, WcStatus); 5] = [
+    // A region of the peer without the remote-atomic right.
+    let no_atomic = pd1
+        .alloc_mr(
+            64,
+            MrAccess {
+                remote_atomic: false,
+                ..ALL
+            },
+        )
+        .unwrap();
+    let many = {
+        let mut w = wqe(RDMA_WRITE, mr0.lkey, mr0.va, 8, mine.rkey, mine.va);
+        w.num_sge = transport::abi::WQE_MAX_SGE as u8 + 1;
+        w
+    };
+    let cases: [(&str, transport::abi::Wqe, WcStatus); 9] = [
+        ("a WQE with too many SGEs", many, WcStatus::LocQpOpErr),
+        (
+            "an SGE outside the app's segment",
+            wqe(
+                RDMA_WRITE,
+                mr0.lkey,
+                0x7fff_0000_0000,
+                64,
+                mine.rkey,
+                mine.va,
+            ),
+            WcStatus::LocProtErr,
+        ),
+        (
+            "an atomic on a non-atomic MR",
+            wqe(
+                ATOMIC_FETCH_AND_ADD,
+                mr0.lkey,
+                mr0.va,
+                8,
+                no_atomic.rkey,
+                no_atomic.va,
+            ),
+            WcStatus::RemAccessErr,
+        ),
+        (
+            "an atomic with a 4-byte local buffer",
+            wqe(
+                ATOMIC_FETCH_AND_ADD,
+                mr0.lkey,
+                mr0.va,
+                4,
+                mine.rkey,
+                mine.va,
+            ),
+            WcStatus::LocLenErr,
+        ),
         (
             "unknown L_Key",
             wqe(RDMA_WRITE, 0x00ab_cdef, mr0.va, 64, mine.rkey, mine.va),
@@ -290,7 +344,7 @@ fn garbage(a: &Args) {
     let (q0, _q1) = pair();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..64 {
-        let mut bytes = [0u8; 64];
+        let mut bytes = [0u8; 256];
         for b in bytes.iter_mut() {
             x ^= x << 13;
             x ^= x >> 7;
@@ -321,6 +375,40 @@ fn garbage(a: &Args) {
     assert_eq!(st, "ERR", "scribbled SQ index");
     println!("garbage: scribbled SQ index -> QP {st}");
     assert!(d0.query_port().unwrap().link_up, "the port is still up");
+    // post_recv on a QP attached to an SRQ is refused by name.
+    let srq = pd1.create_srq(16).unwrap();
+    let q_srq = pd1.qp_builder(&cq1).srq(&srq).build().unwrap();
+    let r = q_srq.qp().post_recv(&[verbs::RecvRequest {
+        wr_id: 1,
+        local: LocalBuf::of(&mr1, 0, 64),
+    }]);
+    let e = r.expect_err("post_recv on an SRQ-attached QP refused");
+    assert!(e.to_string().contains("shared receive queue"), "{e}");
+    println!("garbage: post_recv on an SRQ-attached QP -> {e}");
+    // A receive WQE whose SGE is outside the receiver's regions: the SEND
+    // that lands on it fails the receive WQE (LOC_PROT_ERR) and the
+    // sender's (REM_OP_ERR).
+    let (q0, q1) = pair();
+    q1.post_recv(&[verbs::RecvRequest {
+        wr_id: 5,
+        local: LocalBuf {
+            lkey: mr1.lkey,
+            va: 0x7fff_0000_0000,
+            len: 64,
+        },
+    }])
+    .unwrap();
+    q0.post_send(LocalBuf::of(&mr0, 0, 64), None, 6, true)
+        .unwrap();
+    expect(
+        "a SEND into a receive WQE outside the segment",
+        WcStatus::RemOpErr,
+    );
+    let c = poll_one(&cq1, Duration::from_secs(30))
+        .unwrap()
+        .expect("receive CQE");
+    assert_eq!((c.wr_id, c.status), (5, WcStatus::LocProtErr));
+    println!("garbage: its receive WQE -> {:?}", c.status);
     println!("garbage: done");
 }
 

@@ -46,28 +46,47 @@ pub mod wqe_op {
 pub const WQE_SIGNALED: u8 = 1;
 /// WQE flag: wait for earlier READs and atomics (IBV_SEND_FENCE).
 pub const WQE_FENCE: u8 = 2;
+/// WQE flag: the message's bytes are in the WQE (IBV_SEND_INLINE).
+pub const WQE_INLINE: u8 = 4;
 
-/// A send work queue entry, 64 bytes, with one local buffer. Addresses are
-/// the device's virtual addresses of registered memory (what a memory
-/// region's `va` says).
+/// Scatter/gather entries a send WQE carries (max_send_sge).
+pub const WQE_MAX_SGE: usize = 13;
+/// Bytes of inline data a send WQE carries: the room of its entries.
+pub const WQE_INLINE_ROOM: usize = WQE_MAX_SGE * 16;
+
+/// One scatter/gather entry of a WQE.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Pod, Zeroable)]
+pub struct WqeSge {
+    pub va: u64,
+    pub lkey: u32,
+    pub len: u32,
+}
+
+/// A send work queue entry, 256 bytes: the operation, then up to
+/// [`WQE_MAX_SGE`] scatter/gather entries, or with [`WQE_INLINE`] the
+/// message itself in their place. Addresses are the device's virtual
+/// addresses of registered memory (what a memory region's `va` says).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
 pub struct Wqe {
     pub wr_id: u64,
-    pub local_va: u64,
     pub remote_va: u64,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub len: u32,
-    /// SEND/WRITE with immediate: the value posted.
-    pub imm: u32,
     /// CMP_SWAP: the value compared with.
     pub compare: u64,
     /// CMP_SWAP: the value swapped in; FETCH_ADD: the addend.
     pub swap_add: u64,
+    pub rkey: u32,
+    /// SEND/WRITE with immediate: the value posted.
+    pub imm: u32,
     pub opcode: u8,
     pub flags: u8,
-    pub _reserved: [u8; 6],
+    /// Entries used in `sges`.
+    pub num_sge: u8,
+    pub _pad: u8,
+    /// With [`WQE_INLINE`]: the message's length.
+    pub inline_len: u32,
+    pub sges: [WqeSge; WQE_MAX_SGE],
 }
 
 /// Why a WQE read from shared memory cannot be posted.
@@ -77,12 +96,14 @@ pub enum WqeError {
     UnknownOpcode(u8),
     #[error("unknown WQE flags {0:#04x}")]
     UnknownFlags(u8),
-    #[error("the WQE has {0} scatter/gather entries; this ABI carries one")]
+    #[error("the WQE has {0} scatter/gather entries (at most {WQE_MAX_SGE})")]
     TooManySges(usize),
+    #[error("the WQE has {0} bytes of inline data (at most {max})", max = crate::rc::MAX_INLINE_DATA)]
+    InlineTooLong(usize),
 }
 
 impl Wqe {
-    /// The WQE of a work request with at most one local buffer.
+    /// The WQE of a work request.
     pub fn from_wr(wr: &SendWr) -> Result<Wqe, WqeError> {
         let (opcode, imm, compare, swap_add) = match wr.op {
             WrOp::Write => (wqe_op::RDMA_WRITE, 0, 0, 0),
@@ -93,26 +114,41 @@ impl Wqe {
             WrOp::CmpSwap { compare, swap } => (wqe_op::ATOMIC_CMP_AND_SWP, 0, compare, swap),
             WrOp::FetchAdd { add } => (wqe_op::ATOMIC_FETCH_AND_ADD, 0, 0, add),
         };
-        let sges = wr.sg.as_slice();
-        if sges.len() > 1 {
-            return Err(WqeError::TooManySges(sges.len()));
-        }
-        let local = sges.first().copied().unwrap_or_default();
-        Ok(Wqe {
+        let mut w = Wqe {
             wr_id: wr.wr_id,
-            local_va: local.va,
             remote_va: wr.remote_va,
-            lkey: local.lkey,
-            rkey: wr.rkey,
-            len: local.len,
-            imm,
             compare,
             swap_add,
+            rkey: wr.rkey,
+            imm,
             opcode,
             flags: if wr.signaled { WQE_SIGNALED } else { 0 }
                 | if wr.fence { WQE_FENCE } else { 0 },
-            _reserved: [0; 6],
-        })
+            ..Wqe::zeroed()
+        };
+        match &wr.inline {
+            Some(d) => {
+                let data = d.as_slice();
+                w.flags |= WQE_INLINE;
+                w.inline_len = data.len() as u32;
+                bytemuck::bytes_of_mut(&mut w.sges)[..data.len()].copy_from_slice(data);
+            }
+            None => {
+                let sges = wr.sg.as_slice();
+                if sges.len() > WQE_MAX_SGE {
+                    return Err(WqeError::TooManySges(sges.len()));
+                }
+                w.num_sge = sges.len() as u8;
+                for (d, s) in w.sges.iter_mut().zip(sges) {
+                    *d = WqeSge {
+                        va: s.va,
+                        lkey: s.lkey,
+                        len: s.len,
+                    };
+                }
+            }
+        }
+        Ok(w)
     }
 
     /// The work request this WQE describes, if it is well formed.
@@ -130,17 +166,28 @@ impl Wqe {
             wqe_op::ATOMIC_FETCH_AND_ADD => WrOp::FetchAdd { add: self.swap_add },
             other => return Err(WqeError::UnknownOpcode(other)),
         };
-        if self.flags & !(WQE_SIGNALED | WQE_FENCE) != 0 {
+        if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE) != 0 {
             return Err(WqeError::UnknownFlags(self.flags));
         }
-        let sg = if self.len == 0 {
-            SgList::EMPTY
+        let (sg, inline) = if self.flags & WQE_INLINE != 0 {
+            let n = self.inline_len as usize;
+            let bytes = bytemuck::bytes_of(&self.sges);
+            let data = bytes.get(..n).ok_or(WqeError::InlineTooLong(n))?;
+            let d = crate::rc::InlineData::new(data).map_err(|e| WqeError::InlineTooLong(e.0))?;
+            (SgList::EMPTY, Some(d))
         } else {
-            SgList::one(Sge {
-                lkey: self.lkey,
-                va: self.local_va,
-                len: self.len,
-            })
+            let n = usize::from(self.num_sge);
+            let sges = self.sges.get(..n).ok_or(WqeError::TooManySges(n))?;
+            let mut out = [Sge::default(); WQE_MAX_SGE];
+            for (o, s) in out.iter_mut().zip(sges) {
+                *o = Sge {
+                    lkey: s.lkey,
+                    va: s.va,
+                    len: s.len,
+                };
+            }
+            let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges(e.0))?;
+            (sg, None)
         };
         Ok(SendWr {
             wr_id: self.wr_id,
@@ -150,6 +197,7 @@ impl Wqe {
             remote_va: self.remote_va,
             signaled: self.flags & WQE_SIGNALED != 0,
             fence: self.flags & WQE_FENCE != 0,
+            inline,
         })
     }
 }
@@ -586,7 +634,7 @@ mod tests {
 
     #[test]
     fn entries_have_fixed_sizes() {
-        assert_eq!(core::mem::size_of::<Wqe>(), 64);
+        assert_eq!(core::mem::size_of::<Wqe>(), 256);
         assert_eq!(core::mem::size_of::<Cqe>(), 32);
         assert_eq!(core::mem::size_of::<RecvWqe>(), 32);
     }
@@ -690,11 +738,33 @@ mod tests {
         w.opcode = wqe_op::RDMA_READ;
         w.flags = 0x80;
         assert_eq!(w.to_wr(), Err(WqeError::UnknownFlags(0x80)));
-        let two = SendWr {
-            sg: crate::rc::SgList::new(&[local, local]).unwrap(),
+        // Up to WQE_MAX_SGE entries, or the bytes inline.
+        let many = SendWr {
+            sg: crate::rc::SgList::new(&[local; WQE_MAX_SGE]).unwrap(),
             ..wr
         };
-        assert_eq!(Wqe::from_wr(&two), Err(WqeError::TooManySges(2)));
+        assert_eq!(Wqe::from_wr(&many).unwrap().to_wr(), Ok(many));
+        let too_many = SendWr {
+            sg: crate::rc::SgList::new(&[local; WQE_MAX_SGE + 1]).unwrap(),
+            ..wr
+        };
+        assert_eq!(
+            Wqe::from_wr(&too_many),
+            Err(WqeError::TooManySges(WQE_MAX_SGE + 1))
+        );
+        let inline = SendWr {
+            sg: SgList::EMPTY,
+            inline: Some(crate::rc::InlineData::new(&[7; 100]).unwrap()),
+            ..wr
+        };
+        let w = Wqe::from_wr(&inline).unwrap();
+        assert_eq!(w.to_wr(), Ok(inline));
+        let mut bad = w;
+        bad.inline_len = 300;
+        assert_eq!(bad.to_wr(), Err(WqeError::InlineTooLong(300)));
+        bad.flags = WQE_SIGNALED;
+        bad.num_sge = 14;
+        assert_eq!(bad.to_wr(), Err(WqeError::TooManySges(14)));
     }
 
     #[test]

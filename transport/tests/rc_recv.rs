@@ -428,3 +428,45 @@ fn a_wqe_with_too_many_sges_or_a_bad_sge_is_refused_by_name() {
         })
     );
 }
+
+#[test]
+fn inline_data_is_sent_from_the_wqe_not_from_memory() {
+    let mut p = Pair::new(Setup::default());
+    let wr = p.recv_wr(1, RX, 256);
+    p.post_recv_b(wr);
+    let data: Vec<u8> = (0..100u8).collect();
+    let inline = Some(transport::rc::InlineData::new(&data).unwrap());
+    let send = transport::rc::SendWr {
+        sg: SgList::EMPTY,
+        inline,
+        ..p.wr(1, WrOp::SendImm(3), 0, 0, 0)
+    };
+    p.post(send);
+    let write = transport::rc::SendWr {
+        sg: SgList::EMPTY,
+        inline,
+        ..p.wr(2, WrOp::Write, 0, 0x2000, 0)
+    };
+    p.post(write);
+    p.run(1_000_000_000);
+    let a = p.completions_a();
+    assert!(
+        a.iter()
+            .all(|c| c.status == WcStatus::Success && c.byte_len == 100),
+        "{a:?}"
+    );
+    assert_eq!(p.b_bytes(RX, 100), data);
+    assert_eq!(p.b_bytes(0x2000, 100), data);
+    assert_eq!(p.completions_b()[0].byte_len, 100);
+    // Inline is for SEND and WRITE only.
+    let read = transport::rc::SendWr {
+        inline,
+        ..p.wr(3, WrOp::Read, 0, 0, 100)
+    };
+    let q = p.a.qpn;
+    assert_eq!(
+        p.a.engine_mut().post_send(q, read, 0),
+        Err(RcError::InlineOp("RDMA READ"))
+    );
+    assert!(transport::rc::InlineData::new(&[0; transport::rc::MAX_INLINE_DATA + 1]).is_err());
+}

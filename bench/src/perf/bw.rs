@@ -84,6 +84,7 @@ pub fn run(
                     rkey: c.remote.rkey,
                     signaled: true,
                     fence: false,
+                    payload: verbs::Payload::Local,
                 });
             }
             match c.qps[qp].post(&batch) {

@@ -447,7 +447,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                             None
                         }
                         Err(RcError::SendQueueFull(_)) => break,
-                        Err(RcError::TooLong(_)) => {
+                        Err(RcError::TooLong(_) | RcError::AtomicLength { .. }) => {
                             let _ = engine.modify_to_err(qpn);
                             Some(WcStatus::LocLenErr)
                         }
@@ -455,7 +455,13 @@ impl nic::Host<AppMemory> for Apps<'_> {
                             state: transport::rc::QpState::Err,
                             ..
                         }) => Some(WcStatus::WrFlushErr),
-                        Err(_) => Some(WcStatus::LocQpOpErr),
+                        // Not in RTS yet: refused, the QP stays as it is.
+                        Err(RcError::WrongState { .. }) => Some(WcStatus::LocQpOpErr),
+                        // A malformed WQE moves the QP to ERR, as a NIC does.
+                        Err(_) => {
+                            let _ = engine.modify_to_err(qpn);
+                            Some(WcStatus::LocQpOpErr)
+                        }
                     },
                 };
                 rt.sq.advance(seg);

@@ -37,8 +37,9 @@ pub use counters::{EngineCounters, QpCounters};
 pub use qp::{CcMode, UnknownCc};
 pub use recv::MAX_RECV_WR;
 pub use types::{
-    rnr_timer_ns, ConnectParams, Cqe, Endpoint, PathMtu, QpAccess, QpState, Qpn, RcError, RecvWr,
-    RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode, WcStatus, WrOp, MAX_SGE,
+    rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
+    QpState, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode,
+    WcStatus, WrOp, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -524,11 +525,21 @@ impl<M: Memory> Engine<M> {
                 len: wr.sg.total(),
             });
         }
+        if wr.inline.is_some() && wr.op.is_read_or_atomic() {
+            let what = if wr.op == WrOp::Read {
+                "RDMA READ"
+            } else {
+                "an atomic"
+            };
+            return Err(RcError::InlineOp(what));
+        }
         if qp.req.is_full() {
             return Err(RcError::SendQueueFull(qpn));
         }
         let write_local = wr.op.is_read_or_atomic();
-        if wr.sg.check(self.mrs.pd(qp.pd), write_local).is_err() {
+        let bad_local =
+            wr.inline.is_none() && wr.sg.check(self.mrs.pd(qp.pd), write_local).is_err();
+        if bad_local {
             qp.req.post_failed(wr, WcStatus::LocProtErr);
         } else {
             qp.req.post(wr);

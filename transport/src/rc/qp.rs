@@ -553,17 +553,32 @@ impl Qp {
         let Some(t) = self.req.peek(self.cc.window_bytes()) else {
             return Ok(None);
         };
-        let Some(sg) = self.req.tx_sg() else {
+        let Some(wr) = self.req.tx_wr() else {
             return Ok(None);
         };
-        if sg.check_range(mrs, t.off, u64::from(t.len), false).is_err() {
-            // The region went since the post: this WR fails in its turn.
-            self.req.fail_tx(WcStatus::LocProtErr);
-            return Ok(None);
-        }
-        let repr = self.request_repr(cfg, &t, ident);
-        let Ok(n) = repr.emit_with(t.len as usize, buf, |dst| sg.read_range(mem, t.off, dst))
-        else {
+        let (off, len) = (t.off as usize, t.len as usize);
+        let emitted = match &wr.inline {
+            Some(d) => {
+                let Some(bytes) = d.as_slice().get(off..off + len) else {
+                    return Ok(None);
+                };
+                self.request_repr(cfg, &t, ident).emit(bytes, buf)
+            }
+            None => {
+                if wr
+                    .sg
+                    .check_range(mrs, t.off, u64::from(t.len), false)
+                    .is_err()
+                {
+                    // The region went since the post: this WR fails in its turn.
+                    self.req.fail_tx(WcStatus::LocProtErr);
+                    return Ok(None);
+                }
+                let repr = self.request_repr(cfg, &t, ident);
+                repr.emit_with(len, buf, |dst| wr.sg.read_range(mem, t.off, dst))
+            }
+        };
+        let Ok(n) = emitted else {
             return Ok(None);
         };
         self.req.sent(&t, now);

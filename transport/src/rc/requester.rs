@@ -392,9 +392,9 @@ impl Requester {
         }
     }
 
-    /// The local buffers of the WR whose packet [`Requester::peek`] returns.
-    pub fn tx_sg(&self) -> Option<&SgList> {
-        self.sq.get(self.tx_idx).map(|e| &e.wr.sg)
+    /// The WR whose packet [`Requester::peek`] returns.
+    pub fn tx_wr(&self) -> Option<&SendWr> {
+        self.sq.get(self.tx_idx).map(|e| &e.wr)
     }
 
     /// The earliest of the retransmission timer and the RNR wait.

@@ -237,6 +237,48 @@ pub struct SendWr {
     /// IBV_SEND_FENCE: wait until every earlier READ and atomic of the QP
     /// has completed before starting.
     pub fence: bool,
+    /// IBV_SEND_INLINE: the bytes of a SEND or WRITE, copied at post (the
+    /// local buffers are then not read).
+    pub inline: Option<InlineData>,
+}
+
+/// Bytes a WR may carry inline (max_inline_data).
+pub const MAX_INLINE_DATA: usize = 128;
+
+/// The bytes of an inline SEND or WRITE.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct InlineData {
+    len: u8,
+    bytes: [u8; MAX_INLINE_DATA],
+}
+
+impl core::fmt::Debug for InlineData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "InlineData({} bytes)", self.len)
+    }
+}
+
+/// More inline bytes than [`MAX_INLINE_DATA`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} bytes of inline data (at most {MAX_INLINE_DATA})")]
+pub struct InlineTooLong(pub usize);
+
+impl InlineData {
+    pub fn new(data: &[u8]) -> Result<InlineData, InlineTooLong> {
+        if data.len() > MAX_INLINE_DATA {
+            return Err(InlineTooLong(data.len()));
+        }
+        let mut bytes = [0u8; MAX_INLINE_DATA];
+        bytes[..data.len()].copy_from_slice(data);
+        Ok(InlineData {
+            len: data.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len).min(MAX_INLINE_DATA)]
+    }
 }
 
 impl SendWr {
@@ -250,12 +292,17 @@ impl SendWr {
             remote_va,
             signaled: true,
             fence: false,
+            inline: None,
         }
     }
 
-    /// Message length: the bytes of every local buffer (saturating).
+    /// Message length: the inline bytes, or the bytes of every local
+    /// buffer (saturating).
     pub fn byte_len(&self) -> u32 {
-        self.sg.total().min(u64::from(u32::MAX)) as u32
+        match &self.inline {
+            Some(d) => d.as_slice().len() as u32,
+            None => self.sg.total().min(u64::from(u32::MAX)) as u32,
+        }
     }
 }
 
@@ -355,6 +402,8 @@ pub enum RcError {
     TooManySrqs(usize),
     #[error(transparent)]
     TooManySges(#[from] TooManySges),
+    #[error("inline data is for SEND and RDMA WRITE, not {0}")]
+    InlineOp(&'static str),
     #[error("{what} needs a local buffer of 8 bytes, got {len}")]
     AtomicLength { what: &'static str, len: u64 },
 

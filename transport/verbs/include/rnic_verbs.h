@@ -83,6 +83,17 @@ struct rnic_endpoint {
 	uint64_t len;
 };
 
+enum {
+	RNIC_MAX_SGE = 13,     /* scatter/gather entries per send WR */
+	RNIC_MAX_INLINE = 128, /* bytes of inline data per send WR */
+};
+
+struct rnic_sge {
+	uint64_t addr;        /* device address: rnic_mr_va() + offset */
+	uint32_t length;
+	uint32_t lkey;
+};
+
 struct rnic_send_wr {
 	uint64_t wr_id;
 	int opcode;     /* enum rnic_wr_opcode */
@@ -96,7 +107,9 @@ struct rnic_send_wr {
 	uint64_t compare_add; /* FETCH_ADD: the addend; CMP_SWAP: compared with */
 	uint64_t swap;        /* CMP_SWAP: written when the compare matches */
 	int fence;            /* non-zero: wait for earlier READs and atomics */
-	int reserved;
+	int num_sge;          /* > 0: sg_list replaces lkey/local_addr/length */
+	const struct rnic_sge *sg_list;
+	const void *inline_data; /* non-NULL: SEND/WRITE these length bytes inline */
 };
 
 /* Where an incoming SEND lands (length 0: none, for WRITE with imm). */

@@ -16,12 +16,13 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::net::Ipv4Addr;
 
+use crate::device::Payload;
 use crate::device::{
     Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, RecvRequest, WorkRequest,
 };
 use crate::proto::MrAccess;
 use transport::abi::{opcode_code, status_code, wqe_op};
-use transport::rc::WrOp;
+use transport::rc::{InlineData, SgList, Sge, WrOp};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -77,7 +78,22 @@ pub struct RnicSendWr {
     pub swap: u64,
     /// Non-zero: wait for earlier READs and atomics (IBV_SEND_FENCE).
     pub fence: c_int,
-    pub _reserved: c_int,
+    /// With `sg_list`: how many local buffers it holds (they replace
+    /// `lkey`, `local_addr` and `length`).
+    pub num_sge: c_int,
+    pub sg_list: *const RnicSge,
+    /// Non-NULL: SEND or WRITE these `length` bytes of this process's
+    /// memory inline (copied at post; at most RNIC_MAX_INLINE).
+    pub inline_data: *const u8,
+}
+
+/// One local buffer of a scatter/gather list.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RnicSge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
 }
 
 /// One receive work request of `rnic_post_recv`.
@@ -426,6 +442,13 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
     };
     let mut batch = Vec::with_capacity(wrs.len());
     for w in wrs {
+        let payload = match payload_of(w) {
+            Ok(p) => p,
+            Err(e) => {
+                set_error(e);
+                return -1;
+            }
+        };
         let op = match u8::try_from(w.opcode) {
             Ok(wqe_op::RDMA_WRITE) => WrOp::Write,
             Ok(wqe_op::RDMA_WRITE_WITH_IMM) => WrOp::WriteImm(w.imm_data),
@@ -454,6 +477,7 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
             rkey: w.rkey,
             signaled: w.signaled != 0,
             fence: w.fence != 0,
+            payload,
         });
     }
     match q.post(&batch) {
@@ -463,6 +487,56 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
             -1
         }
     }
+}
+
+/// The scatter/gather list or inline bytes of a C work request.
+fn payload_of(w: &RnicSendWr) -> Result<Payload, String> {
+    if !w.inline_data.is_null() {
+        let n = w.length as usize;
+        if n > transport::rc::MAX_INLINE_DATA {
+            return Err(format!(
+                "work request {}: {n} bytes inline (at most {})",
+                w.wr_id,
+                transport::rc::MAX_INLINE_DATA
+            ));
+        }
+        // SAFETY: non-NULL, and the caller passes `length` readable bytes
+        // (contract of the header); they are copied at once.
+        let data = unsafe { std::slice::from_raw_parts(w.inline_data, n) };
+        let d = InlineData::new(data).map_err(|e| e.to_string())?;
+        return Ok(Payload::Inline(d));
+    }
+    if w.num_sge <= 0 {
+        return Ok(Payload::Local);
+    }
+    if w.sg_list.is_null() {
+        return Err(format!(
+            "work request {}: num_sge {} with a NULL sg_list",
+            w.wr_id, w.num_sge
+        ));
+    }
+    let n = w.num_sge as usize;
+    if n > transport::abi::WQE_MAX_SGE {
+        return Err(format!(
+            "work request {}: {n} scatter/gather entries (at most {})",
+            w.wr_id,
+            transport::abi::WQE_MAX_SGE
+        ));
+    }
+    // SAFETY: non-NULL, and the caller passes `num_sge` initialised
+    // entries (contract of the header).
+    let sges = unsafe { std::slice::from_raw_parts(w.sg_list, n) };
+    let list: Vec<Sge> = sges
+        .iter()
+        .map(|s| Sge {
+            lkey: s.lkey,
+            va: s.addr,
+            len: s.length,
+        })
+        .collect();
+    SgList::new(&list)
+        .map(Payload::Sges)
+        .map_err(|e| format!("work request {}: {e}", w.wr_id))
 }
 
 /// Posts `n` receive work requests behind one doorbell (all or none), to a
@@ -566,5 +640,18 @@ pub extern "C" fn rnic_wait_cq(cq: *const RnicCq, timeout_ms: u32) -> c_int {
             set_error(e);
             -1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The header's limits are the library's.
+    #[test]
+    fn header_limits_match_the_abi() {
+        let h = include_str!("../include/rnic_verbs.h");
+        let max_sge = format!("RNIC_MAX_SGE = {},", transport::abi::WQE_MAX_SGE);
+        let max_inline = format!("RNIC_MAX_INLINE = {},", transport::rc::MAX_INLINE_DATA);
+        assert!(h.contains(&max_sge), "{max_sge}");
+        assert!(h.contains(&max_inline), "{max_inline}");
     }
 }

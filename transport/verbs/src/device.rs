@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
-use transport::rc::{Cqe as Completion, RecvWr, SendWr, SgList, Sge, WcStatus, WrOp};
+use transport::rc::{Cqe as Completion, InlineData, RecvWr, SendWr, SgList, Sge, WcStatus, WrOp};
 
 use crate::proto::{
     self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
@@ -759,6 +759,24 @@ pub struct WorkRequest {
     pub signaled: bool,
     /// Wait for earlier READs and atomics (IBV_SEND_FENCE).
     pub fence: bool,
+    /// Local buffers in place of `local` (a scatter/gather list), or the
+    /// message itself (inline).
+    pub payload: Payload,
+}
+
+/// Where a work request's message comes from besides its one `local`
+/// buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Payload {
+    /// `local` alone.
+    #[default]
+    Local,
+    /// A scatter/gather list (at most [`abi::WQE_MAX_SGE`] entries reach
+    /// the daemon).
+    Sges(SgList),
+    /// The bytes themselves, copied into the WQE (IBV_SEND_INLINE; SEND and
+    /// WRITE only, at most [`transport::rc::MAX_INLINE_DATA`] bytes).
+    Inline(InlineData),
 }
 
 impl WorkRequest {
@@ -772,7 +790,50 @@ impl WorkRequest {
             rkey,
             signaled: true,
             fence: false,
+            payload: Payload::Local,
         }
+    }
+
+    /// A request over several local buffers.
+    pub fn with_sges(
+        wr_id: u64,
+        op: WrOp,
+        sges: &[LocalBuf],
+        remote_va: u64,
+        rkey: u32,
+    ) -> Result<Self> {
+        let list: Vec<Sge> = sges
+            .iter()
+            .map(|b| Sge {
+                lkey: b.lkey,
+                va: b.va,
+                len: b.len,
+            })
+            .collect();
+        let sg = SgList::new(&list).map_err(|e| VerbsError::InvalidArgument(e.to_string()))?;
+        let first = sges.first().copied().unwrap_or(LocalBuf {
+            lkey: 0,
+            va: 0,
+            len: 0,
+        });
+        Ok(WorkRequest {
+            payload: Payload::Sges(sg),
+            ..WorkRequest::new(wr_id, op, first, remote_va, rkey)
+        })
+    }
+
+    /// An inline SEND or WRITE of `data`.
+    pub fn inline(wr_id: u64, op: WrOp, data: &[u8], remote_va: u64, rkey: u32) -> Result<Self> {
+        let d = InlineData::new(data).map_err(|e| VerbsError::InvalidArgument(e.to_string()))?;
+        let none = LocalBuf {
+            lkey: 0,
+            va: 0,
+            len: 0,
+        };
+        Ok(WorkRequest {
+            payload: Payload::Inline(d),
+            ..WorkRequest::new(wr_id, op, none, remote_va, rkey)
+        })
     }
 }
 
@@ -902,24 +963,49 @@ impl Qp {
                 wanted: wrs.len(),
             });
         }
+        // Checked first, written after: all or none, and no allocation.
         for w in wrs {
-            let local = Sge {
-                lkey: w.local.lkey,
-                va: w.local.va,
-                len: w.local.len,
-            };
-            let wr = SendWr {
-                signaled: w.signaled,
-                fence: w.fence,
-                ..SendWr::new(w.wr_id, w.op, local, w.rkey, w.remote_va)
-            };
-            let wqe = abi::Wqe::from_wr(&wr).expect("one local buffer fits a WQE");
-            sq.write(seg, &wqe);
+            wqe_of(w)?;
+        }
+        for w in wrs {
+            sq.write(seg, &wqe_of(w)?);
         }
         sq.publish(seg);
         Ok(())
     }
+}
 
+/// The WQE of a work request, or why it cannot be posted.
+fn wqe_of(w: &WorkRequest) -> Result<abi::Wqe> {
+    let local = Sge {
+        lkey: w.local.lkey,
+        va: w.local.va,
+        len: w.local.len,
+    };
+    let mut wr = SendWr {
+        signaled: w.signaled,
+        fence: w.fence,
+        ..SendWr::new(w.wr_id, w.op, local, w.rkey, w.remote_va)
+    };
+    match w.payload {
+        Payload::Local => {}
+        Payload::Sges(sg) => wr.sg = sg,
+        Payload::Inline(d) => {
+            if w.op.is_read_or_atomic() {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "work request {}: inline data is for SEND and RDMA WRITE, not {:?}",
+                    w.wr_id, w.op
+                )));
+            }
+            wr.sg = SgList::EMPTY;
+            wr.inline = Some(d);
+        }
+    }
+    abi::Wqe::from_wr(&wr)
+        .map_err(|e| VerbsError::InvalidArgument(format!("work request {}: {e}", w.wr_id)))
+}
+
+impl Qp {
     /// Posts one raw WQE as is (no checks: for tests of the daemon's
     /// validation, and for C callers building their own).
     pub fn post_raw(&self, wqe: &abi::Wqe) -> Result<()> {
