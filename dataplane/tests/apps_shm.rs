@@ -378,25 +378,41 @@ fn garbage(a: &Args) {
     // post_recv on a QP attached to an SRQ is refused by name.
     let srq = pd1.create_srq(16).unwrap();
     let q_srq = pd1.qp_builder(&cq1).srq(&srq).build().unwrap();
-    let r = q_srq.qp().post_recv(&[verbs::RecvRequest {
-        wr_id: 1,
-        local: LocalBuf::of(&mr1, 0, 64),
-    }]);
+    let r = q_srq
+        .qp()
+        .post_recv(&[verbs::RecvRequest::new(1, LocalBuf::of(&mr1, 0, 64))]);
     let e = r.expect_err("post_recv on an SRQ-attached QP refused");
     assert!(e.to_string().contains("shared receive queue"), "{e}");
     println!("garbage: post_recv on an SRQ-attached QP -> {e}");
+    // A receive request with more scatter/gather entries than a receive
+    // WQE holds is refused by name.
+    let eight = [LocalBuf::of(&mr1, 0, 8); 8].map(|b| transport::rc::Sge {
+        lkey: b.lkey,
+        va: b.va,
+        len: b.len,
+    });
+    let too_many = verbs::RecvRequest {
+        sges: Some(transport::rc::SgList::new(&eight).unwrap()),
+        ..verbs::RecvRequest::new(1, LocalBuf::of(&mr1, 0, 8))
+    };
+    let (_q0, q1) = pair();
+    let e = q1
+        .post_recv(&[too_many])
+        .expect_err("8 receive SGEs refused");
+    assert!(e.to_string().contains("scatter/gather"), "{e}");
+    println!("garbage: a receive WQE with 8 SGEs -> {e}");
     // A receive WQE whose SGE is outside the receiver's regions: the SEND
     // that lands on it fails the receive WQE (LOC_PROT_ERR) and the
     // sender's (REM_OP_ERR).
     let (q0, q1) = pair();
-    q1.post_recv(&[verbs::RecvRequest {
-        wr_id: 5,
-        local: LocalBuf {
+    q1.post_recv(&[verbs::RecvRequest::new(
+        5,
+        LocalBuf {
             lkey: mr1.lkey,
             va: 0x7fff_0000_0000,
             len: 64,
         },
-    }])
+    )])
     .unwrap();
     q0.post_send(LocalBuf::of(&mr0, 0, 64), None, 6, true)
         .unwrap();

@@ -96,8 +96,8 @@ pub enum WqeError {
     UnknownOpcode(u8),
     #[error("unknown WQE flags {0:#04x}")]
     UnknownFlags(u8),
-    #[error("the WQE has {0} scatter/gather entries (at most {WQE_MAX_SGE})")]
-    TooManySges(usize),
+    #[error("the WQE has {have} scatter/gather entries (at most {max})")]
+    TooManySges { have: usize, max: usize },
     #[error("the WQE has {0} bytes of inline data (at most {max})", max = crate::rc::MAX_INLINE_DATA)]
     InlineTooLong(usize),
 }
@@ -136,7 +136,10 @@ impl Wqe {
             None => {
                 let sges = wr.sg.as_slice();
                 if sges.len() > WQE_MAX_SGE {
-                    return Err(WqeError::TooManySges(sges.len()));
+                    return Err(WqeError::TooManySges {
+                        have: sges.len(),
+                        max: WQE_MAX_SGE,
+                    });
                 }
                 w.num_sge = sges.len() as u8;
                 for (d, s) in w.sges.iter_mut().zip(sges) {
@@ -177,7 +180,10 @@ impl Wqe {
             (SgList::EMPTY, Some(d))
         } else {
             let n = usize::from(self.num_sge);
-            let sges = self.sges.get(..n).ok_or(WqeError::TooManySges(n))?;
+            let sges = self.sges.get(..n).ok_or(WqeError::TooManySges {
+                have: n,
+                max: WQE_MAX_SGE,
+            })?;
             let mut out = [Sge::default(); WQE_MAX_SGE];
             for (o, s) in out.iter_mut().zip(sges) {
                 *o = Sge {
@@ -186,7 +192,10 @@ impl Wqe {
                     len: s.len,
                 };
             }
-            let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges(e.0))?;
+            let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges {
+                have: e.0,
+                max: WQE_MAX_SGE,
+            })?;
             (sg, None)
         };
         Ok(SendWr {
@@ -202,47 +211,67 @@ impl Wqe {
     }
 }
 
-/// A receive work queue entry, 32 bytes, with one local buffer (length 0:
-/// none, for WRITE with immediate).
+/// Scatter/gather entries a receive WQE carries (max_recv_sge).
+pub const RECV_WQE_MAX_SGE: usize = 7;
+
+/// A receive work queue entry, 128 bytes: up to [`RECV_WQE_MAX_SGE`]
+/// local buffers (none: for WRITE with immediate).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
 pub struct RecvWqe {
     pub wr_id: u64,
-    pub va: u64,
-    pub lkey: u32,
-    pub len: u32,
-    pub _reserved: [u8; 8],
+    pub num_sge: u8,
+    pub _pad: [u8; 7],
+    pub sges: [WqeSge; RECV_WQE_MAX_SGE],
 }
 
 impl RecvWqe {
     pub fn from_wr(wr: &RecvWr) -> Result<RecvWqe, WqeError> {
         let sges = wr.sg.as_slice();
-        if sges.len() > 1 {
-            return Err(WqeError::TooManySges(sges.len()));
+        if sges.len() > RECV_WQE_MAX_SGE {
+            return Err(WqeError::TooManySges {
+                have: sges.len(),
+                max: RECV_WQE_MAX_SGE,
+            });
         }
-        let b = sges.first().copied().unwrap_or_default();
-        Ok(RecvWqe {
+        let mut w = RecvWqe {
             wr_id: wr.wr_id,
-            va: b.va,
-            lkey: b.lkey,
-            len: b.len,
-            _reserved: [0; 8],
-        })
+            num_sge: sges.len() as u8,
+            ..RecvWqe::zeroed()
+        };
+        for (d, s) in w.sges.iter_mut().zip(sges) {
+            *d = WqeSge {
+                va: s.va,
+                lkey: s.lkey,
+                len: s.len,
+            };
+        }
+        Ok(w)
     }
 
-    pub fn to_wr(&self) -> RecvWr {
-        RecvWr {
-            wr_id: self.wr_id,
-            sg: if self.len == 0 {
-                SgList::EMPTY
-            } else {
-                SgList::one(Sge {
-                    lkey: self.lkey,
-                    va: self.va,
-                    len: self.len,
-                })
-            },
+    /// The receive request, if its entry count is one this ABI carries.
+    pub fn to_wr(&self) -> Result<RecvWr, WqeError> {
+        let n = usize::from(self.num_sge);
+        let sges = self.sges.get(..n).ok_or(WqeError::TooManySges {
+            have: n,
+            max: RECV_WQE_MAX_SGE,
+        })?;
+        let mut out = [Sge::default(); RECV_WQE_MAX_SGE];
+        for (o, s) in out.iter_mut().zip(sges) {
+            *o = Sge {
+                lkey: s.lkey,
+                va: s.va,
+                len: s.len,
+            };
         }
+        let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges {
+            have: e.0,
+            max: RECV_WQE_MAX_SGE,
+        })?;
+        Ok(RecvWr {
+            wr_id: self.wr_id,
+            sg,
+        })
     }
 }
 
@@ -268,27 +297,45 @@ pub struct Cqe {
 /// CQE flag: the completion carries immediate data.
 pub const CQE_WITH_IMM: u8 = 1;
 
-const STATUSES: [WcStatus; 10] = [
-    WcStatus::Success,
-    WcStatus::LocProtErr,
-    WcStatus::LocQpOpErr,
-    WcStatus::LocLenErr,
-    WcStatus::RemInvReqErr,
-    WcStatus::RemAccessErr,
-    WcStatus::RemOpErr,
-    WcStatus::RetryExcErr,
-    WcStatus::RnrRetryExcErr,
-    WcStatus::WrFlushErr,
+/// Completion statuses and their `ibv_wc_status` values.
+const STATUSES: [(WcStatus, u8); 10] = [
+    (WcStatus::Success, 0),
+    (WcStatus::LocLenErr, 1),
+    (WcStatus::LocQpOpErr, 2),
+    (WcStatus::LocProtErr, 4),
+    (WcStatus::WrFlushErr, 5),
+    (WcStatus::RemInvReqErr, 9),
+    (WcStatus::RemAccessErr, 10),
+    (WcStatus::RemOpErr, 11),
+    (WcStatus::RetryExcErr, 12),
+    (WcStatus::RnrRetryExcErr, 13),
 ];
 
-/// The ABI code of a completion status (0 = success).
+/// The ABI code of a completion status: its `ibv_wc_status` value.
 pub fn status_code(s: WcStatus) -> u8 {
-    STATUSES.iter().position(|&x| x == s).unwrap_or(0) as u8
+    STATUSES.iter().find(|x| x.0 == s).map_or(0, |x| x.1)
 }
 
 /// The completion status of an ABI code.
 pub fn status_from_code(c: u8) -> Option<WcStatus> {
-    STATUSES.get(usize::from(c)).copied()
+    STATUSES.iter().find(|x| x.1 == c).map(|x| x.0)
+}
+
+/// The `ibv_wc_status_str` name of a status code (ibverbs' spelling).
+pub fn status_name(c: u8) -> &'static str {
+    match status_from_code(c) {
+        Some(WcStatus::Success) => "success",
+        Some(WcStatus::LocLenErr) => "local length error",
+        Some(WcStatus::LocQpOpErr) => "local QP operation error",
+        Some(WcStatus::LocProtErr) => "local protection error",
+        Some(WcStatus::WrFlushErr) => "Work Request Flushed Error",
+        Some(WcStatus::RemInvReqErr) => "remote invalid request error",
+        Some(WcStatus::RemAccessErr) => "remote access error",
+        Some(WcStatus::RemOpErr) => "remote operation error",
+        Some(WcStatus::RetryExcErr) => "transport retry counter exceeded",
+        Some(WcStatus::RnrRetryExcErr) => "RNR retry counter exceeded",
+        None => "unknown",
+    }
 }
 
 /// Completion opcodes and their `ibv_wc_opcode` values.
@@ -636,7 +683,7 @@ mod tests {
     fn entries_have_fixed_sizes() {
         assert_eq!(core::mem::size_of::<Wqe>(), 256);
         assert_eq!(core::mem::size_of::<Cqe>(), 32);
-        assert_eq!(core::mem::size_of::<RecvWqe>(), 32);
+        assert_eq!(core::mem::size_of::<RecvWqe>(), 128);
     }
 
     #[test]
@@ -750,7 +797,10 @@ mod tests {
         };
         assert_eq!(
             Wqe::from_wr(&too_many),
-            Err(WqeError::TooManySges(WQE_MAX_SGE + 1))
+            Err(WqeError::TooManySges {
+                have: WQE_MAX_SGE + 1,
+                max: WQE_MAX_SGE
+            })
         );
         let inline = SendWr {
             sg: SgList::EMPTY,
@@ -764,7 +814,13 @@ mod tests {
         assert_eq!(bad.to_wr(), Err(WqeError::InlineTooLong(300)));
         bad.flags = WQE_SIGNALED;
         bad.num_sge = 14;
-        assert_eq!(bad.to_wr(), Err(WqeError::TooManySges(14)));
+        assert_eq!(
+            bad.to_wr(),
+            Err(WqeError::TooManySges {
+                have: 14,
+                max: WQE_MAX_SGE
+            })
+        );
     }
 
     #[test]
@@ -777,10 +833,15 @@ mod tests {
     }
 
     #[test]
-    fn every_status_has_a_code() {
-        for s in STATUSES {
-            assert_eq!(status_from_code(status_code(s)), Some(s));
+    fn every_status_has_its_ibverbs_code() {
+        for (s, code) in STATUSES {
+            assert_eq!(status_code(s), code);
+            assert_eq!(status_from_code(code), Some(s));
+            assert_ne!(status_name(code), "unknown");
         }
-        assert_eq!(status_from_code(200), None);
+        assert_eq!(status_code(WcStatus::WrFlushErr), 5);
+        assert_eq!(status_code(WcStatus::RetryExcErr), 12);
+        assert_eq!(status_from_code(3), None, "LOC_EEC_OP_ERR is not ours");
+        assert_eq!(status_name(200), "unknown");
     }
 }

@@ -507,6 +507,7 @@ impl Apps<'_> {
     /// out of RESET) and from the SRQs' rings.
     fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
         let mut moved = false;
+        let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
         for (qpn, rt) in self.qps.iter_mut() {
             let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
                 continue;
@@ -514,7 +515,30 @@ impl Apps<'_> {
             if engine.qp_state(qpn) == Ok(transport::rc::QpState::Reset) {
                 continue;
             }
-            match drain_recv(&rt.seg, rq, |wr| engine.post_recv(qpn, wr)) {
+            let mut bad = None;
+            let r = drain_recv(&rt.seg, rq, |w| match w.to_wr() {
+                Ok(wr) => engine.post_recv(qpn, wr).map(|()| true),
+                Err(_) => {
+                    // A malformed receive WQE fails by name and stops the
+                    // QP, as a NIC does.
+                    bad = Some(w.wr_id);
+                    Ok(false)
+                }
+            });
+            if let Some(wr_id) = bad {
+                self.counters.wqe_errors += 1;
+                let _ = engine.modify_to_err(qpn);
+                let c = Cqe {
+                    wr_id,
+                    qpn,
+                    status: WcStatus::LocQpOpErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                };
+                errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
+            }
+            match r {
                 Ok(n) => {
                     moved |= n > 0;
                     self.counters.recv_wqes_posted += n;
@@ -530,7 +554,17 @@ impl Apps<'_> {
             if rt.broken {
                 continue;
             }
-            match drain_recv(&rt.seg, &mut rt.ring, |wr| engine.post_srq_recv(srq, wr)) {
+            let counters = &mut *self.counters;
+            let r = drain_recv(&rt.seg, &mut rt.ring, |w| match w.to_wr() {
+                Ok(wr) => engine.post_srq_recv(srq, wr).map(|()| true),
+                Err(_) => {
+                    // No QP owns it yet, so no CQ to report to: dropped
+                    // and counted.
+                    counters.wqe_errors += 1;
+                    Ok(false)
+                }
+            });
+            match r {
                 Ok(n) => {
                     moved |= n > 0;
                     self.counters.recv_wqes_posted += n;
@@ -539,6 +573,12 @@ impl Apps<'_> {
                     rt.broken = true;
                     self.counters.rq_corrupt += 1;
                 }
+            }
+        }
+        if !errors.is_empty() {
+            self.route(engine);
+            for (app, cq, c) in errors {
+                self.push_cqe(engine, app, cq, c);
             }
         }
         moved
@@ -666,21 +706,26 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
 }
 
 /// Moves receive WQEs from a ring into the engine with `post` while it
-/// takes them (a full receive queue leaves the rest in the ring); `Err`
-/// when the ring's producer index was scribbled.
+/// takes them (a full receive queue leaves the rest in the ring; `post`
+/// says whether a consumed WQE was posted or refused as malformed, and
+/// stops after a malformed one); returns the WQEs posted, `Err` when the
+/// ring's producer index was scribbled.
 fn drain_recv(
     seg: &Segment,
     rq: &mut RqRt,
-    mut post: impl FnMut(transport::rc::RecvWr) -> Result<(), RcError>,
+    mut post: impl FnMut(&abi::RecvWqe) -> Result<bool, RcError>,
 ) -> Result<u64, ()> {
     let n = rq.ring.available(seg).map_err(|_| ())?;
     let mut taken = 0;
     for _ in 0..(n as usize).min(SQ_BUDGET) {
         let wqe = rq.ring.peek(seg);
-        if post(wqe.to_wr()).is_err() {
+        let Ok(posted) = post(&wqe) else {
+            break;
+        };
+        rq.ring.advance(seg);
+        if !posted {
             break;
         }
-        rq.ring.advance(seg);
         taken += 1;
     }
     Ok(taken)

@@ -78,10 +78,9 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let prepared = pd.qp_builder(&cq).access(access).build()?;
     // A receive WQE is posted before the peer can send (and after each
     // message is consumed), so the peer never meets an RNR NAK.
-    prepared.qp().post_recv(&[RecvRequest {
-        wr_id: 0,
-        local: recv_buf(&mr, max),
-    }])?;
+    prepared
+        .qp()
+        .post_recv(&[RecvRequest::new(0, recv_buf(&mr, max))])?;
     let mine = prepared.endpoint();
     let mut session = match (&cli.listen, &cli.connect) {
         (Some(addr), None) => Session::accept(&TcpListener::bind(addr)?)?,
@@ -106,10 +105,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             if mr.as_slice()[m..m + n] != want[..] {
                 return Err(format!("round {round}: the {len} B message differs").into());
             }
-            qp.post_recv(&[RecvRequest {
-                wr_id: round as u64 + 1,
-                local: recv_buf(&mr, max),
-            }])?;
+            qp.post_recv(&[RecvRequest::new(round as u64 + 1, recv_buf(&mr, max))])?;
             mr.as_mut_slice().copy_within(m..m + n, 0);
             qp.post_send(LocalBuf::of(&mr, 0, len), None, round as u64, true)?;
             expect(&cq, WcOpcode::Send, "SEND")?;
@@ -139,10 +135,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             if mr.as_slice()[m..m + n] != want[..] {
                 return Err(format!("round {round}: the {len} B reply differs").into());
             }
-            qp.post_recv(&[RecvRequest {
-                wr_id: round as u64 + 1,
-                local: recv_buf(&mr, max),
-            }])?;
+            qp.post_recv(&[RecvRequest::new(round as u64 + 1, recv_buf(&mr, max))])?;
             println!(
                 "client: {len} B SEND/RECV round trip {rtt:.1} us, bytes and immediate verified"
             );

@@ -45,17 +45,18 @@ enum rnic_wr_opcode {
 	RNIC_WR_ATOMIC_FETCH_AND_ADD = 7, /* local buffer: 8 bytes */
 };
 
+/* The ibv_wc_status values. */
 enum rnic_wc_status {
 	RNIC_WC_SUCCESS = 0,
-	RNIC_WC_LOC_PROT_ERR = 1,
+	RNIC_WC_LOC_LEN_ERR = 1,
 	RNIC_WC_LOC_QP_OP_ERR = 2,
-	RNIC_WC_LOC_LEN_ERR = 3,
-	RNIC_WC_REM_INV_REQ_ERR = 4,
-	RNIC_WC_REM_ACCESS_ERR = 5,
-	RNIC_WC_REM_OP_ERR = 6,
-	RNIC_WC_RETRY_EXC_ERR = 7,
-	RNIC_WC_RNR_RETRY_EXC_ERR = 8,
-	RNIC_WC_WR_FLUSH_ERR = 9,
+	RNIC_WC_LOC_PROT_ERR = 4,
+	RNIC_WC_WR_FLUSH_ERR = 5,
+	RNIC_WC_REM_INV_REQ_ERR = 9,
+	RNIC_WC_REM_ACCESS_ERR = 10,
+	RNIC_WC_REM_OP_ERR = 11,
+	RNIC_WC_RETRY_EXC_ERR = 12,
+	RNIC_WC_RNR_RETRY_EXC_ERR = 13,
 };
 
 enum rnic_wc_opcode {
@@ -85,6 +86,7 @@ struct rnic_endpoint {
 
 enum {
 	RNIC_MAX_SGE = 13,     /* scatter/gather entries per send WR */
+	RNIC_MAX_RECV_SGE = 7, /* scatter/gather entries per receive WR */
 	RNIC_MAX_INLINE = 128, /* bytes of inline data per send WR */
 };
 
@@ -118,6 +120,8 @@ struct rnic_recv_wr {
 	uint32_t lkey;
 	uint32_t length;
 	uint64_t addr;        /* device address: rnic_mr_va() + offset */
+	int num_sge;          /* > 0: sg_list replaces lkey/length/addr */
+	const struct rnic_sge *sg_list;
 };
 
 struct rnic_wc {

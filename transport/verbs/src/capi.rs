@@ -21,8 +21,8 @@ use crate::device::{
     Cq, Device, Endpoint, LocalBuf, Mr, Pd, PreparedQp, Qp, RecvRequest, WorkRequest,
 };
 use crate::proto::MrAccess;
-use transport::abi::{opcode_code, status_code, wqe_op};
-use transport::rc::{InlineData, SgList, Sge, WrOp};
+use transport::abi::{opcode_code, status_code, status_from_code, wqe_op};
+use transport::rc::{InlineData, SgList, Sge, WcStatus, WrOp};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -104,6 +104,10 @@ pub struct RnicRecvWr {
     pub lkey: u32,
     pub length: u32,
     pub addr: u64,
+    /// With `sg_list`: how many local buffers it holds (they replace
+    /// `lkey`, `addr` and `length`).
+    pub num_sge: c_int,
+    pub sg_list: *const RnicSge,
 }
 
 /// A work completion.
@@ -113,7 +117,7 @@ pub struct RnicWc {
     pub wr_id: u64,
     pub qp_num: u32,
     pub byte_len: u32,
-    /// RNIC_WC_SUCCESS (0) or an error (see the header).
+    /// RNIC_WC_SUCCESS (0) or an error: the `ibv_wc_status` values.
     pub status: c_int,
     /// `ibv_wc_opcode` values: 0 SEND, 1 RDMA WRITE, 2 RDMA READ,
     /// 3 COMP_SWAP, 4 FETCH_ADD, 128 RECV, 129 RECV_RDMA_WITH_IMM.
@@ -193,18 +197,18 @@ pub extern "C" fn rnic_last_error() -> *const c_char {
 /// The ibverbs-style name of a completion status.
 #[no_mangle]
 pub extern "C" fn rnic_wc_status_str(status: c_int) -> *const c_char {
-    let s: &'static CStr = match status {
-        0 => c"SUCCESS",
-        1 => c"LOC_PROT_ERR",
-        2 => c"LOC_QP_OP_ERR",
-        3 => c"LOC_LEN_ERR",
-        4 => c"REM_INV_REQ_ERR",
-        5 => c"REM_ACCESS_ERR",
-        6 => c"REM_OP_ERR",
-        7 => c"RETRY_EXC_ERR",
-        8 => c"RNR_RETRY_EXC_ERR",
-        9 => c"WR_FLUSH_ERR",
-        _ => c"UNKNOWN",
+    let s: &'static CStr = match u8::try_from(status).map(status_from_code) {
+        Ok(Some(WcStatus::Success)) => c"success",
+        Ok(Some(WcStatus::LocLenErr)) => c"local length error",
+        Ok(Some(WcStatus::LocQpOpErr)) => c"local QP operation error",
+        Ok(Some(WcStatus::LocProtErr)) => c"local protection error",
+        Ok(Some(WcStatus::WrFlushErr)) => c"Work Request Flushed Error",
+        Ok(Some(WcStatus::RemInvReqErr)) => c"remote invalid request error",
+        Ok(Some(WcStatus::RemAccessErr)) => c"remote access error",
+        Ok(Some(WcStatus::RemOpErr)) => c"remote operation error",
+        Ok(Some(WcStatus::RetryExcErr)) => c"transport retry counter exceeded",
+        Ok(Some(WcStatus::RnrRetryExcErr)) => c"RNR retry counter exceeded",
+        _ => c"unknown",
     };
     s.as_ptr()
 }
@@ -506,37 +510,44 @@ fn payload_of(w: &RnicSendWr) -> Result<Payload, String> {
         let d = InlineData::new(data).map_err(|e| e.to_string())?;
         return Ok(Payload::Inline(d));
     }
-    if w.num_sge <= 0 {
-        return Ok(Payload::Local);
+    Ok(match sg_list(w.wr_id, w.sg_list, w.num_sge)? {
+        Some(sg) => Payload::Sges(sg),
+        None => Payload::Local,
+    })
+}
+
+/// The scatter/gather list a C work request names (`None` for
+/// `num_sge` 0: its single buffer).
+fn sg_list(wr_id: u64, list: *const RnicSge, num_sge: c_int) -> Result<Option<SgList>, String> {
+    if num_sge <= 0 {
+        return Ok(None);
     }
-    if w.sg_list.is_null() {
+    if list.is_null() {
         return Err(format!(
-            "work request {}: num_sge {} with a NULL sg_list",
-            w.wr_id, w.num_sge
+            "work request {wr_id}: num_sge {num_sge} with a NULL sg_list"
         ));
     }
-    let n = w.num_sge as usize;
-    if n > transport::abi::WQE_MAX_SGE {
+    let n = num_sge as usize;
+    if n > transport::rc::MAX_SGE {
         return Err(format!(
-            "work request {}: {n} scatter/gather entries (at most {})",
-            w.wr_id,
-            transport::abi::WQE_MAX_SGE
+            "work request {wr_id}: {n} scatter/gather entries (at most {})",
+            transport::rc::MAX_SGE
         ));
     }
     // SAFETY: non-NULL, and the caller passes `num_sge` initialised
     // entries (contract of the header).
-    let sges = unsafe { std::slice::from_raw_parts(w.sg_list, n) };
-    let list: Vec<Sge> = sges
-        .iter()
-        .map(|s| Sge {
+    let sges = unsafe { std::slice::from_raw_parts(list, n) };
+    let mut out = [Sge::default(); transport::rc::MAX_SGE];
+    for (o, s) in out.iter_mut().zip(sges) {
+        *o = Sge {
             lkey: s.lkey,
             va: s.addr,
             len: s.length,
-        })
-        .collect();
-    SgList::new(&list)
-        .map(Payload::Sges)
-        .map_err(|e| format!("work request {}: {e}", w.wr_id))
+        };
+    }
+    SgList::new(&out[..n])
+        .map(Some)
+        .map_err(|e| format!("work request {wr_id}: {e}"))
 }
 
 /// Posts `n` receive work requests behind one doorbell (all or none), to a
@@ -564,17 +575,25 @@ pub extern "C" fn rnic_post_recv(qp: *const RnicQp, wrs: *const RnicRecvWr, n: c
         // structs (contract of the header).
         unsafe { std::slice::from_raw_parts(wrs, n as usize) }
     };
-    let batch: Vec<RecvRequest> = wrs
-        .iter()
-        .map(|w| RecvRequest {
-            wr_id: w.wr_id,
-            local: LocalBuf {
-                lkey: w.lkey,
-                va: w.addr,
-                len: w.length,
-            },
-        })
-        .collect();
+    let mut batch = Vec::with_capacity(wrs.len());
+    for w in wrs {
+        let sges = match sg_list(w.wr_id, w.sg_list, w.num_sge) {
+            Ok(s) => s,
+            Err(e) => {
+                set_error(e);
+                return -1;
+            }
+        };
+        let local = LocalBuf {
+            lkey: w.lkey,
+            va: w.addr,
+            len: w.length,
+        };
+        batch.push(RecvRequest {
+            sges,
+            ..RecvRequest::new(w.wr_id, local)
+        });
+    }
     match q.post_recv(&batch) {
         Ok(()) => 0,
         Err(e) => {
@@ -647,11 +666,45 @@ pub extern "C" fn rnic_wait_cq(cq: *const RnicCq, timeout_ms: u32) -> c_int {
 mod tests {
     /// The header's limits are the library's.
     #[test]
+    fn status_names_are_ibverbs_names() {
+        use super::*;
+        // SAFETY: the function returns a static NUL-terminated string.
+        let name = |c| {
+            unsafe { CStr::from_ptr(rnic_wc_status_str(c)) }
+                .to_str()
+                .unwrap()
+        };
+        assert_eq!(name(5), "Work Request Flushed Error");
+        assert_eq!(name(12), "transport retry counter exceeded");
+        for c in 0..=255u8 {
+            assert_eq!(name(c_int::from(c)), transport::abi::status_name(c), "{c}");
+        }
+    }
+
+    #[test]
     fn header_limits_match_the_abi() {
         let h = include_str!("../include/rnic_verbs.h");
         let max_sge = format!("RNIC_MAX_SGE = {},", transport::abi::WQE_MAX_SGE);
         let max_inline = format!("RNIC_MAX_INLINE = {},", transport::rc::MAX_INLINE_DATA);
         assert!(h.contains(&max_sge), "{max_sge}");
+        let recv = format!("RNIC_MAX_RECV_SGE = {},", transport::abi::RECV_WQE_MAX_SGE);
+        assert!(h.contains(&recv), "{recv}");
+        use transport::rc::WcStatus::*;
+        for (name, st) in [
+            ("SUCCESS", Success),
+            ("LOC_LEN_ERR", LocLenErr),
+            ("LOC_QP_OP_ERR", LocQpOpErr),
+            ("LOC_PROT_ERR", LocProtErr),
+            ("WR_FLUSH_ERR", WrFlushErr),
+            ("REM_INV_REQ_ERR", RemInvReqErr),
+            ("REM_ACCESS_ERR", RemAccessErr),
+            ("REM_OP_ERR", RemOpErr),
+            ("RETRY_EXC_ERR", RetryExcErr),
+            ("RNR_RETRY_EXC_ERR", RnrRetryExcErr),
+        ] {
+            let line = format!("RNIC_WC_{name} = {},", transport::abi::status_code(st));
+            assert!(h.contains(&line), "{line}");
+        }
         assert!(h.contains(&max_inline), "{max_inline}");
     }
 }

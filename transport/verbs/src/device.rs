@@ -358,6 +358,37 @@ impl Drop for Srq {
 pub struct RecvRequest {
     pub wr_id: u64,
     pub local: LocalBuf,
+    /// Several local buffers in place of `local` (at most
+    /// [`abi::RECV_WQE_MAX_SGE`] reach the daemon).
+    pub sges: Option<SgList>,
+}
+
+impl RecvRequest {
+    /// A receive request over one local buffer.
+    pub fn new(wr_id: u64, local: LocalBuf) -> Self {
+        RecvRequest {
+            wr_id,
+            local,
+            sges: None,
+        }
+    }
+
+    fn wqe(&self) -> Result<abi::RecvWqe> {
+        let sg = match self.sges {
+            Some(sg) => sg,
+            None if self.local.len == 0 => SgList::EMPTY,
+            None => SgList::one(Sge {
+                lkey: self.local.lkey,
+                va: self.local.va,
+                len: self.local.len,
+            }),
+        };
+        abi::RecvWqe::from_wr(&RecvWr {
+            wr_id: self.wr_id,
+            sg,
+        })
+        .map_err(|e| VerbsError::InvalidArgument(format!("receive request {}: {e}", self.wr_id)))
+    }
 }
 
 /// Writes receive WQEs into a ring and publishes them with one store.
@@ -378,18 +409,10 @@ fn post_recvs(
         });
     }
     for w in wrs {
-        let sg = if w.local.len == 0 {
-            SgList::EMPTY
-        } else {
-            SgList::one(Sge {
-                lkey: w.local.lkey,
-                va: w.local.va,
-                len: w.local.len,
-            })
-        };
-        let wqe = abi::RecvWqe::from_wr(&RecvWr { wr_id: w.wr_id, sg })
-            .expect("one local buffer fits a receive WQE");
-        rq.write(seg, &wqe);
+        w.wqe()?;
+    }
+    for w in wrs {
+        rq.write(seg, &w.wqe()?);
     }
     rq.publish(seg);
     Ok(())
