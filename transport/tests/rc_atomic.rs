@@ -402,3 +402,83 @@ proptest::proptest! {
         proptest::prop_assert_eq!(seen, (0..2 * n).collect::<Vec<_>>());
     }
 }
+
+/// A READ request (`atomic` false) or FETCH_ADD of 1 (`atomic` true) from
+/// A to B at `psn`, on B's 8 bytes at offset `off`.
+fn request_to_b(p: &Pair, psn: u32, atomic: bool, off: u64) -> Vec<u8> {
+    use transport::wire::{AtomicEthRepr, PacketRepr, RethRepr};
+    let op = if atomic {
+        Opcode::FetchAdd
+    } else {
+        Opcode::RdmaReadRequest
+    };
+    let mut r = PacketRepr::new(op, p.b.qpn, psn);
+    r.eth.src = rc_util::MAC_A;
+    r.eth.dst = rc_util::MAC_B;
+    r.ip.src = rc_util::IP_A;
+    r.ip.dst = rc_util::IP_B;
+    r.bth.ack_req = true;
+    if atomic {
+        r.atomic = Some(AtomicEthRepr {
+            va: MR_BASE + off,
+            r_key: p.b.mr.rkey,
+            swap_add: 1,
+            compare: 0,
+        });
+    } else {
+        r.reth = Some(RethRepr {
+            va: MR_BASE + off,
+            r_key: p.b.mr.rkey,
+            dma_len: 8,
+        });
+    }
+    let mut f = vec![0u8; r.frame_len(0)];
+    r.emit(&[], &mut f).unwrap();
+    f
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// The responder remembers its last max_dest_rd_atomic READs and
+    /// atomics: a duplicate of one of them is answered (a READ from memory,
+    /// an atomic with its saved original value, never executed again); a
+    /// duplicate of an older one is dropped.
+    #[test]
+    fn responder_resources_replay_the_last_max_dest_rd_atomic_requests(
+        resources in 1u8..8,
+        kinds in proptest::collection::vec(proptest::bool::ANY, 1..20),
+        dups in proptest::collection::vec(0usize..20, 0..30),
+    ) {
+        let mut p = Pair::new(Setup { rd_atomic: resources, ..Setup::default() });
+        let n = kinds.len();
+        for (i, &atomic) in kinds.iter().enumerate() {
+            set_b_u64(&mut p, 64 * i as u64, 1000 + i as u64);
+            let f = request_to_b(&p, 100 + i as u32, atomic, 64 * i as u64);
+            p.b.engine_mut().handle_packet(0, &f);
+            let out = p.drain_b();
+            proptest::prop_assert_eq!(out.len(), 1);
+        }
+        for d in dups {
+            let i = d % n;
+            let before: Vec<u64> = (0..n).map(|k| b_u64(&p, 64 * k as u64)).collect();
+            let f = request_to_b(&p, 100 + i as u32, kinds[i], 64 * i as u64);
+            p.b.engine_mut().handle_packet(0, &f);
+            let out = p.drain_b();
+            let remembered = i + usize::from(resources) >= n;
+            if remembered {
+                let want = if kinds[i] { Opcode::AtomicAcknowledge } else { Opcode::RdmaReadResponseOnly };
+                proptest::prop_assert_eq!(out.len(), 1, "duplicate of {} ({:?})", i, out);
+                proptest::prop_assert_eq!((out[0].0, out[0].1), (want, 100 + i as u32));
+            } else {
+                proptest::prop_assert!(out.is_empty(), "duplicate of forgotten {}: {:?}", i, out);
+            }
+            let after: Vec<u64> = (0..n).map(|k| b_u64(&p, 64 * k as u64)).collect();
+            proptest::prop_assert_eq!(before, after, "a duplicate changed memory");
+        }
+        // Every atomic executed exactly once.
+        for (i, &atomic) in kinds.iter().enumerate() {
+            proptest::prop_assert_eq!(b_u64(&p, 64 * i as u64), 1000 + i as u64 + u64::from(atomic));
+        }
+    }
+}

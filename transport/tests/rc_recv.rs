@@ -470,3 +470,57 @@ fn inline_data_is_sent_from_the_wqe_not_from_memory() {
     );
     assert!(transport::rc::InlineData::new(&[0; transport::rc::MAX_INLINE_DATA + 1]).is_err());
 }
+
+#[test]
+fn send_with_invalidate_is_parsed_and_refused_as_an_invalid_request() {
+    // No memory windows here: the IETH parses, the request is refused by
+    // name (NAK invalid request), not dropped at parse.
+    let mut p = Pair::new(Setup::default());
+    let wr = p.recv_wr(1, RX, 64);
+    p.post_recv_b(wr);
+    let mut r = transport::wire::PacketRepr::new(Opcode::SendOnlyWithInvalidate, p.b.qpn, 100);
+    r.eth.src = rc_util::MAC_A;
+    r.eth.dst = rc_util::MAC_B;
+    r.ip.src = rc_util::IP_A;
+    r.ip.dst = rc_util::IP_B;
+    r.ieth = Some(0x1234);
+    let mut f = vec![0u8; r.frame_len(8)];
+    r.emit(&[1; 8], &mut f).unwrap();
+    p.b.engine_mut().handle_packet(0, &f);
+    let sent = p.drain_b();
+    assert_eq!(sent[0].0, Opcode::Acknowledge);
+    assert_eq!(sent[0].2.unwrap().syndrome, 0x61);
+    assert_eq!(p.b.engine().qp_state(p.b.qpn).unwrap(), QpState::Err);
+    assert_eq!(p.b.engine().counters().wire_drops.iter().sum::<u64>(), 0);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+    /// Whatever the RNR timer code and rnr_retry (0-6): a SEND that never
+    /// finds a receive WQE goes out rnr_retry + 1 times, each resend at
+    /// least the timer's wait after the previous one, then completes with
+    /// RNR_RETRY_EXC_ERR.
+    #[test]
+    fn the_requester_waits_the_rnr_timer_and_gives_up_after_rnr_retry(
+        code in 1u8..=20,
+        retry in 0u8..=6,
+    ) {
+        let mut p = Pair::new(Setup { min_rnr_timer: code, rnr_retry: retry, ..Setup::default() });
+        let wr = p.wr(1, WrOp::Send, 0, 0, 100);
+        p.post(wr);
+        p.run(100_000_000_000);
+        let a = p.completions_a();
+        proptest::prop_assert_eq!(a[0].status, WcStatus::RnrRetryExcErr);
+        let sends: Vec<u64> = p
+            .timed_ops(Dir::AtoB)
+            .into_iter()
+            .filter(|(_, op)| *op == Opcode::SendOnly)
+            .map(|(t, _)| t)
+            .collect();
+        proptest::prop_assert_eq!(sends.len(), usize::from(retry) + 1);
+        for w in sends.windows(2) {
+            proptest::prop_assert!(w[1] - w[0] >= rnr_timer_ns(code), "{:?}", sends);
+        }
+    }
+}

@@ -88,6 +88,9 @@ impl Side {
 struct Wire {
     hook: Hook,
     log: Vec<(Dir, Vec<u8>)>,
+    /// When each logged frame went on the wire (virtual ns).
+    times: Vec<u64>,
+    now: u64,
 }
 
 pub struct Pair {
@@ -205,6 +208,8 @@ impl Pair {
         let wire = Rc::new(RefCell::new(Wire {
             hook: Box::new(|_, _, _| Fate::Deliver),
             log: Vec::new(),
+            times: Vec::new(),
+            now: 0,
         }));
         // Each port's injector sees what its NIC sends; frames are numbered
         // in the order they went on the wire, both directions together.
@@ -214,6 +219,8 @@ impl Pair {
                 let mut w = wire.borrow_mut();
                 let idx = w.log.len();
                 w.log.push((dir, frame.to_vec()));
+                let now = w.now;
+                w.times.push(now);
                 let p = Packet::parse(frame).expect("engines emit valid frames");
                 fault((w.hook)(dir, &p, idx))
             })
@@ -295,6 +302,7 @@ impl Pair {
     /// before `limit`.
     pub fn step(&mut self, limit: u64) -> bool {
         let now = self.now;
+        self.wire.borrow_mut().now = now;
         self.a.nic.poll(now, &mut self.a.cqes);
         self.b.nic.poll(now, &mut self.b.cqes);
         let next = [self.a.nic.next_wakeup(now), self.b.nic.next_wakeup(now)]
@@ -315,6 +323,17 @@ impl Pair {
     pub fn run(&mut self, limit: u64) {
         let end = self.now + limit;
         while self.step(end) {}
+    }
+
+    /// When each frame going `dir` was sent, with its opcode.
+    pub fn timed_ops(&self, dir: Dir) -> Vec<(u64, Opcode)> {
+        let w = self.wire.borrow();
+        w.log
+            .iter()
+            .zip(&w.times)
+            .filter(|((d, _), _)| *d == dir)
+            .map(|((_, f), &t)| (t, Packet::parse(f).expect("valid frames").repr.bth.opcode))
+            .collect()
     }
 
     /// Every frame on the wire so far: direction and opcode.
