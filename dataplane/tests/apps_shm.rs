@@ -384,6 +384,37 @@ fn garbage(a: &Args) {
     let e = r.expect_err("post_recv on an SRQ-attached QP refused");
     assert!(e.to_string().contains("shared receive queue"), "{e}");
     println!("garbage: post_recv on an SRQ-attached QP -> {e}");
+    // A shared receive queue feeds a QP's SENDs; its limit event reaches
+    // the application once.
+    let srq2 = pd1.create_srq(8).unwrap();
+    let recvs: Vec<verbs::RecvRequest> = (0..4)
+        .map(|i| verbs::RecvRequest::new(100 + i, LocalBuf::of(&mr1, 64 * i, 64)))
+        .collect();
+    srq2.post_recv(&recvs).unwrap();
+    srq2.set_limit(3).unwrap();
+    let p0 = pd0.qp_builder(&cq0).build().unwrap();
+    let p1 = pd1.qp_builder(&cq1).srq(&srq2).build().unwrap();
+    let (e0, e1) = (p0.endpoint(), p1.endpoint());
+    let (s0, _s1) = (p0.connect(&e1).unwrap(), p1.connect(&e0).unwrap());
+    for i in 0..2 {
+        s0.post_send(LocalBuf::of(&mr0, 0, 16), Some(i), u64::from(i), true)
+            .unwrap();
+        expect("a SEND into the SRQ", WcStatus::Success);
+        let c = poll_one(&cq1, Duration::from_secs(30))
+            .unwrap()
+            .expect("receive CQE");
+        assert_eq!(
+            (c.wr_id, c.status, c.imm),
+            (100 + u64::from(i), WcStatus::Success, Some(i))
+        );
+    }
+    let info = srq2.query().unwrap();
+    assert_eq!(
+        (info.wqes, info.limit, info.limit_events),
+        (2, 0, 1),
+        "{info:?}"
+    );
+    println!("garbage: SRQ after 2 SENDs -> {info:?}");
     // A receive request with more scatter/gather entries than a receive
     // WQE holds is refused by name.
     let eight = [LocalBuf::of(&mr1, 0, 8); 8].map(|b| transport::rc::Sge {

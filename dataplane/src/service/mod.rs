@@ -137,6 +137,8 @@ struct SrqRt {
     seg: Arc<Segment>,
     ring: RqRt,
     broken: bool,
+    /// SRQ_LIMIT_REACHED events so far.
+    limit_events: u64,
 }
 
 struct CqRt {
@@ -416,8 +418,11 @@ impl nic::Host<AppMemory> for Apps<'_> {
     /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
         let mut moved = self.receive_doorbells(engine);
-        while let Some(transport::rc::AsyncEvent::SrqLimitReached(_)) = engine.poll_event() {
+        while let Some(transport::rc::AsyncEvent::SrqLimitReached(srq)) = engine.poll_event() {
             self.counters.srq_limit_events += 1;
+            if let Some(rt) = self.srqs.get_mut(&srq) {
+                rt.limit_events += 1;
+            }
         }
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
         for (qpn, rt) in self.qps.iter_mut() {

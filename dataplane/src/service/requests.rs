@@ -135,6 +135,20 @@ impl Service {
                 done(Reply::Done)
             }
             Request::DestroySrq { srq } => self.destroy_srq(conn, srq),
+            Request::QuerySrq { srq } => {
+                let host = self.own_srq(conn, srq)?;
+                let h = &mut self.hosts[host];
+                let e = h.nic.engine_mut();
+                let bad = |e: transport::rc::RcError| err(ErrorKind::NoSuchSrq, e.to_string());
+                let wqes = e.srq_len(srq).map_err(bad)? as u32;
+                let limit = e.srq_limit(srq).map_err(bad)?;
+                let limit_events = h.srqs.get(&srq).map_or(0, |r| r.limit_events);
+                done(Reply::SrqInfo(verbs::proto::SrqInfo {
+                    wqes,
+                    limit,
+                    limit_events,
+                }))
+            }
             Request::ModifyQp { qpn, modify } => self.modify_qp(conn, qpn, modify),
             Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
             Request::QueryQp { qpn } => self.query_qp(conn, qpn),
@@ -498,6 +512,7 @@ impl Service {
                     block: (off, bytes),
                 },
                 broken: false,
+                limit_events: 0,
             },
         );
         done(Reply::Srq {

@@ -365,6 +365,11 @@ impl<M: Memory> Engine<M> {
         Ok(self.srq(srq)?.len())
     }
 
+    /// The SRQ's armed limit (0: disarmed).
+    pub fn srq_limit(&mut self, srq: SrqId) -> Result<u32, RcError> {
+        Ok(self.srq(srq)?.limit())
+    }
+
     /// Posts a receive WR to the SRQ.
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), RcError> {
         if !self.srq(srq)?.post(wr) {

@@ -67,7 +67,6 @@ impl RecvQueue {
         self.limit = limit;
     }
 
-    #[cfg(test)]
     pub fn limit(&self) -> u32 {
         self.limit
     }

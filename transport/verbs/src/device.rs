@@ -336,8 +336,18 @@ impl Srq {
         post_recvs(&self.dev, &self.ring, &format!("of SRQ {}", self.srq), wrs)
     }
 
-    /// Arms the limit: the daemon counts an SRQ_LIMIT_REACHED event when a
-    /// SEND leaves fewer than `limit` WQEs (0 disarms).
+    /// The receive WQEs the daemon holds for it, its armed limit and the
+    /// limit events so far.
+    pub fn query(&self) -> Result<crate::proto::SrqInfo> {
+        match self.dev.inner.call(Request::QuerySrq { srq: self.srq })?.0 {
+            Reply::SrqInfo(i) => Ok(i),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Arms the limit: when a SEND leaves fewer than `limit` WQEs, an
+    /// SRQ_LIMIT_REACHED event is counted (see [`Srq::query`]) and the
+    /// limit disarms (0 disarms).
     pub fn set_limit(&self, limit: u32) -> Result<()> {
         self.dev.done(Request::ModifySrq {
             srq: self.srq,

@@ -122,6 +122,10 @@ pub enum Request {
     DestroySrq {
         srq: u32,
     },
+    /// WQEs waiting in an SRQ, its armed limit and the limit events so far.
+    QuerySrq {
+        srq: u32,
+    },
     ModifyQp {
         qpn: u32,
         modify: Modify,
@@ -170,6 +174,18 @@ pub struct QpInfo {
 }
 
 /// The port's link and counters.
+/// The state of a shared receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrqInfo {
+    /// Receive WQEs the daemon holds for it (not counting those still in
+    /// the ring).
+    pub wqes: u32,
+    /// The armed limit (0: disarmed; an event disarms it).
+    pub limit: u32,
+    /// SRQ_LIMIT_REACHED events so far.
+    pub limit_events: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortInfo {
     pub link_up: bool,
@@ -216,6 +232,7 @@ pub enum Reply {
         offset: u64,
         depth: u32,
     },
+    SrqInfo(SrqInfo),
     Done,
     QpInfo(QpInfo),
     PortInfo(PortInfo),
