@@ -141,14 +141,7 @@ impl Wqe {
                         max: WQE_MAX_SGE,
                     });
                 }
-                w.num_sge = sges.len() as u8;
-                for (d, s) in w.sges.iter_mut().zip(sges) {
-                    *d = WqeSge {
-                        va: s.va,
-                        lkey: s.lkey,
-                        len: s.len,
-                    };
-                }
+                w.num_sge = put_sges(&mut w.sges, sges);
             }
         }
         Ok(w)
@@ -179,24 +172,7 @@ impl Wqe {
             let d = crate::rc::InlineData::new(data).map_err(|e| WqeError::InlineTooLong(e.0))?;
             (SgList::EMPTY, Some(d))
         } else {
-            let n = usize::from(self.num_sge);
-            let sges = self.sges.get(..n).ok_or(WqeError::TooManySges {
-                have: n,
-                max: WQE_MAX_SGE,
-            })?;
-            let mut out = [Sge::default(); WQE_MAX_SGE];
-            for (o, s) in out.iter_mut().zip(sges) {
-                *o = Sge {
-                    lkey: s.lkey,
-                    va: s.va,
-                    len: s.len,
-                };
-            }
-            let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges {
-                have: e.0,
-                max: WQE_MAX_SGE,
-            })?;
-            (sg, None)
+            (sg_of(&self.sges, self.num_sge)?, None)
         };
         Ok(SendWr {
             wr_id: self.wr_id,
@@ -236,43 +212,53 @@ impl RecvWqe {
         }
         let mut w = RecvWqe {
             wr_id: wr.wr_id,
-            num_sge: sges.len() as u8,
             ..RecvWqe::zeroed()
         };
-        for (d, s) in w.sges.iter_mut().zip(sges) {
-            *d = WqeSge {
-                va: s.va,
-                lkey: s.lkey,
-                len: s.len,
-            };
-        }
+        w.num_sge = put_sges(&mut w.sges, sges);
         Ok(w)
     }
 
     /// The receive request, if its entry count is one this ABI carries.
     pub fn to_wr(&self) -> Result<RecvWr, WqeError> {
-        let n = usize::from(self.num_sge);
-        let sges = self.sges.get(..n).ok_or(WqeError::TooManySges {
-            have: n,
-            max: RECV_WQE_MAX_SGE,
-        })?;
-        let mut out = [Sge::default(); RECV_WQE_MAX_SGE];
-        for (o, s) in out.iter_mut().zip(sges) {
-            *o = Sge {
-                lkey: s.lkey,
-                va: s.va,
-                len: s.len,
-            };
-        }
-        let sg = SgList::new(&out[..n]).map_err(|e| WqeError::TooManySges {
-            have: e.0,
-            max: RECV_WQE_MAX_SGE,
-        })?;
+        let sg = sg_of(&self.sges, self.num_sge)?;
         Ok(RecvWr {
             wr_id: self.wr_id,
             sg,
         })
     }
+}
+
+/// Writes `sges` into a WQE's entries (the caller checked they fit);
+/// returns how many.
+fn put_sges(dst: &mut [WqeSge], sges: &[Sge]) -> u8 {
+    for (d, s) in dst.iter_mut().zip(sges) {
+        *d = WqeSge {
+            va: s.va,
+            lkey: s.lkey,
+            len: s.len,
+        };
+    }
+    sges.len().min(dst.len()) as u8
+}
+
+/// The scatter/gather list of a WQE's first `n` entries, if it has that
+/// many.
+fn sg_of(entries: &[WqeSge], n: u8) -> Result<SgList, WqeError> {
+    let n = usize::from(n);
+    let too_many = WqeError::TooManySges {
+        have: n,
+        max: entries.len(),
+    };
+    let sges = entries.get(..n).ok_or(too_many)?;
+    let mut out = [Sge::default(); crate::rc::MAX_SGE];
+    for (o, s) in out.iter_mut().zip(sges) {
+        *o = Sge {
+            lkey: s.lkey,
+            va: s.va,
+            len: s.len,
+        };
+    }
+    SgList::new(out.get(..n).ok_or(too_many)?).map_err(|_| too_many)
 }
 
 /// A completion queue entry, 32 bytes.

@@ -521,7 +521,7 @@ impl Apps<'_> {
                 continue;
             }
             let mut bad = None;
-            let r = drain_recv(&rt.seg, rq, |w| match w.to_wr() {
+            let r = drain_recv(&rt.seg, rq, self.counters, |w| match w.to_wr() {
                 Ok(wr) => engine.post_recv(qpn, wr).map(|()| true),
                 Err(_) => {
                     // A malformed receive WQE fails by name and stops the
@@ -544,13 +544,9 @@ impl Apps<'_> {
                 errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
             }
             match r {
-                Ok(n) => {
-                    moved |= n > 0;
-                    self.counters.recv_wqes_posted += n;
-                }
-                Err(()) => {
+                Some(m) => moved |= m,
+                None => {
                     rt.broken = true;
-                    self.counters.rq_corrupt += 1;
                     let _ = engine.modify_to_err(qpn);
                 }
             }
@@ -559,25 +555,20 @@ impl Apps<'_> {
             if rt.broken {
                 continue;
             }
-            let counters = &mut *self.counters;
-            let r = drain_recv(&rt.seg, &mut rt.ring, |w| match w.to_wr() {
+            let mut bad = 0;
+            let r = drain_recv(&rt.seg, &mut rt.ring, self.counters, |w| match w.to_wr() {
                 Ok(wr) => engine.post_srq_recv(srq, wr).map(|()| true),
                 Err(_) => {
                     // No QP owns it yet, so no CQ to report to: dropped
                     // and counted.
-                    counters.wqe_errors += 1;
+                    bad += 1;
                     Ok(false)
                 }
             });
+            self.counters.wqe_errors += bad;
             match r {
-                Ok(n) => {
-                    moved |= n > 0;
-                    self.counters.recv_wqes_posted += n;
-                }
-                Err(()) => {
-                    rt.broken = true;
-                    self.counters.rq_corrupt += 1;
-                }
+                Some(m) => moved |= m,
+                None => rt.broken = true,
             }
         }
         if !errors.is_empty() {
@@ -713,14 +704,18 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
 /// Moves receive WQEs from a ring into the engine with `post` while it
 /// takes them (a full receive queue leaves the rest in the ring; `post`
 /// says whether a consumed WQE was posted or refused as malformed, and
-/// stops after a malformed one); returns the WQEs posted, `Err` when the
-/// ring's producer index was scribbled.
+/// stops after a malformed one), counting them; returns whether any moved,
+/// `None` (counted) when the ring's producer index was scribbled.
 fn drain_recv(
     seg: &Segment,
     rq: &mut RqRt,
+    counters: &mut ServiceCounters,
     mut post: impl FnMut(&abi::RecvWqe) -> Result<bool, RcError>,
-) -> Result<u64, ()> {
-    let n = rq.ring.available(seg).map_err(|_| ())?;
+) -> Option<bool> {
+    let Ok(n) = rq.ring.available(seg) else {
+        counters.rq_corrupt += 1;
+        return None;
+    };
     let mut taken = 0;
     for _ in 0..(n as usize).min(SQ_BUDGET) {
         let wqe = rq.ring.peek(seg);
@@ -733,5 +728,6 @@ fn drain_recv(
         }
         taken += 1;
     }
-    Ok(taken)
+    counters.recv_wqes_posted += taken;
+    Some(taken > 0)
 }
