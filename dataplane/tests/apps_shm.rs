@@ -200,6 +200,17 @@ fn garbage(a: &Args) {
     let victim_va: u64 = arg(&a.extra, "--victim-va").unwrap().parse().unwrap();
     let d0 = Device::open_with(&a.socket, "rnic0", 8 << 20).unwrap();
     let d1 = Device::open_with(&a.socket, "rnic1", 8 << 20).unwrap();
+    // The limits the device reports are the ones the ABI enforces.
+    let caps = d0.info().caps;
+    assert_eq!(
+        (caps.max_send_sge, caps.max_recv_sge, caps.max_inline_data),
+        (
+            transport::abi::WQE_MAX_SGE as u32,
+            transport::abi::RECV_WQE_MAX_SGE as u32,
+            transport::rc::MAX_INLINE_DATA as u32
+        )
+    );
+    println!("garbage: device caps {caps:?}");
     let pd0 = d0.alloc_pd().unwrap();
     let pd1 = d1.alloc_pd().unwrap();
     let mr0 = pd0.alloc_mr(4096, ALL).unwrap();

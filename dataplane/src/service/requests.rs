@@ -215,6 +215,15 @@ impl Service {
             hugepages: seg.hugepages(),
             backend: h.driver.clone(),
             cc: self.cfg.cc.name().to_string(),
+            caps: verbs::proto::DeviceCaps {
+                max_send_sge: transport::abi::WQE_MAX_SGE as u32,
+                max_recv_sge: transport::abi::RECV_WQE_MAX_SGE as u32,
+                max_inline_data: transport::rc::MAX_INLINE_DATA as u32,
+                max_qp_rd_atom: u32::from(u8::MAX),
+                max_qp_wr: transport::rc::MAX_SEND_WR as u32,
+                max_srq_wr: transport::rc::MAX_RECV_WR as u32,
+                atomic_hca: true,
+            },
         };
         self.apps.insert(
             conn,

@@ -158,6 +158,23 @@ pub struct DeviceInfo {
     /// Congestion control of the device's QPs.
     #[serde(default)]
     pub cc: String,
+    /// Device limits a verbs application asks `ibv_query_device` for.
+    #[serde(default)]
+    pub caps: DeviceCaps,
+}
+
+/// What a device supports per QP and WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeviceCaps {
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    /// READs and atomics outstanding per QP, each way.
+    pub max_qp_rd_atom: u32,
+    pub max_qp_wr: u32,
+    pub max_srq_wr: u32,
+    /// Atomics are atomic against other QPs of the device (IBV_ATOMIC_HCA).
+    pub atomic_hca: bool,
 }
 
 /// A QP's state and counters.
