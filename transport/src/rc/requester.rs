@@ -420,7 +420,7 @@ impl Requester {
         else {
             return;
         };
-        let e = self.sq[idx];
+        let e = &self.sq[idx];
         let target = if e.contains(psn) {
             if e.is_read() {
                 psn_add(e.first_psn, e.rd_got)
@@ -579,7 +579,7 @@ impl Requester {
         psn: u32,
         opcode: Opcode,
         len: usize,
-    ) -> Option<(SgList, u64)> {
+    ) -> Option<(&SgList, u64)> {
         let mtu = self.mtu;
         // Responses arrive in PSN order: only the oldest incomplete READ may
         // take one; anything later means responses were lost.
@@ -588,26 +588,22 @@ impl Requester {
         if !e.rd_requested {
             return None;
         }
-        if (opcode == Opcode::AtomicAcknowledge) != e.wr.op.is_atomic() {
-            // Not the kind of response this request gets: a stale one.
-            return if psn_gt(psn, psn_add(e.first_psn, e.rd_got)) {
-                self.gap(psn, psn_add(e.first_psn, e.rd_got));
-                None
-            } else {
-                None
-            };
-        }
-        let e = *e;
-        self.heard = true;
         let expected = psn_add(e.first_psn, e.rd_got);
-        if psn != expected {
+        // A response of the wrong kind for this request is a stale one.
+        let kind_ok = (opcode == Opcode::AtomicAcknowledge) == e.wr.op.is_atomic();
+        if kind_ok {
+            // Even a stale response says the peer is alive.
+            self.heard = true;
+        }
+        if psn != expected || !kind_ok {
             if psn_gt(psn, expected) {
                 self.gap(psn, expected);
             }
             return None;
         }
+        let e = &self.sq[idx];
         if e.wr.op.is_atomic() {
-            return (len == 8).then_some((e.wr.sg, 0));
+            return (len == 8).then_some((&e.wr.sg, 0));
         }
         // Data lands by PSN, so any response carrying the expected PSN and
         // length is good, whichever request (the first or a retry) it
@@ -621,7 +617,7 @@ impl Requester {
         if last != ends || bytes_of(e.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some((e.wr.sg, u64::from(k) * u64::from(mtu)))
+        Some((&e.wr.sg, u64::from(k) * u64::from(mtu)))
     }
 
     /// A response beyond the `expected` PSN: ask again from the first
