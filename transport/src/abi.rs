@@ -23,7 +23,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::rc::{RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp};
+use crate::rc::{RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp, WrParts, WrPayload};
 
 /// Version of this layout; the control protocol refuses another.
 pub const ABI_VERSION: u32 = 2;
@@ -51,17 +51,14 @@ pub const WQE_INLINE: u8 = 4;
 
 /// Scatter/gather entries a send WQE carries (max_send_sge).
 pub const WQE_MAX_SGE: usize = 13;
+/// Bytes of a send WQE before its entries.
+pub const WQE_HEADER_LEN: usize = 48;
 /// Bytes of inline data a send WQE carries: the room of its entries.
 pub const WQE_INLINE_ROOM: usize = WQE_MAX_SGE * 16;
 
-/// One scatter/gather entry of a WQE.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Pod, Zeroable)]
-pub struct WqeSge {
-    pub va: u64,
-    pub lkey: u32,
-    pub len: u32,
-}
+/// One scatter/gather entry of a WQE: the engine's [`Sge`] itself (VA,
+/// L_Key, length; 16 bytes).
+pub type WqeSge = Sge;
 
 /// A send work queue entry, 256 bytes: the operation, then up to
 /// [`WQE_MAX_SGE`] scatter/gather entries, or with [`WQE_INLINE`] the
@@ -105,7 +102,36 @@ pub enum WqeError {
 impl Wqe {
     /// The WQE of a work request.
     pub fn from_wr(wr: &SendWr) -> Result<Wqe, WqeError> {
-        let (opcode, imm, compare, swap_add) = match wr.op {
+        Wqe::build(&WrParts::of(wr))
+    }
+
+    /// Whether a WQE of `payload` fits (the check of [`Wqe::build`], with
+    /// nothing built).
+    pub fn fits(payload: WrPayload<'_>) -> Result<(), WqeError> {
+        match payload {
+            WrPayload::Sges(s) if s.len() > WQE_MAX_SGE => Err(WqeError::TooManySges {
+                have: s.len(),
+                max: WQE_MAX_SGE,
+            }),
+            WrPayload::Inline(d) if d.len() > crate::rc::MAX_INLINE_DATA => {
+                Err(WqeError::InlineTooLong(d.len()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The WQE of an operation and its payload.
+    pub fn build(wr: &WrParts<'_>) -> Result<Wqe, WqeError> {
+        let mut w = Wqe::zeroed();
+        w.build_into(wr)?;
+        Ok(w)
+    }
+
+    /// Makes this WQE the one of `op` and `payload`, writing its used
+    /// bytes only (the rest keeps older bytes that are not read).
+    pub fn build_into(&mut self, op: &WrParts<'_>) -> Result<(), WqeError> {
+        Wqe::fits(op.payload)?;
+        let (opcode, imm, compare, swap_add) = match op.op {
             WrOp::Write => (wqe_op::RDMA_WRITE, 0, 0, 0),
             WrOp::WriteImm(imm) => (wqe_op::RDMA_WRITE_WITH_IMM, imm, 0, 0),
             WrOp::Read => (wqe_op::RDMA_READ, 0, 0, 0),
@@ -114,42 +140,51 @@ impl Wqe {
             WrOp::CmpSwap { compare, swap } => (wqe_op::ATOMIC_CMP_AND_SWP, 0, compare, swap),
             WrOp::FetchAdd { add } => (wqe_op::ATOMIC_FETCH_AND_ADD, 0, 0, add),
         };
-        let mut w = Wqe {
-            wr_id: wr.wr_id,
-            remote_va: wr.remote_va,
-            compare,
-            swap_add,
-            rkey: wr.rkey,
-            imm,
-            opcode,
-            flags: if wr.signaled { WQE_SIGNALED } else { 0 }
-                | if wr.fence { WQE_FENCE } else { 0 },
-            ..Wqe::zeroed()
-        };
-        match &wr.inline {
-            Some(d) => {
-                let data = d.as_slice();
-                w.flags |= WQE_INLINE;
-                w.inline_len = data.len() as u32;
-                bytemuck::bytes_of_mut(&mut w.sges)[..data.len()].copy_from_slice(data);
+        self.wr_id = op.wr_id;
+        self.remote_va = op.remote_va;
+        self.compare = compare;
+        self.swap_add = swap_add;
+        self.rkey = op.rkey;
+        self.imm = imm;
+        self.opcode = opcode;
+        self.flags =
+            if op.signaled { WQE_SIGNALED } else { 0 } | if op.fence { WQE_FENCE } else { 0 };
+        self._pad = 0;
+        match op.payload {
+            WrPayload::Inline(data) => {
+                self.flags |= WQE_INLINE;
+                self.num_sge = 0;
+                self.inline_len = data.len() as u32;
+                bytemuck::bytes_of_mut(&mut self.sges)[..data.len()].copy_from_slice(data);
             }
-            None => {
-                let sges = wr.sg.as_slice();
-                if sges.len() > WQE_MAX_SGE {
-                    return Err(WqeError::TooManySges {
-                        have: sges.len(),
-                        max: WQE_MAX_SGE,
-                    });
-                }
-                w.num_sge = put_sges(&mut w.sges, sges);
+            WrPayload::Sges(sges) => {
+                self.inline_len = 0;
+                self.num_sge = put_sges(&mut self.sges, sges);
             }
         }
-        Ok(w)
+        Ok(())
     }
 
-    /// The work request this WQE describes, if it is well formed.
-    pub fn to_wr(&self) -> Result<SendWr, WqeError> {
-        let op = match self.opcode {
+    /// Bytes of the WQE that carry meaning: the operation and its entries
+    /// or inline bytes (at least one cache line). Only these cross between
+    /// the application and the daemon.
+    pub fn used_len(&self) -> usize {
+        let body = if self.flags & WQE_INLINE != 0 {
+            self.inline_len as usize
+        } else {
+            16 * usize::from(self.num_sge).max(1)
+        };
+        (WQE_HEADER_LEN + body).clamp(CACHE_LINE, core::mem::size_of::<Wqe>())
+    }
+
+    /// An all-zero WQE (a buffer to read WQEs into).
+    pub fn empty() -> Wqe {
+        Wqe::zeroed()
+    }
+
+    /// The operation this WQE names, if it is one.
+    pub fn op(&self) -> Result<WrOp, WqeError> {
+        Ok(match self.opcode {
             wqe_op::RDMA_WRITE => WrOp::Write,
             wqe_op::RDMA_WRITE_WITH_IMM => WrOp::WriteImm(self.imm),
             wqe_op::RDMA_READ => WrOp::Read,
@@ -161,27 +196,65 @@ impl Wqe {
             },
             wqe_op::ATOMIC_FETCH_AND_ADD => WrOp::FetchAdd { add: self.swap_add },
             other => return Err(WqeError::UnknownOpcode(other)),
-        };
+        })
+    }
+
+    /// The work request this WQE describes, borrowed from it, if it is well
+    /// formed (what the daemon posts: no copy of the entries).
+    pub fn parts(&self) -> Result<WrParts<'_>, WqeError> {
+        let op = self.op()?;
         if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE) != 0 {
             return Err(WqeError::UnknownFlags(self.flags));
         }
-        let (sg, inline) = if self.flags & WQE_INLINE != 0 {
+        let payload = if self.flags & WQE_INLINE != 0 {
             let n = self.inline_len as usize;
-            let bytes = bytemuck::bytes_of(&self.sges);
-            let data = bytes.get(..n).ok_or(WqeError::InlineTooLong(n))?;
-            let d = crate::rc::InlineData::new(data).map_err(|e| WqeError::InlineTooLong(e.0))?;
-            (SgList::EMPTY, Some(d))
+            if n > crate::rc::MAX_INLINE_DATA {
+                return Err(WqeError::InlineTooLong(n));
+            }
+            WrPayload::Inline(&bytemuck::bytes_of(&self.sges)[..n])
         } else {
-            (sg_of(&self.sges, self.num_sge)?, None)
+            let n = usize::from(self.num_sge);
+            let sges = self.sges.get(..n).ok_or(WqeError::TooManySges {
+                have: n,
+                max: WQE_MAX_SGE,
+            })?;
+            WrPayload::Sges(sges)
         };
-        Ok(SendWr {
+        Ok(WrParts {
             wr_id: self.wr_id,
             op,
-            sg,
             rkey: self.rkey,
             remote_va: self.remote_va,
             signaled: self.flags & WQE_SIGNALED != 0,
             fence: self.flags & WQE_FENCE != 0,
+            payload,
+        })
+    }
+
+    /// The work request this WQE describes, if it is well formed.
+    pub fn to_wr(&self) -> Result<SendWr, WqeError> {
+        let p = self.parts()?;
+        let (sg, inline) = match p.payload {
+            WrPayload::Inline(d) => (
+                SgList::EMPTY,
+                Some(crate::rc::InlineData::new(d).map_err(|e| WqeError::InlineTooLong(e.0))?),
+            ),
+            WrPayload::Sges(s) => (
+                SgList::new(s).map_err(|_| WqeError::TooManySges {
+                    have: s.len(),
+                    max: WQE_MAX_SGE,
+                })?,
+                None,
+            ),
+        };
+        Ok(SendWr {
+            wr_id: p.wr_id,
+            op: p.op,
+            sg,
+            rkey: p.rkey,
+            remote_va: p.remote_va,
+            signaled: p.signaled,
+            fence: p.fence,
             inline,
         })
     }
@@ -218,6 +291,12 @@ impl RecvWqe {
         Ok(w)
     }
 
+    /// Bytes of the receive WQE that carry meaning (at least one cache
+    /// line): only these cross between the application and the daemon.
+    pub fn used_len(&self) -> usize {
+        (16 + 16 * usize::from(self.num_sge)).clamp(CACHE_LINE, core::mem::size_of::<RecvWqe>())
+    }
+
     /// The receive request, if its entry count is one this ABI carries.
     pub fn to_wr(&self) -> Result<RecvWr, WqeError> {
         let sg = sg_of(&self.sges, self.num_sge)?;
@@ -230,35 +309,22 @@ impl RecvWqe {
 
 /// Writes `sges` into a WQE's entries (the caller checked they fit);
 /// returns how many.
-fn put_sges(dst: &mut [WqeSge], sges: &[Sge]) -> u8 {
-    for (d, s) in dst.iter_mut().zip(sges) {
-        *d = WqeSge {
-            va: s.va,
-            lkey: s.lkey,
-            len: s.len,
-        };
-    }
-    sges.len().min(dst.len()) as u8
+fn put_sges(dst: &mut [Sge], sges: &[Sge]) -> u8 {
+    let n = sges.len().min(dst.len());
+    dst[..n].copy_from_slice(&sges[..n]);
+    n as u8
 }
 
 /// The scatter/gather list of a WQE's first `n` entries, if it has that
 /// many.
-fn sg_of(entries: &[WqeSge], n: u8) -> Result<SgList, WqeError> {
+fn sg_of(entries: &[Sge], n: u8) -> Result<SgList, WqeError> {
     let n = usize::from(n);
     let too_many = WqeError::TooManySges {
         have: n,
         max: entries.len(),
     };
     let sges = entries.get(..n).ok_or(too_many)?;
-    let mut out = [Sge::default(); crate::rc::MAX_SGE];
-    for (o, s) in out.iter_mut().zip(sges) {
-        *o = Sge {
-            lkey: s.lkey,
-            va: s.va,
-            len: s.len,
-        };
-    }
-    SgList::new(out.get(..n).ok_or(too_many)?).map_err(|_| too_many)
+    SgList::new(sges).map_err(|_| too_many)
 }
 
 /// A completion queue entry, 32 bytes.
@@ -552,7 +618,17 @@ impl<T: Pod> Producer<T> {
     /// Writes `item` into the next slot without publishing it; the caller
     /// checked [`Producer::free`].
     pub fn write(&mut self, mem: &impl SharedMem, item: &T) {
-        mem.write_bytes(self.layout.slot_at(self.prod), bytemuck::bytes_of(item));
+        self.write_prefix(mem, item, core::mem::size_of::<T>());
+    }
+
+    /// Writes the first `len` bytes of `item` into the next slot (the rest
+    /// of the slot keeps older bytes the consumer will not read).
+    pub fn write_prefix(&mut self, mem: &impl SharedMem, item: &T, len: usize) {
+        let bytes = bytemuck::bytes_of(item);
+        mem.write_bytes(
+            self.layout.slot_at(self.prod),
+            &bytes[..len.min(bytes.len())],
+        );
         self.prod = self.prod.wrapping_add(1);
     }
 
@@ -622,6 +698,32 @@ impl<T: Pod> Consumer<T> {
 
     /// The next entry without consuming it (the caller checked
     /// [`Consumer::available`]).
+    /// The entry at the consumer index, reading its first cache line and
+    /// then only as many more bytes as `used` says the entry fills (so a
+    /// large slot's unused tail never crosses between cores).
+    pub fn peek_used(&self, mem: &impl SharedMem, used: impl Fn(&T) -> usize) -> T {
+        let mut v = T::zeroed();
+        let at = self.layout.slot_at(self.cons);
+        let bytes = bytemuck::bytes_of_mut(&mut v);
+        let first = CACHE_LINE.min(bytes.len());
+        mem.read_bytes(at, &mut bytes[..first]);
+        let n = used(&v).clamp(first, core::mem::size_of::<T>());
+        let bytes = bytemuck::bytes_of_mut(&mut v);
+        mem.read_bytes(at + first, &mut bytes[first..n]);
+        v
+    }
+
+    /// [`Consumer::peek_used`] into `out` (no zeroing: bytes past what
+    /// `used` says keep whatever they held).
+    pub fn peek_used_into(&self, mem: &impl SharedMem, out: &mut T, used: impl Fn(&T) -> usize) {
+        let at = self.layout.slot_at(self.cons);
+        let size = core::mem::size_of::<T>();
+        let first = CACHE_LINE.min(size);
+        mem.read_bytes(at, &mut bytemuck::bytes_of_mut(out)[..first]);
+        let n = used(out).clamp(first, size);
+        mem.read_bytes(at + first, &mut bytemuck::bytes_of_mut(out)[first..n]);
+    }
+
     pub fn peek(&self, mem: &impl SharedMem) -> T {
         let mut item = T::zeroed();
         mem.read_bytes(
@@ -670,6 +772,48 @@ mod tests {
         assert_eq!(core::mem::size_of::<Wqe>(), 256);
         assert_eq!(core::mem::size_of::<Cqe>(), 32);
         assert_eq!(core::mem::size_of::<RecvWqe>(), 128);
+        assert_eq!(core::mem::offset_of!(Wqe, sges), WQE_HEADER_LEN);
+    }
+
+    #[test]
+    fn only_the_used_bytes_of_a_wqe_cross_the_ring() {
+        let l = RingLayout::new(0, 4, core::mem::size_of::<Wqe>()).unwrap();
+        let seg = HeapSegment::new(RingLayout::bytes(4, core::mem::size_of::<Wqe>()));
+        let mut p = Producer::<Wqe>::new(l);
+        let mut c = Consumer::<Wqe>::new(l);
+        let local = crate::rc::Sge {
+            lkey: 1,
+            va: 2,
+            len: 3,
+        };
+        let one = SendWr::new(1, WrOp::Send, local, 0, 0);
+        let many = SendWr {
+            sg: SgList::new(&[local; 5]).unwrap(),
+            ..one
+        };
+        let inline = SendWr {
+            sg: SgList::EMPTY,
+            inline: Some(crate::rc::InlineData::new(&[9; 100]).unwrap()),
+            ..one
+        };
+        // A full slot of garbage first: only the used prefix is rewritten.
+        let mut junk = Wqe::zeroed();
+        bytemuck::bytes_of_mut(&mut junk).fill(0xee);
+        for wr in [one, many, inline] {
+            p.write(&seg, &junk);
+            p.publish(&seg);
+            c.available(&seg).unwrap();
+            c.advance(&seg);
+            let w = Wqe::from_wr(&wr).unwrap();
+            p.write_prefix(&seg, &w, w.used_len());
+            p.publish(&seg);
+            c.available(&seg).unwrap();
+            let got = c.peek_used(&seg, Wqe::used_len);
+            assert_eq!(got.to_wr(), Ok(wr));
+            c.advance(&seg);
+        }
+        let w = Wqe::from_wr(&one).unwrap();
+        assert_eq!(w.used_len(), CACHE_LINE, "one SGE: one cache line");
     }
 
     #[test]

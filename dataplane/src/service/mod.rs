@@ -119,6 +119,8 @@ struct QpRt {
     cq: u32,
     pd: u32,
     sq: Consumer<abi::Wqe>,
+    /// The WQE being read (only its used bytes are read from the ring).
+    wqe: abi::Wqe,
     ring: (u64, u64),
     /// Its own receive queue's ring (none with an SRQ).
     rq: Option<RqRt>,
@@ -440,13 +442,14 @@ impl nic::Host<AppMemory> for Apps<'_> {
                 }
             };
             for _ in 0..n.min(SQ_BUDGET) {
-                let wqe = rt.sq.peek(seg);
-                let status = match wqe.to_wr() {
+                rt.sq.peek_used_into(seg, &mut rt.wqe, abi::Wqe::used_len);
+                let wqe = &rt.wqe;
+                let status = match wqe.parts() {
                     Err(_) => {
                         let _ = engine.modify_to_err(qpn);
                         Some(WcStatus::LocQpOpErr)
                     }
-                    Ok(wr) => match engine.post_send(qpn, wr, now) {
+                    Ok(wr) => match engine.post_send_parts(qpn, &wr, now) {
                         Ok(()) => {
                             self.counters.wqes_posted += 1;
                             None
@@ -477,9 +480,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                         wr_id: wqe.wr_id,
                         qpn,
                         status: st,
-                        opcode: wqe
-                            .to_wr()
-                            .map_or(WcOpcode::RdmaWrite, |w| w.op.wc_opcode()),
+                        opcode: wqe.op().map_or(WcOpcode::RdmaWrite, |o| o.wc_opcode()),
                         byte_len: 0,
                         imm: None,
                     };
@@ -718,7 +719,7 @@ fn drain_recv(
     };
     let mut taken = 0;
     for _ in 0..(n as usize).min(SQ_BUDGET) {
-        let wqe = rq.ring.peek(seg);
+        let wqe = rq.ring.peek_used(seg, abi::RecvWqe::used_len);
         let Ok(posted) = post(&wqe) else {
             break;
         };

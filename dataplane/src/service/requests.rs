@@ -468,6 +468,7 @@ impl Service {
                 cq,
                 pd,
                 sq: Consumer::new(layout),
+                wqe: abi::Wqe::empty(),
                 ring: (off, bytes),
                 rq,
                 broken: false,

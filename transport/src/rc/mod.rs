@@ -39,7 +39,7 @@ pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
     QpState, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode,
-    WcStatus, WrOp, MAX_INLINE_DATA, MAX_SGE,
+    WcStatus, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -511,6 +511,11 @@ impl<M: Memory> Engine<M> {
     /// once the WRs before it have completed, and moves the QP to ERR, as a
     /// NIC does.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr, now: u64) -> Result<(), RcError> {
+        self.post_send_parts(qpn, &WrParts::of(&wr), now)
+    }
+
+    /// [`Engine::post_send`] of a WR given as borrowed parts.
+    pub fn post_send_parts(&mut self, qpn: Qpn, wr: &WrParts<'_>, now: u64) -> Result<(), RcError> {
         let i = self.index(qpn)?;
         let qp = self.qps[i].as_mut().expect("index checked");
         if qp.state != QpState::Rts {
@@ -521,16 +526,12 @@ impl<M: Memory> Engine<M> {
                 what: "posting a send WR",
             });
         }
-        if wr.sg.total() > responder::MAX_DMA_LEN {
-            return Err(RcError::TooLong(wr.byte_len()));
+        let total = wr.total();
+        if total > responder::MAX_DMA_LEN {
+            return Err(RcError::TooLong(total.min(u64::from(u32::MAX)) as u32));
         }
-        if wr.op.is_atomic() && wr.sg.total() != 8 {
-            return Err(RcError::AtomicLength {
-                what: "an atomic",
-                len: wr.sg.total(),
-            });
-        }
-        if wr.inline.is_some() && wr.op.is_read_or_atomic() {
+        let inline = matches!(wr.payload, WrPayload::Inline(_));
+        if inline && wr.op.is_read_or_atomic() {
             let what = if wr.op == WrOp::Read {
                 "RDMA READ"
             } else {
@@ -538,17 +539,38 @@ impl<M: Memory> Engine<M> {
             };
             return Err(RcError::InlineOp(what));
         }
+        if wr.op.is_atomic() && total != 8 {
+            return Err(RcError::AtomicLength {
+                what: "an atomic",
+                len: total,
+            });
+        }
+        match wr.payload {
+            WrPayload::Sges(s) if s.len() > MAX_SGE => {
+                return Err(RcError::TooManySges(TooManySges(s.len())));
+            }
+            WrPayload::Inline(d) if d.len() > MAX_INLINE_DATA => {
+                return Err(RcError::OutOfRange {
+                    what: "inline bytes",
+                    value: d.len() as u64,
+                    max: MAX_INLINE_DATA as u64,
+                });
+            }
+            _ => {}
+        }
         if qp.req.is_full() {
             return Err(RcError::SendQueueFull(qpn));
         }
         let write_local = wr.op.is_read_or_atomic();
-        let bad_local =
-            wr.inline.is_none() && wr.sg.check(self.mrs.pd(qp.pd), write_local).is_err();
-        if bad_local {
-            qp.req.post_failed(wr, WcStatus::LocProtErr);
-        } else {
-            qp.req.post(wr);
-        }
+        let mrs = self.mrs.pd(qp.pd);
+        let bad_local = match wr.payload {
+            WrPayload::Sges(sges) => sges.iter().filter(|s| s.len > 0).any(|s| {
+                mrs.check_local(s.lkey, s.va, u64::from(s.len), write_local)
+                    .is_err()
+            }),
+            WrPayload::Inline(_) => false,
+        };
+        qp.req.post(wr, bad_local.then_some(WcStatus::LocProtErr));
         self.refresh(i, now);
         Ok(())
     }
@@ -601,9 +623,10 @@ impl<M: Memory> Engine<M> {
             return;
         };
         let qpn = qp.qpn;
-        while let Some((wr, st)) = qp.req.pop_completed() {
-            if wr.signaled {
-                self.cq.push_back(requester::cqe(qpn, &wr, st));
+        while let Some(done) = qp.req.pop_completed() {
+            if done.signaled {
+                self.cq
+                    .push_back(requester::cqe(qpn, &done, WcStatus::Success));
             }
         }
         if let Some(status) = qp.req.failed_front() {

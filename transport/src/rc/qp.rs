@@ -12,7 +12,7 @@ use pacer::{CongestionControl, Controller, Hpcc};
 
 use super::counters::QpCounters;
 use super::recv::RecvQueue;
-use super::requester::{Fatal, Requester, TxItem};
+use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
 use super::EngineConfig;
@@ -356,7 +356,7 @@ impl Qp {
                 let data = orig.as_ref().map_or(p.payload, |b| &b[..]);
                 match self.req.on_read_response(psn, op, data.len()) {
                     // The region may have been deregistered since the post.
-                    Some((sg, off)) => match sg.scatter(mrs, mem, off, data) {
+                    Some((sg, off)) => match super::sgl::scatter(sg, mrs, mem, off, data) {
                         Ok(()) => self.req.read_landed(psn, now),
                         Err(_) => out.fail = Some(WcStatus::LocProtErr),
                     },
@@ -553,29 +553,28 @@ impl Qp {
         let Some(t) = self.req.peek(self.cc.window_bytes()) else {
             return Ok(None);
         };
-        let Some(wr) = self.req.tx_wr() else {
+        let Some(payload) = self.req.tx_payload() else {
             return Ok(None);
         };
         let (off, len) = (t.off as usize, t.len as usize);
-        let emitted = match &wr.inline {
-            Some(d) => {
-                let Some(bytes) = d.as_slice().get(off..off + len) else {
+        let emitted = match payload {
+            Payload::Inline(d) => {
+                let Some(bytes) = d.get(off..off + len) else {
                     return Ok(None);
                 };
                 self.request_repr(cfg, &t, ident).emit(bytes, buf)
             }
-            None => {
-                if wr
-                    .sg
-                    .check_range(mrs, t.off, u64::from(t.len), false)
-                    .is_err()
-                {
+            Payload::Sges(sges) => {
+                let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);
+                if ok.is_err() {
                     // The region went since the post: this WR fails in its turn.
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 }
                 let repr = self.request_repr(cfg, &t, ident);
-                repr.emit_with(len, buf, |dst| wr.sg.read_range(mem, t.off, dst))
+                repr.emit_with(len, buf, |dst| {
+                    super::sgl::read_range(sges, mem, t.off, dst)
+                })
             }
         };
         let Ok(n) = emitted else {

@@ -13,15 +13,39 @@ use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
-use super::types::{rnr_timer_ns, Cqe, Qpn, SendWr, SgList, WcStatus, WrOp};
+use super::sgl::Sge;
+use super::types::{
+    rnr_timer_ns, Cqe, InlineData, Qpn, WcOpcode, WcStatus, WrOp, WrParts, WrPayload,
+};
 use crate::wire::{AtomicEthRepr, Opcode};
 
 /// Packets between AckReq flags on long messages (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// The operation fields of a posted WR (its local buffers are kept apart,
+/// so that an entry stays small: it is copied and scanned per packet).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WrHead {
+    pub wr_id: u64,
+    pub op: WrOp,
+    pub rkey: u32,
+    pub remote_va: u64,
+    pub signaled: bool,
+    pub fence: bool,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqEntry {
-    pub wr: SendWr,
+    pub wr: WrHead,
+    /// The first local buffer (the only one of most WRs).
+    first: Sge,
+    /// Local buffers (the rest wait in the requester's side buffer).
+    nsge: u8,
+    /// The message is inline (in the requester's inline buffer).
+    inline: bool,
+    /// Position of this WR's extra buffers or inline bytes in the side
+    /// buffers (a running count).
+    side: u64,
     pub first_psn: u32,
     /// PSNs the request uses: packets (SEND, WRITE) or response packets
     /// (READ); an atomic uses one.
@@ -126,6 +150,25 @@ pub(crate) struct Requester {
     repeat_next: bool,
     /// After an RNR NAK: nothing is sent before this time.
     rnr_wait: Option<u64>,
+    /// Local buffers of queued WRs beyond their first, in queue order;
+    /// `extra_front` counts those already released.
+    extra: VecDeque<Sge>,
+    extra_front: u64,
+    /// Inline messages of queued WRs, in queue order.
+    inline: VecDeque<InlineData>,
+    inline_front: u64,
+}
+
+/// The local buffers of a queued WR.
+pub(crate) type Sges<'a> = std::iter::Chain<
+    std::iter::Take<std::iter::Once<Sge>>,
+    std::iter::Copied<std::collections::vec_deque::Iter<'a, Sge>>,
+>;
+
+/// Where a queued WR's message is.
+pub(crate) enum Payload<'a> {
+    Sges(Sges<'a>),
+    Inline(&'a [u8]),
 }
 
 /// Timeouts without progress tolerated while the peer keeps answering (so a
@@ -173,6 +216,10 @@ impl Requester {
             stalls: 0,
             repeat_next: false,
             rnr_wait: None,
+            extra: VecDeque::new(),
+            extra_front: 0,
+            inline: VecDeque::new(),
+            inline_front: 0,
         }
     }
 
@@ -223,14 +270,6 @@ impl Requester {
         self.una != self.hi
     }
 
-    /// Queues a WR that fails with `status` when its turn comes.
-    pub fn post_failed(&mut self, wr: SendWr, status: WcStatus) {
-        self.post(wr);
-        if let Some(e) = self.sq.back_mut() {
-            e.fail = Some(status);
-        }
-    }
-
     /// The WR about to be sent fails with `status` when its turn comes.
     pub fn fail_tx(&mut self, status: WcStatus) {
         if let Some(e) = self.sq.get_mut(self.tx_idx) {
@@ -243,16 +282,44 @@ impl Requester {
         self.sq.front().and_then(|e| e.fail)
     }
 
-    /// Queues a validated WR.
-    pub fn post(&mut self, wr: SendWr) {
-        let len = wr.byte_len();
+    /// Queues a validated WR; with `fail`, it fails with that status when
+    /// its turn comes (a bad local buffer).
+    pub fn post(&mut self, wr: &WrParts<'_>, fail: Option<WcStatus>) {
+        let len = wr.total().min(u64::from(u32::MAX)) as u32;
         let npsn = if wr.op.is_atomic() {
             1
         } else {
             packets(len, self.mtu)
         };
+        let (inline, side, sges) = match wr.payload {
+            WrPayload::Inline(d) => {
+                let d = InlineData::new(d).unwrap_or(InlineData::EMPTY);
+                self.inline.push_back(d);
+                (
+                    true,
+                    self.inline_front + self.inline.len() as u64 - 1,
+                    &[][..],
+                )
+            }
+            WrPayload::Sges(sges) => {
+                let side = self.extra_front + self.extra.len() as u64;
+                self.extra.extend(sges.iter().skip(1).copied());
+                (false, side, sges)
+            }
+        };
         self.sq.push_back(SqEntry {
-            wr,
+            wr: WrHead {
+                wr_id: wr.wr_id,
+                op: wr.op,
+                rkey: wr.rkey,
+                remote_va: wr.remote_va,
+                signaled: wr.signaled,
+                fence: wr.fence,
+            },
+            first: sges.first().copied().unwrap_or_default(),
+            nsge: if inline { 0 } else { sges.len() as u8 },
+            inline,
+            side,
             first_psn: self.next_psn,
             npsn,
             len,
@@ -260,7 +327,7 @@ impl Requester {
             rd_req_psn: self.next_psn,
             rd_requested: false,
             done: false,
-            fail: None,
+            fail,
         });
         self.next_psn = psn_add(self.next_psn, npsn);
     }
@@ -392,9 +459,42 @@ impl Requester {
         }
     }
 
-    /// The WR whose packet [`Requester::peek`] returns.
-    pub fn tx_wr(&self) -> Option<&SendWr> {
-        self.sq.get(self.tx_idx).map(|e| &e.wr)
+    /// The message of the WR whose packet [`Requester::peek`] returns.
+    pub fn tx_payload(&self) -> Option<Payload<'_>> {
+        self.sq.get(self.tx_idx).map(|e| self.payload(e))
+    }
+
+    /// Where a WR's message is: its local buffers or its inline bytes.
+    fn payload<'a>(&'a self, e: &SqEntry) -> Payload<'a> {
+        if e.inline {
+            let i = (e.side - self.inline_front) as usize;
+            let d = self.inline.get(i).map_or(&[][..], InlineData::as_slice);
+            return Payload::Inline(d);
+        }
+        Payload::Sges(self.sges(e))
+    }
+
+    /// A WR's local buffers.
+    fn sges<'a>(&'a self, e: &SqEntry) -> Sges<'a> {
+        let n = usize::from(e.nsge);
+        let at = ((e.side - self.extra_front) as usize).min(self.extra.len());
+        let end = (at + n.saturating_sub(1)).min(self.extra.len());
+        std::iter::once(e.first)
+            .take(n.min(1))
+            .chain(self.extra.range(at..end).copied())
+    }
+
+    /// Drops the side-buffer contents of the entry leaving the queue's
+    /// front.
+    fn release(&mut self, e: &SqEntry) {
+        if e.inline {
+            self.inline.pop_front();
+            self.inline_front += 1;
+        } else {
+            let n = usize::from(e.nsge).saturating_sub(1).min(self.extra.len());
+            self.extra.drain(..n);
+            self.extra_front += n as u64;
+        }
     }
 
     /// The earliest of the retransmission timer and the RNR wait.
@@ -579,7 +679,7 @@ impl Requester {
         psn: u32,
         opcode: Opcode,
         len: usize,
-    ) -> Option<(&SgList, u64)> {
+    ) -> Option<(Sges<'_>, u64)> {
         let mtu = self.mtu;
         // Responses arrive in PSN order: only the oldest incomplete READ may
         // take one; anything later means responses were lost.
@@ -603,7 +703,7 @@ impl Requester {
         }
         let e = &self.sq[idx];
         if e.wr.op.is_atomic() {
-            return (len == 8).then_some((&e.wr.sg, 0));
+            return (len == 8).then(|| (self.sges(e), 0));
         }
         // Data lands by PSN, so any response carrying the expected PSN and
         // length is good, whichever request (the first or a retry) it
@@ -617,7 +717,7 @@ impl Requester {
         if last != ends || bytes_of(e.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some((&e.wr.sg, u64::from(k) * u64::from(mtu)))
+        Some((self.sges(e), u64::from(k) * u64::from(mtu)))
     }
 
     /// A response beyond the `expected` PSN: ask again from the first
@@ -690,34 +790,35 @@ impl Requester {
     }
 
     /// Completed WRs at the front, in post order.
-    pub fn pop_completed(&mut self) -> Option<(SendWr, WcStatus)> {
-        if self.sq.front()?.done {
-            let e = self.sq.pop_front()?;
-            self.tx_idx = self.tx_idx.saturating_sub(1);
-            return Some((e.wr, WcStatus::Success));
+    pub fn pop_completed(&mut self) -> Option<Done> {
+        let e = self.sq.front()?;
+        if !e.done {
+            return None;
         }
-        None
+        let (d, e) = (Done::of(e), *e);
+        self.sq.pop_front();
+        self.release(&e);
+        self.tx_idx = self.tx_idx.saturating_sub(1);
+        Some(d)
     }
 
     /// Fails the oldest WR with `status` and every other one with
     /// WR_FLUSH_ERR (the QP goes to ERR); completed ones keep SUCCESS.
-    pub fn flush(&mut self, first_status: WcStatus, out: &mut impl FnMut(SendWr, WcStatus)) {
+    pub fn flush(&mut self, first_status: WcStatus, out: &mut impl FnMut(Done, WcStatus)) {
         let mut first = true;
-        while let Some(e) = self.sq.pop_front() {
-            if e.done {
-                out(e.wr, WcStatus::Success);
-                continue;
-            }
-            out(
-                e.wr,
-                if first {
-                    first_status
-                } else {
-                    WcStatus::WrFlushErr
-                },
-            );
-            first = false;
+        for e in self.sq.iter() {
+            let status = if e.done {
+                WcStatus::Success
+            } else if std::mem::take(&mut first) {
+                first_status
+            } else {
+                WcStatus::WrFlushErr
+            };
+            out(Done::of(e), status);
         }
+        self.sq.clear();
+        self.extra.clear();
+        self.inline.clear();
         self.tx_idx = 0;
         self.timer = None;
         self.rnr_wait = None;
@@ -747,15 +848,35 @@ fn segment_opcode(send: bool, only: bool, first: bool, last: bool, imm: bool) ->
     }
 }
 
+/// What a completion of a send WR reports (the WR itself stays behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Done {
+    pub wr_id: u64,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    pub signaled: bool,
+}
+
+impl Done {
+    fn of(e: &SqEntry) -> Done {
+        Done {
+            wr_id: e.wr.wr_id,
+            opcode: e.wr.op.wc_opcode(),
+            byte_len: e.len,
+            signaled: e.wr.signaled,
+        }
+    }
+}
+
 /// A completion for `wr` on QP `qpn`.
-pub(crate) fn cqe(qpn: Qpn, wr: &SendWr, status: WcStatus) -> Cqe {
+pub(crate) fn cqe(qpn: Qpn, wr: &Done, status: WcStatus) -> Cqe {
     Cqe {
         wr_id: wr.wr_id,
         qpn,
         status,
-        opcode: wr.op.wc_opcode(),
+        opcode: wr.opcode,
         byte_len: if status == WcStatus::Success {
-            wr.byte_len()
+            wr.byte_len
         } else {
             0
         },

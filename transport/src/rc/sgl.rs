@@ -9,11 +9,13 @@ use crate::mr::{Memory, MrError, MrView};
 /// max_recv_sge).
 pub const MAX_SGE: usize = 16;
 
-/// One scatter/gather entry: L_Key, VA and length of a local buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+/// One scatter/gather entry: VA, L_Key and length of a local buffer (16
+/// bytes, the layout of an entry in a shared-memory WQE).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Sge {
-    pub lkey: u32,
     pub va: u64,
+    pub lkey: u32,
     pub len: u32,
 }
 
@@ -71,6 +73,15 @@ impl SgList {
         Ok(l)
     }
 
+    /// Appends an entry, if there is room.
+    pub fn push(&mut self, sge: Sge) -> Result<(), TooManySges> {
+        let n = usize::from(self.n);
+        let slot = self.sges.get_mut(n).ok_or(TooManySges(n + 1))?;
+        *slot = sge;
+        self.n += 1;
+        Ok(())
+    }
+
     pub fn as_slice(&self) -> &[Sge] {
         &self.sges[..usize::from(self.n).min(MAX_SGE)]
     }
@@ -83,14 +94,7 @@ impl SgList {
     /// The pieces `(entry, va, len)` holding message bytes `[off, off +
     /// len)`, in order; stops at the end of the list.
     pub fn pieces(&self, off: u64, len: u64) -> impl Iterator<Item = (Sge, u64, u64)> + '_ {
-        let mut start = 0u64;
-        let end = off.saturating_add(len);
-        self.as_slice().iter().filter_map(move |s| {
-            let (a, b) = (start, start + u64::from(s.len));
-            start = b;
-            let (lo, hi) = (a.max(off), b.min(end));
-            (lo < hi).then(|| (*s, s.va + (lo - a), hi - lo))
-        })
+        pieces(self.as_slice().iter().copied(), off, len)
     }
 
     /// Checks every entry: its L_Key names a region of the view, it lies
@@ -112,40 +116,19 @@ impl SgList {
         len: u64,
         write: bool,
     ) -> Result<(), MrError> {
-        let mut covered = 0;
-        for (s, va, n) in self.pieces(off, len) {
-            mrs.check_local(s.lkey, va, n, write)?;
-            covered += n;
-        }
-        if covered != len {
-            return Err(MrError::OutOfBounds {
-                va: off,
-                len,
-                base: 0,
-                size: self.total(),
-            });
-        }
-        Ok(())
+        check_range(self.as_slice().iter().copied(), mrs, off, len, write)
     }
 
     /// Copies message bytes `[off, off + dst.len())` into `dst`; call
     /// [`SgList::check_range`] first.
     pub fn read_range(&self, mem: &impl Memory, off: u64, dst: &mut [u8]) {
-        let mut at = 0usize;
-        for (_, va, n) in self.pieces(off, dst.len() as u64) {
-            mem.read(va, &mut dst[at..at + n as usize]);
-            at += n as usize;
-        }
+        read_range(self.as_slice().iter().copied(), mem, off, dst)
     }
 
     /// Copies `src` to message bytes `[off, off + src.len())`; call
     /// [`SgList::check_range`] first.
     pub fn write_range(&self, mem: &mut impl Memory, off: u64, src: &[u8]) {
-        let mut at = 0usize;
-        for (_, va, n) in self.pieces(off, src.len() as u64) {
-            mem.write(va, &src[at..at + n as usize]);
-            at += n as usize;
-        }
+        write_range(self.as_slice().iter().copied(), mem, off, src)
     }
 
     /// Checks, then copies message bytes `[off, off + dst.len())` out.
@@ -175,6 +158,79 @@ impl SgList {
         self.write_range(mem, off, src);
         Ok(())
     }
+}
+
+/// The pieces `(entry, va, len)` of the entries `sges` that hold message
+/// bytes `[off, off + len)`, in order; stops at the end of the entries.
+pub fn pieces(
+    sges: impl Iterator<Item = Sge>,
+    off: u64,
+    len: u64,
+) -> impl Iterator<Item = (Sge, u64, u64)> {
+    let mut start = 0u64;
+    let end = off.saturating_add(len);
+    sges.filter_map(move |s| {
+        let (a, b) = (start, start + u64::from(s.len));
+        start = b;
+        let (lo, hi) = (a.max(off), b.min(end));
+        (lo < hi).then(|| (s, s.va + (lo - a), hi - lo))
+    })
+}
+
+/// [`SgList::check_range`] over any entries.
+pub fn check_range(
+    sges: impl Iterator<Item = Sge>,
+    mrs: MrView<'_>,
+    off: u64,
+    len: u64,
+    write: bool,
+) -> Result<(), MrError> {
+    let mut covered = 0;
+    let mut total = 0;
+    for (s, va, n) in pieces(sges.inspect(|s| total += u64::from(s.len)), off, len) {
+        mrs.check_local(s.lkey, va, n, write)?;
+        covered += n;
+    }
+    if covered != len {
+        return Err(MrError::OutOfBounds {
+            va: off,
+            len,
+            base: 0,
+            size: total,
+        });
+    }
+    Ok(())
+}
+
+/// [`SgList::read_range`] over any entries.
+pub fn read_range(sges: impl Iterator<Item = Sge>, mem: &impl Memory, off: u64, dst: &mut [u8]) {
+    let mut at = 0usize;
+    for (_, va, n) in pieces(sges, off, dst.len() as u64) {
+        mem.read(va, &mut dst[at..at + n as usize]);
+        at += n as usize;
+    }
+}
+
+/// [`SgList::write_range`] over any entries.
+pub fn write_range(sges: impl Iterator<Item = Sge>, mem: &mut impl Memory, off: u64, src: &[u8]) {
+    let mut at = 0usize;
+    for (_, va, n) in pieces(sges, off, src.len() as u64) {
+        mem.write(va, &src[at..at + n as usize]);
+        at += n as usize;
+    }
+}
+
+/// [`SgList::scatter`] over any entries.
+pub fn scatter(
+    sges: impl Iterator<Item = Sge> + Clone,
+    mrs: MrView<'_>,
+    mem: &mut impl Memory,
+    off: u64,
+    src: &[u8],
+) -> Result<(), MrError> {
+    check_range(sges.clone(), mrs, off, src.len() as u64, true)?;
+    write_range(sges, mem, off, src);
+    Ok(())
 }
 
 #[cfg(test)]

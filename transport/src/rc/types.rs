@@ -264,6 +264,12 @@ impl core::fmt::Debug for InlineData {
 pub struct InlineTooLong(pub usize);
 
 impl InlineData {
+    /// No bytes.
+    pub const EMPTY: InlineData = InlineData {
+        len: 0,
+        bytes: [0; MAX_INLINE_DATA],
+    };
+
     pub fn new(data: &[u8]) -> Result<InlineData, InlineTooLong> {
         if data.len() > MAX_INLINE_DATA {
             return Err(InlineTooLong(data.len()));
@@ -302,6 +308,54 @@ impl SendWr {
         match &self.inline {
             Some(d) => d.as_slice().len() as u32,
             None => self.sg.total().min(u64::from(u32::MAX)) as u32,
+        }
+    }
+}
+
+/// A send work request as borrowed parts: what the engine queues, so that
+/// a WR read from shared memory is posted without building a [`SendWr`].
+#[derive(Debug, Clone, Copy)]
+pub struct WrParts<'a> {
+    pub wr_id: u64,
+    pub op: WrOp,
+    pub rkey: u32,
+    pub remote_va: u64,
+    pub signaled: bool,
+    pub fence: bool,
+    pub payload: WrPayload<'a>,
+}
+
+/// Where a send WR's message comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum WrPayload<'a> {
+    /// Local buffers.
+    Sges(&'a [Sge]),
+    /// The bytes themselves (inline).
+    Inline(&'a [u8]),
+}
+
+impl<'a> WrParts<'a> {
+    /// The parts of `wr`.
+    pub fn of(wr: &'a SendWr) -> Self {
+        WrParts {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            rkey: wr.rkey,
+            remote_va: wr.remote_va,
+            signaled: wr.signaled,
+            fence: wr.fence,
+            payload: match &wr.inline {
+                Some(d) => WrPayload::Inline(d.as_slice()),
+                None => WrPayload::Sges(wr.sg.as_slice()),
+            },
+        }
+    }
+
+    /// Message length: the inline bytes or every local buffer's.
+    pub fn total(&self) -> u64 {
+        match self.payload {
+            WrPayload::Sges(s) => s.iter().map(|s| u64::from(s.len)).sum(),
+            WrPayload::Inline(d) => d.len() as u64,
         }
     }
 }

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
-use transport::rc::{Cqe as Completion, InlineData, RecvWr, SendWr, SgList, Sge, WcStatus, WrOp};
+use transport::rc::{
+    Cqe as Completion, InlineData, RecvWr, SgList, Sge, WcStatus, WrOp, WrParts, WrPayload,
+};
 
 use crate::proto::{
     self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
@@ -422,7 +424,8 @@ fn post_recvs(
         w.wqe()?;
     }
     for w in wrs {
-        rq.write(seg, &w.wqe()?);
+        let wqe = w.wqe()?;
+        rq.write_prefix(seg, &wqe, wqe.used_len());
     }
     rq.publish(seg);
     Ok(())
@@ -692,7 +695,10 @@ impl<'a> QpBuilder<'a> {
         let qp = Qp {
             dev: dev.clone(),
             qpn,
-            sq: Mutex::new(Producer::new(layout)),
+            sq: Mutex::new(SendRing {
+                ring: Producer::new(layout),
+                wqe: abi::Wqe::empty(),
+            }),
             rq,
         };
         qp.modify(Modify::Init {
@@ -891,10 +897,16 @@ impl LocalBuf {
 }
 
 /// A connected RC QP.
+/// The send ring and the WQE being built for it.
+struct SendRing {
+    ring: Producer<abi::Wqe>,
+    wqe: abi::Wqe,
+}
+
 pub struct Qp {
     dev: Device,
     qpn: u32,
-    sq: Mutex<Producer<abi::Wqe>>,
+    sq: Mutex<SendRing>,
     /// Its own receive queue (none with an SRQ).
     rq: Option<Mutex<Producer<abi::RecvWqe>>>,
 }
@@ -987,7 +999,8 @@ impl Qp {
     /// (refused when the send queue lacks room for all).
     pub fn post(&self, wrs: &[WorkRequest]) -> Result<()> {
         let seg = &self.dev.inner.seg;
-        let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let SendRing { ring: sq, wqe } = &mut *guard;
         let free = sq.free(seg, wrs.len() as u32)?;
         if (free as usize) < wrs.len() {
             return Err(VerbsError::SendQueueFull {
@@ -998,44 +1011,49 @@ impl Qp {
         }
         // Checked first, written after: all or none, and no allocation.
         for w in wrs {
-            wqe_of(w)?;
+            with_parts(w, |p| abi::Wqe::fits(p.payload))?;
         }
         for w in wrs {
-            sq.write(seg, &wqe_of(w)?);
+            with_parts(w, |p| wqe.build_into(p))?;
+            sq.write_prefix(seg, wqe, wqe.used_len());
         }
         sq.publish(seg);
         Ok(())
     }
 }
 
-/// The WQE of a work request, or why it cannot be posted.
-fn wqe_of(w: &WorkRequest) -> Result<abi::Wqe> {
-    let local = Sge {
+/// Runs `f` on the parts of a work request (inline data is for SEND and
+/// RDMA WRITE only).
+fn with_parts<R>(
+    w: &WorkRequest,
+    f: impl FnOnce(&WrParts<'_>) -> std::result::Result<R, abi::WqeError>,
+) -> Result<R> {
+    let one = [Sge {
         lkey: w.local.lkey,
         va: w.local.va,
         len: w.local.len,
+    }];
+    let payload = match &w.payload {
+        Payload::Local => WrPayload::Sges(&one),
+        Payload::Sges(sg) => WrPayload::Sges(sg.as_slice()),
+        Payload::Inline(_) if w.op.is_read_or_atomic() => {
+            return Err(VerbsError::InvalidArgument(format!(
+                "work request {}: inline data is for SEND and RDMA WRITE, not {:?}",
+                w.wr_id, w.op
+            )));
+        }
+        Payload::Inline(d) => WrPayload::Inline(d.as_slice()),
     };
-    let mut wr = SendWr {
+    let parts = WrParts {
+        wr_id: w.wr_id,
+        op: w.op,
+        rkey: w.rkey,
+        remote_va: w.remote_va,
         signaled: w.signaled,
         fence: w.fence,
-        ..SendWr::new(w.wr_id, w.op, local, w.rkey, w.remote_va)
+        payload,
     };
-    match w.payload {
-        Payload::Local => {}
-        Payload::Sges(sg) => wr.sg = sg,
-        Payload::Inline(d) => {
-            if w.op.is_read_or_atomic() {
-                return Err(VerbsError::InvalidArgument(format!(
-                    "work request {}: inline data is for SEND and RDMA WRITE, not {:?}",
-                    w.wr_id, w.op
-                )));
-            }
-            wr.sg = SgList::EMPTY;
-            wr.inline = Some(d);
-        }
-    }
-    abi::Wqe::from_wr(&wr)
-        .map_err(|e| VerbsError::InvalidArgument(format!("work request {}: {e}", w.wr_id)))
+    f(&parts).map_err(|e| VerbsError::InvalidArgument(format!("work request {}: {e}", w.wr_id)))
 }
 
 impl Qp {
@@ -1043,7 +1061,8 @@ impl Qp {
     /// validation, and for C callers building their own).
     pub fn post_raw(&self, wqe: &abi::Wqe) -> Result<()> {
         let seg = &self.dev.inner.seg;
-        let mut sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        let sq = &mut guard.ring;
         if sq.free(seg, 1)? == 0 {
             return Err(VerbsError::SendQueueFull {
                 qpn: self.qpn,
@@ -1063,7 +1082,7 @@ impl Qp {
     pub fn scribble_sq_index(&self, v: u32) {
         use transport::abi::SharedMem;
         let sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
-        self.dev.inner.seg.store_release(sq.layout().prod(), v);
+        self.dev.inner.seg.store_release(sq.ring.layout().prod(), v);
     }
 
     /// RDMA WRITE of `local` to the peer's `remote.va + remote_offset`.
