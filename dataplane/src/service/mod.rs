@@ -518,9 +518,7 @@ impl Apps<'_> {
             let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
                 continue;
             };
-            if engine.qp_state(qpn) == Ok(transport::rc::QpState::Reset) {
-                continue;
-            }
+            // A QP still in RESET refuses the post: the WQE waits in the ring.
             let mut bad = None;
             let r = drain_recv(&rt.seg, rq, self.counters, |w| match w.to_wr() {
                 Ok(wr) => engine.post_recv(qpn, wr).map(|()| true),

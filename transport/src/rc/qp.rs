@@ -356,10 +356,21 @@ impl Qp {
                 let data = orig.as_ref().map_or(p.payload, |b| &b[..]);
                 match self.req.on_read_response(psn, op, data.len()) {
                     // The region may have been deregistered since the post.
-                    Some((sg, off)) => match super::sgl::scatter(sg, mrs, mem, off, data) {
-                        Ok(()) => self.req.read_landed(psn, now),
-                        Err(_) => out.fail = Some(WcStatus::LocProtErr),
-                    },
+                    Some((local, off)) => {
+                        let n = data.len() as u64;
+                        let landed = match local {
+                            Payload::One(s) => super::sgl::one_range(s, mrs, off, n, true)
+                                .map(|va| mem.write(va, data)),
+                            Payload::Sges(sg) => super::sgl::scatter(sg, mrs, mem, off, data),
+                            Payload::Inline(_) => Err(crate::mr::MrError::AccessDenied(
+                                "local write into inline data",
+                            )),
+                        };
+                        match landed {
+                            Ok(()) => self.req.read_landed(psn, now),
+                            Err(_) => out.fail = Some(WcStatus::LocProtErr),
+                        }
+                    }
                     None => self.counters.ignored_responses += 1,
                 }
             }
@@ -563,6 +574,15 @@ impl Qp {
                     return Ok(None);
                 };
                 self.request_repr(cfg, &t, ident).emit(bytes, buf)
+            }
+            Payload::One(s) => {
+                let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
+                    // The region went since the post: this WR fails in its turn.
+                    self.req.fail_tx(WcStatus::LocProtErr);
+                    return Ok(None);
+                };
+                let repr = self.request_repr(cfg, &t, ident);
+                repr.emit_with(len, buf, |dst| mem.read(va, dst))
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);

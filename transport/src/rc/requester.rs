@@ -167,6 +167,8 @@ pub(crate) type Sges<'a> = std::iter::Chain<
 
 /// Where a queued WR's message is.
 pub(crate) enum Payload<'a> {
+    /// One local buffer (most WRs).
+    One(Sge),
     Sges(Sges<'a>),
     Inline(&'a [u8]),
 }
@@ -471,6 +473,16 @@ impl Requester {
             let d = self.inline.get(i).map_or(&[][..], InlineData::as_slice);
             return Payload::Inline(d);
         }
+        self.local(e)
+    }
+
+    /// A WR's local buffers: one, or a list.
+    fn local<'a>(&'a self, e: &SqEntry) -> Payload<'a> {
+        if e.nsge <= 1 {
+            let mut one = e.first;
+            one.len = if e.nsge == 0 { 0 } else { one.len };
+            return Payload::One(one);
+        }
         Payload::Sges(self.sges(e))
     }
 
@@ -679,7 +691,7 @@ impl Requester {
         psn: u32,
         opcode: Opcode,
         len: usize,
-    ) -> Option<(Sges<'_>, u64)> {
+    ) -> Option<(Payload<'_>, u64)> {
         let mtu = self.mtu;
         // Responses arrive in PSN order: only the oldest incomplete READ may
         // take one; anything later means responses were lost.
@@ -703,7 +715,7 @@ impl Requester {
         }
         let e = &self.sq[idx];
         if e.wr.op.is_atomic() {
-            return (len == 8).then(|| (self.sges(e), 0));
+            return (len == 8).then(|| (self.local(e), 0));
         }
         // Data lands by PSN, so any response carrying the expected PSN and
         // length is good, whichever request (the first or a retry) it
@@ -717,7 +729,7 @@ impl Requester {
         if last != ends || bytes_of(e.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some((self.sges(e), u64::from(k) * u64::from(mtu)))
+        Some((self.local(e), u64::from(k) * u64::from(mtu)))
     }
 
     /// A response beyond the `expected` PSN: ask again from the first

@@ -177,6 +177,25 @@ pub fn pieces(
     })
 }
 
+/// The VA of message bytes `[off, off + len)` of a single local buffer,
+/// checked as [`check_range`] does (the fast path of the one-buffer WRs
+/// most applications post).
+pub fn one_range(s: Sge, mrs: MrView<'_>, off: u64, len: u64, write: bool) -> Result<u64, MrError> {
+    if off.saturating_add(len) > u64::from(s.len) {
+        return Err(MrError::OutOfBounds {
+            va: off,
+            len,
+            base: 0,
+            size: u64::from(s.len),
+        });
+    }
+    let va = s.va.wrapping_add(off);
+    if len > 0 {
+        mrs.check_local(s.lkey, va, len, write)?;
+    }
+    Ok(va)
+}
+
 /// [`SgList::check_range`] over any entries.
 pub fn check_range(
     sges: impl Iterator<Item = Sge>,
