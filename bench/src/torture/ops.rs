@@ -65,6 +65,34 @@ pub struct Plan {
     pub before: u64,
     pub compare_hits: bool,
     pub add: u64,
+    /// Where the local buffer and the receive buffer are cut into
+    /// scatter/gather entries (fractions of the length, in 1/256ths).
+    pub cuts: [u8; 2],
+    pub recv_cuts: [u8; 2],
+}
+
+/// `[va, va + len)` as up to three entries, cut at `cuts` (in 1/256ths of
+/// the length; repeated or zero cuts give fewer entries).
+fn split(lkey: u32, va: u64, len: u32, cuts: [u8; 2]) -> SgList {
+    let mut at: Vec<u32> = cuts
+        .iter()
+        .map(|&c| (u64::from(len) * u64::from(c) / 256) as u32)
+        .collect();
+    at.sort_unstable();
+    let mut sg = SgList::EMPTY;
+    let mut start = 0;
+    for end in at.into_iter().chain([len]) {
+        if end > start || (len == 0 && sg.as_slice().is_empty()) {
+            let piece = Sge {
+                lkey,
+                va: va + u64::from(start),
+                len: end - start,
+            };
+            sg.push(piece).expect("at most three entries");
+            start = end;
+        }
+    }
+    sg
 }
 
 impl Plan {
@@ -76,6 +104,13 @@ impl Plan {
             before: rng.gen(),
             compare_hits: rng.gen_bool(0.5),
             add: rng.gen_range(1..=1000),
+            // A third of the WRs use one entry; the others two or three.
+            cuts: if rng.gen_bool(0.33) {
+                [0, 0]
+            } else {
+                rng.gen()
+            },
+            recv_cuts: rng.gen(),
         }
     }
 
@@ -138,17 +173,21 @@ impl Plan {
             ),
             OpKind::FetchAdd => (WrOp::FetchAdd { add: self.add }, counter),
         };
-        SendWr::new(id, op, buf, rkey, remote)
+        let sg = if self.kind.is_atomic() {
+            SgList::one(buf)
+        } else {
+            split(lkey, local, self.len, self.cuts)
+        };
+        SendWr {
+            sg,
+            ..SendWr::new(id, op, buf, rkey, remote)
+        }
     }
 
     /// The receive WQE the responder needs: SENDs land in its slot.
     pub fn recv_wr(&self, id: u64, lkey: u32, slot: u64) -> Option<RecvWr> {
         let sg = match self.kind {
-            OpKind::Send | OpKind::SendImm => SgList::one(Sge {
-                lkey,
-                va: slot,
-                len: self.len,
-            }),
+            OpKind::Send | OpKind::SendImm => split(lkey, slot, self.len, self.recv_cuts),
             OpKind::WriteImm => SgList::EMPTY,
             _ => return None,
         };
@@ -168,5 +207,30 @@ impl Plan {
             && c.opcode == opcode
             && c.imm == imm
             && c.byte_len == self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_splits_into_up_to_three_entries_covering_it() {
+        for (len, cuts, n) in [
+            (100u32, [0u8, 0], 1usize),
+            (100, [128, 128], 2),
+            (100, [200, 64], 3),
+            (0, [10, 20], 1),
+            (1, [255, 3], 1),
+        ] {
+            let sg = split(7, 1000, len, cuts);
+            assert_eq!(sg.as_slice().len(), n, "{len} {cuts:?}");
+            assert_eq!(sg.total(), u64::from(len));
+            let mut va = 1000;
+            for s in sg.as_slice() {
+                assert_eq!((s.va, s.lkey), (va, 7));
+                va += u64::from(s.len);
+            }
+        }
     }
 }

@@ -6,7 +6,8 @@
  * and RC QPs, connect a QP to the peer's endpoint (exchanged out of band),
  * post RDMA WRITE / READ, SEND (into the peer's receive WQEs), atomics,
  * and poll completions. Posting and polling touch only shared memory.
- * Immediate data is passed in host order.
+ * Immediate data is in network order, as in ibverbs (htonl to post,
+ * ntohl to read).
  *
  * Functions returning a pointer return NULL on error, functions returning
  * int return 0 (or a count) or -1; rnic_last_error() says why (per thread).

@@ -70,7 +70,8 @@ pub struct RnicSendWr {
     pub local_addr: u64,
     pub remote_addr: u64,
     pub rkey: u32,
-    /// The immediate value (host order).
+    /// The immediate value in network order (as ibverbs' `imm_data`: the
+    /// bytes in memory go on the wire as they are).
     pub imm_data: u32,
     /// FETCH_ADD: the addend; CMP_SWAP: the value compared with.
     pub compare_add: u64,
@@ -124,7 +125,7 @@ pub struct RnicWc {
     pub opcode: c_int,
     /// RNIC_WC_WITH_IMM when `imm_data` holds immediate data.
     pub wc_flags: c_int,
-    /// The immediate value the sender posted (host order).
+    /// The immediate value the sender posted, in network order.
     pub imm_data: u32,
 }
 
@@ -455,10 +456,10 @@ pub extern "C" fn rnic_post_send(qp: *const RnicQp, wrs: *const RnicSendWr, n: c
         };
         let op = match u8::try_from(w.opcode) {
             Ok(wqe_op::RDMA_WRITE) => WrOp::Write,
-            Ok(wqe_op::RDMA_WRITE_WITH_IMM) => WrOp::WriteImm(w.imm_data),
+            Ok(wqe_op::RDMA_WRITE_WITH_IMM) => WrOp::WriteImm(u32::from_be(w.imm_data)),
             Ok(wqe_op::RDMA_READ) => WrOp::Read,
             Ok(wqe_op::SEND) => WrOp::Send,
-            Ok(wqe_op::SEND_WITH_IMM) => WrOp::SendImm(w.imm_data),
+            Ok(wqe_op::SEND_WITH_IMM) => WrOp::SendImm(u32::from_be(w.imm_data)),
             Ok(wqe_op::ATOMIC_CMP_AND_SWP) => WrOp::CmpSwap {
                 compare: w.compare_add,
                 swap: w.swap,
@@ -634,7 +635,7 @@ pub extern "C" fn rnic_poll_cq(cq: *const RnicCq, n: c_int, wc: *mut RnicWc) -> 
                 status: c_int::from(status_code(c.status)),
                 opcode: c_int::from(opcode_code(c.opcode)),
                 wc_flags: if c.imm.is_some() { RNIC_WC_WITH_IMM } else { 0 },
-                imm_data: c.imm.unwrap_or(0),
+                imm_data: c.imm.unwrap_or(0).to_be(),
             };
         }
         filled += k;

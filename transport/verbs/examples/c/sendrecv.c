@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,7 +84,7 @@ static void send_msg(struct side *s, uint32_t len, int with_imm, uint32_t imm, u
 		.lkey = rnic_mr_lkey(s->mr),
 		.length = len,
 		.local_addr = rnic_mr_va(s->mr),
-		.imm_data = imm,
+		.imm_data = htonl(imm),
 	};
 	if (rnic_post_send(s->qp, &wr, 1))
 		die("post SEND");
@@ -180,8 +181,8 @@ static int server(const char *socket, int wr, int rd)
 	setup(&s, socket, "rnic1", wr, rd);
 	for (r = 0; r < ROUNDS; r++) {
 		struct rnic_wc wc = expect(&s, RNIC_WC_RECV, "RECV");
-		if (wc.byte_len != sizes[r] || !(wc.wc_flags & RNIC_WC_WITH_IMM) || wc.imm_data != r) {
-			fprintf(stderr, "%s: round %u: %u B, imm %u\n", me, r, wc.byte_len, wc.imm_data);
+		if (wc.byte_len != sizes[r] || !(wc.wc_flags & RNIC_WC_WITH_IMM) || ntohl(wc.imm_data) != r) {
+			fprintf(stderr, "%s: round %u: %u B, imm %u\n", me, r, wc.byte_len, ntohl(wc.imm_data));
 			return 1;
 		}
 		for (k = 0; k < sizes[r]; k++)
