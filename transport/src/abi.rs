@@ -129,6 +129,7 @@ impl Wqe {
 
     /// Makes this WQE the one of `op` and `payload`, writing its used
     /// bytes only (the rest keeps older bytes that are not read).
+    #[inline]
     pub fn build_into(&mut self, op: &WrParts<'_>) -> Result<(), WqeError> {
         Wqe::fits(op.payload)?;
         let (opcode, imm, compare, swap_add) = match op.op {
@@ -168,6 +169,7 @@ impl Wqe {
     /// Bytes of the WQE that carry meaning: the operation and its entries
     /// or inline bytes (at least one cache line). Only these cross between
     /// the application and the daemon.
+    #[inline]
     pub fn used_len(&self) -> usize {
         let body = if self.flags & WQE_INLINE != 0 {
             self.inline_len as usize
@@ -183,6 +185,7 @@ impl Wqe {
     }
 
     /// The operation this WQE names, if it is one.
+    #[inline]
     pub fn op(&self) -> Result<WrOp, WqeError> {
         Ok(match self.opcode {
             wqe_op::RDMA_WRITE => WrOp::Write,
@@ -201,6 +204,7 @@ impl Wqe {
 
     /// The work request this WQE describes, borrowed from it, if it is well
     /// formed (what the daemon posts: no copy of the entries).
+    #[inline]
     pub fn parts(&self) -> Result<WrParts<'_>, WqeError> {
         let op = self.op()?;
         if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE) != 0 {
@@ -293,6 +297,7 @@ impl RecvWqe {
 
     /// Bytes of the receive WQE that carry meaning (at least one cache
     /// line): only these cross between the application and the daemon.
+    #[inline]
     pub fn used_len(&self) -> usize {
         (16 + 16 * usize::from(self.num_sge)).clamp(CACHE_LINE, core::mem::size_of::<RecvWqe>())
     }
@@ -364,11 +369,13 @@ const STATUSES: [(WcStatus, u8); 10] = [
 ];
 
 /// The ABI code of a completion status: its `ibv_wc_status` value.
+#[inline]
 pub fn status_code(s: WcStatus) -> u8 {
     STATUSES.iter().find(|x| x.0 == s).map_or(0, |x| x.1)
 }
 
 /// The completion status of an ABI code.
+#[inline]
 pub fn status_from_code(c: u8) -> Option<WcStatus> {
     STATUSES.iter().find(|x| x.1 == c).map(|x| x.0)
 }
@@ -402,16 +409,19 @@ const OPCODES: [(WcOpcode, u8); 7] = [
 ];
 
 /// The ABI code of a completion opcode: its `ibv_wc_opcode` value.
+#[inline]
 pub fn opcode_code(o: WcOpcode) -> u8 {
     OPCODES.iter().find(|x| x.0 == o).map_or(1, |x| x.1)
 }
 
 /// The completion opcode of an ABI code.
+#[inline]
 pub fn opcode_from_code(c: u8) -> Option<WcOpcode> {
     OPCODES.iter().find(|x| x.1 == c).map(|x| x.0)
 }
 
 impl Cqe {
+    #[inline]
     pub fn from_rc(c: &crate::rc::Cqe) -> Cqe {
         Cqe {
             wr_id: c.wr_id,
@@ -428,6 +438,7 @@ impl Cqe {
 
     /// The completion this entry carries (a status code this version does
     /// not know reads as WR_FLUSH_ERR, an unknown opcode as WRITE).
+    #[inline]
     pub fn to_rc(&self) -> crate::rc::Cqe {
         crate::rc::Cqe {
             wr_id: self.wr_id,
@@ -623,6 +634,7 @@ impl<T: Pod> Producer<T> {
 
     /// Writes the first `len` bytes of `item` into the next slot (the rest
     /// of the slot keeps older bytes the consumer will not read).
+    #[inline]
     pub fn write_prefix(&mut self, mem: &impl SharedMem, item: &T, len: usize) {
         let bytes = bytemuck::bytes_of(item);
         mem.write_bytes(
@@ -682,6 +694,7 @@ impl<T: Pod> Consumer<T> {
 
     /// Entries waiting now (the producer index is read again only when
     /// the entries it announced last time are consumed).
+    #[inline]
     pub fn available(&mut self, mem: &impl SharedMem) -> Result<u32, RingError> {
         let n = self.prod_seen.wrapping_sub(self.cons);
         if n > 0 && n <= self.layout.capacity {
@@ -715,6 +728,7 @@ impl<T: Pod> Consumer<T> {
 
     /// [`Consumer::peek_used`] into `out` (no zeroing: bytes past what
     /// `used` says keep whatever they held).
+    #[inline]
     pub fn peek_used_into(&self, mem: &impl SharedMem, out: &mut T, used: impl Fn(&T) -> usize) {
         let at = self.layout.slot_at(self.cons);
         let size = core::mem::size_of::<T>();
@@ -734,6 +748,7 @@ impl<T: Pod> Consumer<T> {
     }
 
     /// Consumes the entry [`Consumer::peek`] returned and frees its slot.
+    #[inline]
     pub fn advance(&mut self, mem: &impl SharedMem) {
         self.cons = self.cons.wrapping_add(1);
         mem.store_release(self.layout.cons(), self.cons);

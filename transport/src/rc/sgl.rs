@@ -180,6 +180,7 @@ pub fn pieces(
 /// The VA of message bytes `[off, off + len)` of a single local buffer,
 /// checked as [`check_range`] does (the fast path of the one-buffer WRs
 /// most applications post).
+#[inline]
 pub fn one_range(s: Sge, mrs: MrView<'_>, off: u64, len: u64, write: bool) -> Result<u64, MrError> {
     if off.saturating_add(len) > u64::from(s.len) {
         return Err(MrError::OutOfBounds {
