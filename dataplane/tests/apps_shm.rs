@@ -404,14 +404,21 @@ fn garbage(a: &Args) {
     srq2.post_recv(&recvs).unwrap();
     srq2.set_limit(3).unwrap();
     let p0 = pd0.qp_builder(&cq0).build().unwrap();
-    let p1 = pd1.qp_builder(&cq1).srq(&srq2).build().unwrap();
+    // Receive completions on a CQ of their own.
+    let cq1r = d1.create_cq(64).unwrap();
+    let p1 = pd1
+        .qp_builder(&cq1)
+        .srq(&srq2)
+        .recv_cq(&cq1r)
+        .build()
+        .unwrap();
     let (e0, e1) = (p0.endpoint(), p1.endpoint());
     let (s0, _s1) = (p0.connect(&e1).unwrap(), p1.connect(&e0).unwrap());
     for i in 0..2 {
         s0.post_send(LocalBuf::of(&mr0, 0, 16), Some(i), u64::from(i), true)
             .unwrap();
         expect("a SEND into the SRQ", WcStatus::Success);
-        let c = poll_one(&cq1, Duration::from_secs(30))
+        let c = poll_one(&cq1r, Duration::from_secs(30))
             .unwrap()
             .expect("receive CQE");
         assert_eq!(
@@ -419,6 +426,10 @@ fn garbage(a: &Args) {
             (100 + u64::from(i), WcStatus::Success, Some(i))
         );
     }
+    assert!(
+        poll_one(&cq1, Duration::from_millis(50)).unwrap().is_none(),
+        "receive completions go to the receive CQ only"
+    );
     let info = srq2.query().unwrap();
     assert_eq!(
         (info.wqes, info.limit, info.limit_events),

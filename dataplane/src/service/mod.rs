@@ -117,6 +117,9 @@ struct QpRt {
     /// The owner's segment (the SQ ring lives in it).
     seg: Arc<Segment>,
     cq: u32,
+    /// Where receive completions go (the send CQ unless the QP named
+    /// another).
+    recv_cq: u32,
     pd: u32,
     sq: Consumer<abi::Wqe>,
     /// The WQE being read (only its used bytes are read from the ring).
@@ -503,7 +506,14 @@ impl nic::Host<AppMemory> for Apps<'_> {
         let Some(rt) = self.qps.get(&c.qpn) else {
             return; // the QP is gone with its application
         };
-        let (app, cq) = (rt.app, rt.cq);
+        let (app, cq) = (
+            rt.app,
+            if c.opcode.is_recv() {
+                rt.recv_cq
+            } else {
+                rt.cq
+            },
+        );
         self.push_cqe(engine, app, cq, abi::Cqe::from_rc(&c));
     }
 }
@@ -540,7 +550,7 @@ impl Apps<'_> {
                     byte_len: 0,
                     imm: None,
                 };
-                errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
+                errors.push((rt.app, rt.recv_cq, abi::Cqe::from_rc(&c)));
             }
             match r {
                 Some(m) => moved |= m,
@@ -606,7 +616,7 @@ impl Apps<'_> {
             let qps: Vec<Qpn> = self
                 .qps
                 .iter()
-                .filter(|(_, r)| r.app == app && r.cq == cq)
+                .filter(|(_, r)| r.app == app && (r.cq == cq || r.recv_cq == cq))
                 .map(|(q, _)| q)
                 .collect();
             for qpn in qps {

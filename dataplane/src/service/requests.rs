@@ -120,10 +120,11 @@ impl Service {
             Request::CreateQp {
                 pd,
                 cq,
+                recv_cq,
                 depth,
                 rq_depth,
                 srq,
-            } => self.create_qp(conn, pd, cq, depth, rq_depth, srq),
+            } => self.create_qp(conn, pd, (cq, recv_cq.unwrap_or(cq)), depth, rq_depth, srq),
             Request::CreateSrq { pd, depth } => self.create_srq(conn, pd, depth),
             Request::ModifySrq { srq, limit } => {
                 let host = self.own_srq(conn, srq)?;
@@ -405,7 +406,7 @@ impl Service {
         &mut self,
         conn: ConnId,
         pd: u32,
-        cq: u32,
+        (cq, recv_cq): (u32, u32),
         depth: u32,
         rq_depth: u32,
         srq: Option<u32>,
@@ -415,11 +416,13 @@ impl Service {
             self.own_srq(conn, srq)?;
         }
         let a = self.app(conn);
-        if !a.cqs.contains_key(&cq) {
-            return Err(err(
-                ErrorKind::NoSuchCq,
-                format!("no CQ {cq} on this device"),
-            ));
+        for c in [cq, recv_cq] {
+            if !a.cqs.contains_key(&c) {
+                return Err(err(
+                    ErrorKind::NoSuchCq,
+                    format!("no CQ {c} on this device"),
+                ));
+            }
         }
         let rq_depth = if srq.is_some() { 0 } else { rq_depth };
         let ((off, bytes), layout) = a.alloc_ring::<abi::Wqe>("send queue", depth)?;
@@ -459,6 +462,7 @@ impl Service {
         let a = self.app(conn);
         a.qps.push(qpn);
         a.cqs.get_mut(&cq).expect("checked").qps += 1;
+        a.cqs.get_mut(&recv_cq).expect("checked").qps += 1;
         let rq_offset = rq.as_ref().map_or(0, |r| r.block.0);
         self.hosts[host].qps.insert(
             qpn,
@@ -466,6 +470,7 @@ impl Service {
                 app: conn,
                 seg: self.apps[&conn].seg.clone(),
                 cq,
+                recv_cq,
                 pd,
                 sq: Consumer::new(layout),
                 wqe: abi::Wqe::empty(),
@@ -656,8 +661,10 @@ impl Service {
             if let Some(r) = rt.rq {
                 a.alloc.release(r.block.0, r.block.1);
             }
-            if let Some(c) = a.cqs.get_mut(&rt.cq) {
-                c.qps -= 1;
+            for cq in [rt.cq, rt.recv_cq] {
+                if let Some(c) = a.cqs.get_mut(&cq) {
+                    c.qps -= 1;
+                }
             }
         }
         done(Reply::Done)

@@ -295,6 +295,7 @@ impl Pd {
             max_rd_atomic: 16,
             psn: None,
             recv_depth: 128,
+            recv_cq: None,
             srq: None,
             min_rnr_timer: crate::proto::DEFAULT_MIN_RNR_TIMER,
             rnr_retry: 7,
@@ -590,6 +591,7 @@ pub struct QpBuilder<'a> {
     max_rd_atomic: u8,
     psn: Option<u32>,
     recv_depth: u32,
+    recv_cq: Option<&'a Cq>,
     srq: Option<&'a Srq>,
     min_rnr_timer: u8,
     rnr_retry: u8,
@@ -599,6 +601,12 @@ impl<'a> QpBuilder<'a> {
     /// Receive queue entries (a power of two) [default 128].
     pub fn recv_depth(mut self, n: u32) -> Self {
         self.recv_depth = n;
+        self
+    }
+
+    /// Deliver receive completions to `cq` (default: the send CQ).
+    pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
+        self.recv_cq = Some(cq);
         self
     }
 
@@ -663,6 +671,7 @@ impl<'a> QpBuilder<'a> {
         let (reply, _) = dev.inner.call(Request::CreateQp {
             pd: self.pd.pd,
             cq: self.cq.cq,
+            recv_cq: self.recv_cq.map(|c| c.cq),
             depth: self.depth,
             rq_depth: if self.srq.is_some() {
                 0

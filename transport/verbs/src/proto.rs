@@ -100,6 +100,9 @@ pub enum Request {
     CreateQp {
         pd: u32,
         cq: u32,
+        /// Where receive completions go (default: `cq`).
+        #[serde(default)]
+        recv_cq: Option<u32>,
         depth: u32,
         /// Its own receive queue's depth (0: none; with `srq`, ignored).
         #[serde(default)]
