@@ -328,3 +328,21 @@ fn non_payload_opcodes_refuse_trailing_bytes() {
         Err(WireError::LengthMismatch(Layer::Payload))
     );
 }
+
+#[test]
+fn frame_len_of_an_opcode_is_the_built_frames_length() {
+    for op in Opcode::ALL {
+        for slots in [0u8, 1, 5] {
+            let r = sample(op, slots);
+            let tlm = r.tlm.map_or(0, |t| t.block_len());
+            for n in [0usize, 1, 3, 1024] {
+                let n = if op.layout().payload { n } else { 0 };
+                assert_eq!(
+                    transport::wire::packet::frame_len_of(op, tlm, n),
+                    r.frame_len(n),
+                    "{op} tlm {slots} payload {n}"
+                );
+            }
+        }
+    }
+}

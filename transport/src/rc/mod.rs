@@ -633,7 +633,7 @@ impl<M: Memory> Engine<M> {
             self.fail_qp(i, status);
             return;
         }
-        let size = qp.next_paced_size(&self.cfg);
+        let size = qp.next_paced_size();
         self.sched.set_rate(qp.flow, qp.cc.rate_bps(), now);
         self.sched.set_next_packet(qp.flow, size, now);
         if qp.has_ctrl() {

@@ -17,8 +17,10 @@ use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
+use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome, TlmRepr,
+    tlm, udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome,
+    TlmRepr,
 };
 
 /// Which congestion control the QPs of an engine run.
@@ -480,12 +482,7 @@ impl Qp {
     }
 
     fn data_tlm(&self) -> Option<TlmRepr> {
-        match self.mode {
-            CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
-                Some(TlmRepr::empty(maxhop))
-            }
-            _ => None,
-        }
+        self.data_tlm_maxhop().map(TlmRepr::empty)
     }
 
     fn response_repr(&self, cfg: &EngineConfig, r: &RespItem, ident: u16) -> PacketRepr {
@@ -514,18 +511,28 @@ impl Qp {
 
     /// Size on the wire of the next paced packet (READ responses first,
     /// then requests), if any.
-    pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
+    pub fn next_paced_size(&self) -> Option<u32> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return None;
         }
+        // Sized from the opcode alone: no headers are built per packet here.
         if let Some(r) = self.resp.peek_response() {
-            return Some(self.response_repr(cfg, &r, 0).frame_len(r.len as usize) as u32);
+            return Some(frame_len_of(r.opcode, 0, r.len as usize) as u32);
         }
         if self.state != QpState::Rts {
             return None;
         }
         let t = self.req.peek(self.cc.window_bytes())?;
-        Some(self.request_repr(cfg, &t, 0).frame_len(t.len as usize) as u32)
+        let tlm = self.data_tlm_maxhop().map_or(0, tlm::block_len);
+        Some(frame_len_of(t.opcode, tlm, t.len as usize) as u32)
+    }
+
+    /// Slots of the TLM block data packets carry, if they carry one.
+    fn data_tlm_maxhop(&self) -> Option<u8> {
+        match self.mode {
+            CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => Some(maxhop),
+            _ => None,
+        }
     }
 
     /// Builds the next paced packet into `buf`.

@@ -22,7 +22,7 @@ pub mod immdt;
 pub mod inflight;
 pub mod ipv4;
 mod opcode;
-mod packet;
+pub mod packet;
 pub mod probe;
 pub mod reth;
 pub mod tlm;

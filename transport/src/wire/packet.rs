@@ -235,9 +235,26 @@ impl PacketRepr {
 
     /// Bytes from BTH up to the payload.
     pub fn transport_header_len(&self) -> usize {
-        let l = self.bth.opcode.layout();
+        transport_header_len(self.bth.opcode, self.tlm.map_or(0, |t| t.block_len()))
+    }
+
+    /// Length of the whole frame with `payload_len` bytes of payload.
+    pub fn frame_len(&self, payload_len: usize) -> usize {
+        frame_len_of(
+            self.bth.opcode,
+            self.tlm.map_or(0, |t| t.block_len()),
+            payload_len,
+        )
+    }
+}
+
+/// Bytes from BTH up to the payload of a frame of `op` carrying a TLM
+/// block of `tlm_len` bytes (0: none).
+pub fn transport_header_len(op: Opcode, tlm_len: usize) -> usize {
+    let l = op.layout();
+    {
         bth::HEADER_LEN
-            + self.tlm.map_or(0, |t| t.block_len())
+            + tlm_len
             + usize::from(l.reth) * reth::HEADER_LEN
             + usize::from(l.atomic_eth) * atomic::ATOMIC_ETH_LEN
             + usize::from(l.immdt || l.ieth) * immdt::HEADER_LEN
@@ -247,15 +264,23 @@ impl PacketRepr {
             + usize::from(l.notify) * probe::BLOCK_LEN
             + usize::from(l.cnp) * cnp::BODY_LEN
     }
+}
 
+/// Length of a whole frame of `op` with a TLM block of `tlm_len` bytes and
+/// `payload_len` bytes of payload, without building its headers (what a
+/// pacer asks for every packet).
+pub fn frame_len_of(op: Opcode, tlm_len: usize, payload_len: usize) -> usize {
+    OUTER_LEN
+        + transport_header_len(op, tlm_len)
+        + payload_len
+        + pad_for(payload_len)
+        + icrc::ICRC_LEN
+}
+
+impl PacketRepr {
     /// Bytes from the start of the frame up to the payload.
     pub fn header_len(&self) -> usize {
         OUTER_LEN + self.transport_header_len()
-    }
-
-    /// Length of the whole frame with `payload_len` bytes of payload.
-    pub fn frame_len(&self, payload_len: usize) -> usize {
-        self.header_len() + payload_len + pad_for(payload_len) + icrc::ICRC_LEN
     }
 
     /// Checks that the headers match the opcode and the frame fits IPv4.
