@@ -23,7 +23,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::rc::{RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp, WrParts, WrPayload};
+use crate::rc::{
+    RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
+};
 
 /// Version of this layout; the control protocol refuses another.
 pub const ABI_VERSION: u32 = 2;
@@ -132,7 +134,7 @@ impl Wqe {
     #[inline]
     pub fn build_into(&mut self, op: &WrParts<'_>) -> Result<(), WqeError> {
         Wqe::fits(op.payload)?;
-        let (opcode, imm, compare, swap_add) = match op.op {
+        let (opcode, imm, compare, swap_add) = match op.head.op {
             WrOp::Write => (wqe_op::RDMA_WRITE, 0, 0, 0),
             WrOp::WriteImm(imm) => (wqe_op::RDMA_WRITE_WITH_IMM, imm, 0, 0),
             WrOp::Read => (wqe_op::RDMA_READ, 0, 0, 0),
@@ -141,15 +143,15 @@ impl Wqe {
             WrOp::CmpSwap { compare, swap } => (wqe_op::ATOMIC_CMP_AND_SWP, 0, compare, swap),
             WrOp::FetchAdd { add } => (wqe_op::ATOMIC_FETCH_AND_ADD, 0, 0, add),
         };
-        self.wr_id = op.wr_id;
-        self.remote_va = op.remote_va;
+        self.wr_id = op.head.wr_id;
+        self.remote_va = op.head.remote_va;
         self.compare = compare;
         self.swap_add = swap_add;
-        self.rkey = op.rkey;
+        self.rkey = op.head.rkey;
         self.imm = imm;
         self.opcode = opcode;
-        self.flags =
-            if op.signaled { WQE_SIGNALED } else { 0 } | if op.fence { WQE_FENCE } else { 0 };
+        self.flags = if op.head.signaled { WQE_SIGNALED } else { 0 }
+            | if op.head.fence { WQE_FENCE } else { 0 };
         self._pad = 0;
         match op.payload {
             WrPayload::Inline(data) => {
@@ -225,12 +227,14 @@ impl Wqe {
             WrPayload::Sges(sges)
         };
         Ok(WrParts {
-            wr_id: self.wr_id,
-            op,
-            rkey: self.rkey,
-            remote_va: self.remote_va,
-            signaled: self.flags & WQE_SIGNALED != 0,
-            fence: self.flags & WQE_FENCE != 0,
+            head: WrHead {
+                wr_id: self.wr_id,
+                op,
+                rkey: self.rkey,
+                remote_va: self.remote_va,
+                signaled: self.flags & WQE_SIGNALED != 0,
+                fence: self.flags & WQE_FENCE != 0,
+            },
             payload,
         })
     }
@@ -251,14 +255,15 @@ impl Wqe {
                 None,
             ),
         };
+        let h = p.head;
         Ok(SendWr {
-            wr_id: p.wr_id,
-            op: p.op,
+            wr_id: h.wr_id,
+            op: h.op,
             sg,
-            rkey: p.rkey,
-            remote_va: p.remote_va,
-            signaled: p.signaled,
-            fence: p.fence,
+            rkey: h.rkey,
+            remote_va: h.remote_va,
+            signaled: h.signaled,
+            fence: h.fence,
             inline,
         })
     }

@@ -39,7 +39,7 @@ pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
     QpState, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode,
-    WcStatus, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
+    WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -531,15 +531,15 @@ impl<M: Memory> Engine<M> {
             return Err(RcError::TooLong(total.min(u64::from(u32::MAX)) as u32));
         }
         let inline = matches!(wr.payload, WrPayload::Inline(_));
-        if inline && wr.op.is_read_or_atomic() {
-            let what = if wr.op == WrOp::Read {
+        if inline && wr.head.op.is_read_or_atomic() {
+            let what = if wr.head.op == WrOp::Read {
                 "RDMA READ"
             } else {
                 "an atomic"
             };
             return Err(RcError::InlineOp(what));
         }
-        if wr.op.is_atomic() && total != 8 {
+        if wr.head.op.is_atomic() && total != 8 {
             return Err(RcError::AtomicLength {
                 what: "an atomic",
                 len: total,
@@ -561,7 +561,7 @@ impl<M: Memory> Engine<M> {
         if qp.req.is_full() {
             return Err(RcError::SendQueueFull(qpn));
         }
-        let write_local = wr.op.is_read_or_atomic();
+        let write_local = wr.head.op.is_read_or_atomic();
         let mrs = self.mrs.pd(qp.pd);
         let bad_local = match wr.payload {
             WrPayload::Sges(sges) => sges.iter().filter(|s| s.len > 0).any(|s| {

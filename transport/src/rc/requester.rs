@@ -15,27 +15,17 @@ use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
 use super::sgl::Sge;
 use super::types::{
-    rnr_timer_ns, Cqe, InlineData, Qpn, WcOpcode, WcStatus, WrOp, WrParts, WrPayload,
+    rnr_timer_ns, Cqe, InlineData, Qpn, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
 };
 use crate::wire::{AtomicEthRepr, Opcode};
 
 /// Packets between AckReq flags on long messages (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
 
-/// The operation fields of a posted WR (its local buffers are kept apart,
-/// so that an entry stays small: it is copied and scanned per packet).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WrHead {
-    pub wr_id: u64,
-    pub op: WrOp,
-    pub rkey: u32,
-    pub remote_va: u64,
-    pub signaled: bool,
-    pub fence: bool,
-}
-
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqEntry {
+    /// The operation (its local buffers are kept apart, so that an entry
+    /// stays small: it is copied and scanned per packet).
     pub wr: WrHead,
     /// The first local buffer (the only one of most WRs).
     first: Sge,
@@ -288,7 +278,7 @@ impl Requester {
     /// its turn comes (a bad local buffer).
     pub fn post(&mut self, wr: &WrParts<'_>, fail: Option<WcStatus>) {
         let len = wr.total().min(u64::from(u32::MAX)) as u32;
-        let npsn = if wr.op.is_atomic() {
+        let npsn = if wr.head.op.is_atomic() {
             1
         } else {
             packets(len, self.mtu)
@@ -310,14 +300,7 @@ impl Requester {
             }
         };
         self.sq.push_back(SqEntry {
-            wr: WrHead {
-                wr_id: wr.wr_id,
-                op: wr.op,
-                rkey: wr.rkey,
-                remote_va: wr.remote_va,
-                signaled: wr.signaled,
-                fence: wr.fence,
-            },
+            wr: wr.head,
             first: sges.first().copied().unwrap_or_default(),
             nsge: if inline { 0 } else { sges.len() as u8 },
             inline,

@@ -312,16 +312,23 @@ impl SendWr {
     }
 }
 
-/// A send work request as borrowed parts: what the engine queues, so that
-/// a WR read from shared memory is posted without building a [`SendWr`].
-#[derive(Debug, Clone, Copy)]
-pub struct WrParts<'a> {
+/// The operation fields of a send work request (everything but its local
+/// buffers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrHead {
     pub wr_id: u64,
     pub op: WrOp,
     pub rkey: u32,
     pub remote_va: u64,
     pub signaled: bool,
     pub fence: bool,
+}
+
+/// A send work request as borrowed parts: what the engine queues, so that
+/// a WR read from shared memory is posted without building a [`SendWr`].
+#[derive(Debug, Clone, Copy)]
+pub struct WrParts<'a> {
+    pub head: WrHead,
     pub payload: WrPayload<'a>,
 }
 
@@ -338,12 +345,14 @@ impl<'a> WrParts<'a> {
     /// The parts of `wr`.
     pub fn of(wr: &'a SendWr) -> Self {
         WrParts {
-            wr_id: wr.wr_id,
-            op: wr.op,
-            rkey: wr.rkey,
-            remote_va: wr.remote_va,
-            signaled: wr.signaled,
-            fence: wr.fence,
+            head: WrHead {
+                wr_id: wr.wr_id,
+                op: wr.op,
+                rkey: wr.rkey,
+                remote_va: wr.remote_va,
+                signaled: wr.signaled,
+                fence: wr.fence,
+            },
             payload: match &wr.inline {
                 Some(d) => WrPayload::Inline(d.as_slice()),
                 None => WrPayload::Sges(wr.sg.as_slice()),

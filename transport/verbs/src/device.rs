@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
 use transport::rc::{
-    Cqe as Completion, InlineData, RecvWr, SgList, Sge, WcStatus, WrOp, WrParts, WrPayload,
+    Cqe as Completion, InlineData, RecvWr, SgList, Sge, WcStatus, WrHead, WrOp, WrParts, WrPayload,
 };
 
 use crate::proto::{
@@ -1054,12 +1054,14 @@ fn with_parts<R>(
         Payload::Inline(d) => WrPayload::Inline(d.as_slice()),
     };
     let parts = WrParts {
-        wr_id: w.wr_id,
-        op: w.op,
-        rkey: w.rkey,
-        remote_va: w.remote_va,
-        signaled: w.signaled,
-        fence: w.fence,
+        head: WrHead {
+            wr_id: w.wr_id,
+            op: w.op,
+            rkey: w.rkey,
+            remote_va: w.remote_va,
+            signaled: w.signaled,
+            fence: w.fence,
+        },
         payload,
     };
     f(&parts).map_err(|e| VerbsError::InvalidArgument(format!("work request {}: {e}", w.wr_id)))
