@@ -482,3 +482,40 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_failing_qp_reports_completed_unsignaled_wrs_no_more_than_before() {
+    let mut p = Pair::new(Setup::default());
+    let quiet = SendWr {
+        signaled: false,
+        ..p.wr(1, WrOp::Write, 0, 0, 10)
+    };
+    p.post(quiet);
+    let bad = SendWr {
+        rkey: p.b.mr.rkey ^ 0x55,
+        ..p.wr(2, WrOp::Write, 0, 0, 10)
+    };
+    p.post(bad);
+    p.run(1_000_000_000);
+    let a = p.completions_a();
+    assert_eq!(
+        a.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(2, WcStatus::RemAccessErr)]
+    );
+}
+
+#[test]
+fn reads_beyond_max_dest_rd_atomic_get_an_invalid_request_nak() {
+    let mut p = Pair::new(Setup {
+        rd_atomic: 2,
+        ..Setup::default()
+    });
+    for i in 0..3u32 {
+        let f = request_to_b(&p, 100 + i, false, 64 * u64::from(i));
+        p.b.engine_mut().handle_packet(0, &f);
+    }
+    let out = p.drain_b();
+    let naks: Vec<u8> = out.iter().filter_map(|o| o.2).map(|a| a.syndrome).collect();
+    assert!(naks.contains(&0x61), "{out:?}");
+    assert_eq!(p.b.engine().qp_state(p.b.qpn).unwrap(), QpState::Err);
+}

@@ -588,8 +588,12 @@ impl<M: Memory> Engine<M> {
         };
         let qpn = qp.qpn;
         let cq = &mut self.cq;
+        // Completed WRs still queued report only if signaled; failed and
+        // flushed ones always do.
         qp.req.flush(status, &mut |wr, st| {
-            cq.push_back(requester::cqe(qpn, &wr, st))
+            if wr.signaled || st != WcStatus::Success {
+                cq.push_back(requester::cqe(qpn, &wr, st))
+            }
         });
         // Receive WQEs: the one a SEND held, then the QP's own queue (an
         // SRQ's WQEs stay for its other QPs).

@@ -357,7 +357,7 @@ impl Requester {
                     let rest = (u64::from(e.len) - off.min(u64::from(e.len))) as u32;
                     (
                         Opcode::RdmaReadRequest,
-                        Some((e.wr.remote_va + off, e.wr.rkey, rest)),
+                        Some((e.wr.remote_va.wrapping_add(off), e.wr.rkey, rest)),
                         None,
                     )
                 }
@@ -651,14 +651,16 @@ impl Requester {
             return Ok(false);
         }
         self.heard = true;
-        self.ack_through(psn_add(psn, 0xFF_FFFF));
+        // An incomplete READ before `psn` whose responses were lost is asked
+        // again first.
+        let missing = self.ack_through(psn_add(psn, 0xFF_FFFF));
         if self.rnr_retry != 7 {
             if self.rnr_left == 0 {
                 return Err(Fatal::Fail(WcStatus::RnrRetryExcErr));
             }
             self.rnr_left -= 1;
         }
-        self.go_back(psn);
+        self.go_back(missing.unwrap_or(psn));
         self.timer = None;
         self.rnr_wait = Some(now + rnr_timer_ns(code));
         Ok(true)

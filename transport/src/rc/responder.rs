@@ -338,8 +338,17 @@ impl Responder {
         self.memos.push_back(m);
     }
 
+    /// Responder resources are used up: more READs and atomics queued than
+    /// max_dest_rd_atomic allows (the requester broke its max_rd_atomic).
+    fn resources_exhausted(&self) -> bool {
+        self.jobs.len() >= self.max_memos
+    }
+
     fn read_request(&mut self, p: &Packet<'_>, mrs: MrView<'_>) -> Verdict {
         let psn = p.repr.bth.psn;
+        if self.resources_exhausted() {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
         let Some(reth) = p.repr.reth else {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         };
@@ -380,6 +389,9 @@ impl Responder {
     /// and its result remembered for duplicates.
     fn atomic(&mut self, p: &Packet<'_>, mrs: MrView<'_>, mem: &mut impl Memory) -> Verdict {
         let psn = p.repr.bth.psn;
+        if self.resources_exhausted() {
+            return self.fatal(psn, NAK_INVALID_REQUEST);
+        }
         let Some(a) = p.repr.atomic else {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         };

@@ -173,7 +173,7 @@ pub fn pieces(
         let (a, b) = (start, start + u64::from(s.len));
         start = b;
         let (lo, hi) = (a.max(off), b.min(end));
-        (lo < hi).then(|| (s, s.va + (lo - a), hi - lo))
+        (lo < hi).then(|| (s, s.va.wrapping_add(lo - a), hi - lo))
     })
 }
 
@@ -292,6 +292,18 @@ mod tests {
         l.scatter(t.pd(DEFAULT_PD), &mut mem, 1, &[1, 2, 3])
             .unwrap();
         assert_eq!(mem.slice(0, 4), &[0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_buffer_at_the_top_of_the_address_space_is_refused_not_overflowed() {
+        let t = MrTable::new();
+        let l = SgList::one(Sge {
+            lkey: 1,
+            va: u64::MAX - 100,
+            len: 4096,
+        });
+        assert!(l.check_range(t.pd(DEFAULT_PD), 1024, 1024, true).is_err());
+        assert!(one_range(l.as_slice()[0], t.pd(DEFAULT_PD), 1024, 1024, true).is_err());
     }
 
     proptest! {
