@@ -406,17 +406,13 @@ proptest::proptest! {
 /// A READ request (`atomic` false) or FETCH_ADD of 1 (`atomic` true) from
 /// A to B at `psn`, on B's 8 bytes at offset `off`.
 fn request_to_b(p: &Pair, psn: u32, atomic: bool, off: u64) -> Vec<u8> {
-    use transport::wire::{AtomicEthRepr, PacketRepr, RethRepr};
+    use transport::wire::{AtomicEthRepr, RethRepr};
     let op = if atomic {
         Opcode::FetchAdd
     } else {
         Opcode::RdmaReadRequest
     };
-    let mut r = PacketRepr::new(op, p.b.qpn, psn);
-    r.eth.src = rc_util::MAC_A;
-    r.eth.dst = rc_util::MAC_B;
-    r.ip.src = rc_util::IP_A;
-    r.ip.dst = rc_util::IP_B;
+    let mut r = p.repr_to_b(op, psn);
     r.bth.ack_req = true;
     if atomic {
         r.atomic = Some(AtomicEthRepr {
@@ -432,9 +428,7 @@ fn request_to_b(p: &Pair, psn: u32, atomic: bool, off: u64) -> Vec<u8> {
             dma_len: 8,
         });
     }
-    let mut f = vec![0u8; r.frame_len(0)];
-    r.emit(&[], &mut f).unwrap();
-    f
+    rc_util::emit(&r, &[])
 }
 
 proptest::proptest! {

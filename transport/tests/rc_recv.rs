@@ -478,14 +478,9 @@ fn send_with_invalidate_is_parsed_and_refused_as_an_invalid_request() {
     let mut p = Pair::new(Setup::default());
     let wr = p.recv_wr(1, RX, 64);
     p.post_recv_b(wr);
-    let mut r = transport::wire::PacketRepr::new(Opcode::SendOnlyWithInvalidate, p.b.qpn, 100);
-    r.eth.src = rc_util::MAC_A;
-    r.eth.dst = rc_util::MAC_B;
-    r.ip.src = rc_util::IP_A;
-    r.ip.dst = rc_util::IP_B;
+    let mut r = p.repr_to_b(Opcode::SendOnlyWithInvalidate, 100);
     r.ieth = Some(0x1234);
-    let mut f = vec![0u8; r.frame_len(8)];
-    r.emit(&[1; 8], &mut f).unwrap();
+    let f = rc_util::emit(&r, &[1; 8]);
     p.b.engine_mut().handle_packet(0, &f);
     let sent = p.drain_b();
     assert_eq!(sent[0].0, Opcode::Acknowledge);

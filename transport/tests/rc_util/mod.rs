@@ -412,17 +412,21 @@ impl Pair {
         reth: Option<RethRepr>,
         payload: &[u8],
     ) -> Vec<u8> {
+        let mut r = self.repr_to_b(op, psn);
+        r.bth.ack_req = ack_req;
+        r.reth = reth;
+        emit(&r, payload)
+    }
+
+    /// The headers of a frame from A to B (addresses filled in; the
+    /// caller adds what the opcode carries).
+    pub fn repr_to_b(&self, op: Opcode, psn: u32) -> PacketRepr {
         let mut r = PacketRepr::new(op, self.b.qpn, psn);
         r.eth.src = MAC_A;
         r.eth.dst = MAC_B;
         r.ip.src = IP_A;
         r.ip.dst = IP_B;
-        r.bth.ack_req = ack_req;
-        r.reth = reth;
-        let mut buf = vec![0u8; r.frame_len(payload.len())];
-        let n = r.emit(payload, &mut buf).unwrap();
-        buf.truncate(n);
-        buf
+        r
     }
 
     /// A frame from B's QP to A's QP.
@@ -481,4 +485,12 @@ impl Pair {
             .map(|(_, f)| Packet::parse(f).unwrap().repr.bth.opcode)
             .collect()
     }
+}
+
+/// The bytes of the frame `r` with `payload`.
+pub fn emit(r: &PacketRepr, payload: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; r.frame_len(payload.len())];
+    let n = r.emit(payload, &mut buf).unwrap();
+    buf.truncate(n);
+    buf
 }
