@@ -470,44 +470,55 @@ impl Responder {
         if !len_ok {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         }
-        let (wqe, off) = match self.msg {
-            Some(InMsg::Send { wqe, off }) => (wqe, off),
-            _ => match self.take_wqe(rq) {
-                Some(w) => (w, 0),
+        // The receive WQE stays in the message state while the message
+        // lasts: each packet updates its offset in place.
+        if !matches!(self.msg, Some(InMsg::Send { .. })) {
+            match self.take_wqe(rq) {
+                Some(wqe) => self.msg = Some(InMsg::Send { wqe, off: 0 }),
                 None => return self.not_ready(psn),
-            },
-        };
-        if off + plen > wqe.sg.total() {
-            self.msg = None;
-            self.finish(&wqe, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
+            }
+        }
+        let Some(InMsg::Send { wqe, off }) = &mut self.msg else {
             return self.fatal(psn, NAK_INVALID_REQUEST);
-        }
-        if wqe.sg.scatter(mrs, mem, off, p.payload).is_err() {
+        };
+        let (wr_id, at) = (wqe.wr_id, *off);
+        let failed = if at + plen > wqe.sg.total() {
+            Some((WcStatus::LocLenErr, NAK_INVALID_REQUEST))
+        } else if wqe.sg.scatter(mrs, mem, at, p.payload).is_err() {
+            Some((WcStatus::LocProtErr, NAK_REMOTE_OP))
+        } else {
+            *off = at + plen;
+            None
+        };
+        if let Some((status, nak)) = failed {
             self.msg = None;
-            self.finish(&wqe, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
-            return self.fatal(psn, NAK_REMOTE_OP);
+            self.finish(wr_id, status, WcOpcode::Recv, 0, None);
+            return self.fatal(psn, nak);
         }
-        let off = off + plen;
         if last {
             self.msg = None;
             self.bump_msn();
-            self.finish(&wqe, WcStatus::Success, WcOpcode::Recv, off, p.repr.imm);
-        } else {
-            self.msg = Some(InMsg::Send { wqe, off });
+            self.finish(
+                wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                at + plen,
+                p.repr.imm,
+            );
         }
         self.accepted(p, 1)
     }
 
     fn finish(
         &mut self,
-        wqe: &RecvWr,
+        wr_id: u64,
         status: WcStatus,
         opcode: WcOpcode,
         len: u64,
         imm: Option<u32>,
     ) {
         self.done = Some(RecvDone {
-            wr_id: wqe.wr_id,
+            wr_id,
             status,
             opcode,
             byte_len: len.min(u64::from(u32::MAX)) as u32,
@@ -580,7 +591,7 @@ impl Responder {
             self.bump_msn();
             if let Some(w) = wqe {
                 self.finish(
-                    &w,
+                    w.wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
                     total,
