@@ -93,6 +93,10 @@ impl Service {
         {
             return self.open_device(conn, abi_version, &device, shm_bytes);
         }
+        if let Request::ListDevices = req {
+            let list = (0..self.hosts.len()).map(|h| self.device_info(h)).collect();
+            return done(Reply::Devices(list));
+        }
         if let Request::Stats = req {
             let json = serde_json::to_string(&self.snapshot())
                 .map_err(|e| err(ErrorKind::Malformed, e.to_string()))?;
@@ -105,7 +109,9 @@ impl Service {
             ));
         }
         match req {
-            Request::OpenDevice { .. } | Request::Stats => unreachable!("handled above"),
+            Request::OpenDevice { .. } | Request::ListDevices | Request::Stats => {
+                unreachable!("handled above")
+            }
             Request::AllocPd => {
                 let pd = self.next_pd;
                 self.next_pd = self.next_pd.wrapping_add(1).max(1);
@@ -204,27 +210,15 @@ impl Service {
         let (seg, fd) = Segment::create(&format!("rnic-app-{conn}"), bytes, self.cfg.hugepages)
             .map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
         let seg = Arc::new(seg);
-        let h = &mut self.hosts[host];
-        let slot = h.nic.engine_mut().mem_mut().attach(seg.clone());
+        let slot = self.hosts[host]
+            .nic
+            .engine_mut()
+            .mem_mut()
+            .attach(seg.clone());
         let info = DeviceInfo {
-            abi_version: ABI_VERSION,
-            name: name.to_string(),
-            ip: h.spec.ip,
-            mac: h.spec.mac.0,
-            max_mtu: self.cfg.max_mtu.bytes(),
             shm_bytes: seg.len() as u64,
             hugepages: seg.hugepages(),
-            backend: h.driver.clone(),
-            cc: self.cfg.cc.name().to_string(),
-            caps: verbs::proto::DeviceCaps {
-                max_send_sge: transport::abi::WQE_MAX_SGE as u32,
-                max_recv_sge: transport::abi::RECV_WQE_MAX_SGE as u32,
-                max_inline_data: transport::rc::MAX_INLINE_DATA as u32,
-                max_qp_rd_atom: u32::from(u8::MAX),
-                max_qp_wr: transport::rc::MAX_SEND_WR as u32,
-                max_srq_wr: transport::rc::MAX_RECV_WR as u32,
-                atomic_hca: true,
-            },
+            ..self.device_info(host)
         };
         self.apps.insert(
             conn,
@@ -243,6 +237,37 @@ impl Service {
         );
         self.counters.apps_opened += 1;
         Ok((Reply::DeviceOpened(info), vec![fd]))
+    }
+
+    /// What an application sees of host `host` (no segment yet).
+    fn device_info(&self, host: usize) -> DeviceInfo {
+        let h = &self.hosts[host];
+        DeviceInfo {
+            abi_version: ABI_VERSION,
+            name: h.spec.name.clone(),
+            ip: h.spec.ip,
+            mac: h.spec.mac.0,
+            max_mtu: self.cfg.max_mtu.bytes(),
+            shm_bytes: 0,
+            hugepages: false,
+            backend: h.driver.clone(),
+            cc: self.cfg.cc.name().to_string(),
+            line_gbps: (self.cfg.line_rate_bps / 1_000_000_000) as u32,
+            caps: verbs::proto::DeviceCaps {
+                max_send_sge: transport::abi::WQE_MAX_SGE as u32,
+                max_recv_sge: transport::abi::RECV_WQE_MAX_SGE as u32,
+                max_inline_data: transport::rc::MAX_INLINE_DATA as u32,
+                max_qp_rd_atom: u32::from(u8::MAX),
+                max_qp_wr: MAX_DEPTH.min(transport::rc::MAX_SEND_WR as u32),
+                max_srq_wr: MAX_DEPTH.min(transport::rc::MAX_RECV_WR as u32),
+                atomic_hca: true,
+                max_qp: transport::rc::MAX_QPS as u32,
+                max_cqe: MAX_DEPTH,
+                max_mr: transport::mr::MAX_MRS as u32,
+                max_srq: transport::rc::MAX_SRQS as u32,
+                max_mr_size: self.cfg.max_shm_bytes,
+            },
+        }
     }
 
     fn own_pd(&mut self, conn: ConnId, pd: u32) -> Result<(), ErrorReply> {

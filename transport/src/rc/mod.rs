@@ -22,6 +22,7 @@ mod qp;
 mod recv;
 mod requester;
 mod responder;
+pub use responder::MAX_DMA_LEN;
 mod sgl;
 mod types;
 

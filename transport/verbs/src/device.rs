@@ -32,6 +32,31 @@ use crate::shm::Segment;
 /// Segment size an application gets unless it asks otherwise.
 pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
 
+/// The socket of the embedded default configuration (the loopback
+/// testbed's daemon).
+pub const DEFAULT_SOCKET: &str = "/tmp/rnic/loopback.sock";
+
+/// The environment variable that names another daemon socket.
+pub const SOCKET_ENV: &str = "RNIC_SOCKET";
+
+/// The daemon socket: `$RNIC_SOCKET` when set and not empty, else
+/// [`DEFAULT_SOCKET`].
+pub fn socket_path() -> std::path::PathBuf {
+    match std::env::var_os(SOCKET_ENV) {
+        Some(p) if !p.is_empty() => p.into(),
+        _ => DEFAULT_SOCKET.into(),
+    }
+}
+
+/// The devices the daemon listening on `socket` serves, in its order.
+pub fn list_devices(socket: impl AsRef<Path>) -> Result<Vec<DeviceInfo>> {
+    let mut conn = Conn::connect(socket.as_ref())?;
+    match call(&mut conn, 0, Request::ListDevices)?.0 {
+        Reply::Devices(list) => Ok(list),
+        r => Err(unexpected(r)),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum VerbsError {
     #[error("daemon socket: {0}")]
@@ -73,6 +98,18 @@ pub type Result<T> = std::result::Result<T, VerbsError>;
 struct Conn {
     sock: UnixStream,
     buf: Vec<u8>,
+}
+
+impl Conn {
+    fn connect(socket: &Path) -> Result<Conn> {
+        let sock = UnixStream::connect(socket).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("connect {}: {e}", socket.display()))
+        })?;
+        Ok(Conn {
+            sock,
+            buf: Vec::new(),
+        })
+    }
 }
 
 struct Inner {
@@ -138,16 +175,7 @@ impl Device {
     /// Opens device `name` with a shared segment of `shm_bytes` (memory
     /// regions and rings are allocated in it).
     pub fn open_with(socket: impl AsRef<Path>, name: &str, shm_bytes: u64) -> Result<Device> {
-        let sock = UnixStream::connect(socket.as_ref()).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("connect {}: {e}", socket.as_ref().display()),
-            )
-        })?;
-        let mut conn = Conn {
-            sock,
-            buf: Vec::new(),
-        };
+        let mut conn = Conn::connect(socket.as_ref())?;
         let (reply, fds) = call(
             &mut conn,
             0,
@@ -176,6 +204,36 @@ impl Device {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.inner.info
+    }
+
+    /// One request and its reply, with the descriptors that came beside
+    /// it (for layers that keep their own handles, as the libibverbs
+    /// library does).
+    pub fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        self.inner.call(req)
+    }
+
+    /// The shared segment (rings and regions).
+    pub fn segment(&self) -> &Segment {
+        &self.inner.seg
+    }
+
+    /// Whether the daemon has closed this device's connection (it exited
+    /// or was killed): a non-blocking peek at the socket, which carries
+    /// nothing between a request's reply and the next request.
+    pub fn daemon_gone(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let c = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = [0u8; 1];
+        matches!(
+            recv(
+                c.sock.as_raw_fd(),
+                &mut b,
+                MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
+            ),
+            Ok(0) | Err(nix::errno::Errno::ECONNRESET | nix::errno::Errno::EPIPE)
+        )
     }
 
     pub fn alloc_pd(&self) -> Result<Pd> {

@@ -21,8 +21,9 @@ pub mod proto;
 pub mod shm;
 
 pub use device::{
-    empty_completion, poll_one, Cq, Device, Endpoint, LocalBuf, Mr, Payload, Pd, PreparedQp, Qp,
-    QpBuilder, RecvRequest, RemoteMr, Srq, VerbsError, WorkRequest,
+    empty_completion, list_devices, poll_one, socket_path, Cq, Device, Endpoint, LocalBuf, Mr,
+    Payload, Pd, PreparedQp, Qp, QpBuilder, RecvRequest, RemoteMr, Srq, VerbsError, WorkRequest,
+    DEFAULT_SOCKET, SOCKET_ENV,
 };
 pub use proto::{DeviceInfo, ErrorKind, MrAccess};
 pub use transport::rc::{Cqe as Completion, WcOpcode, WcStatus, WrOp};

@@ -72,6 +72,9 @@ pub enum Modify {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
+    /// The devices the daemon serves (allowed before `OpenDevice`; opens
+    /// nothing).
+    ListDevices,
     /// Opens `device` with a shared segment of `shm_bytes`.
     OpenDevice {
         abi_version: u32,
@@ -164,6 +167,9 @@ pub struct DeviceInfo {
     /// Device limits a verbs application asks `ibv_query_device` for.
     #[serde(default)]
     pub caps: DeviceCaps,
+    /// The rate the engine paces QPs at (the port's line rate), Gb/s.
+    #[serde(default)]
+    pub line_gbps: u32,
 }
 
 /// What a device supports per QP and WR.
@@ -178,6 +184,18 @@ pub struct DeviceCaps {
     pub max_srq_wr: u32,
     /// Atomics are atomic against other QPs of the device (IBV_ATOMIC_HCA).
     pub atomic_hca: bool,
+    /// QPs, CQ entries per CQ, memory regions and SRQs the device holds.
+    #[serde(default)]
+    pub max_qp: u32,
+    #[serde(default)]
+    pub max_cqe: u32,
+    #[serde(default)]
+    pub max_mr: u32,
+    #[serde(default)]
+    pub max_srq: u32,
+    /// Largest memory region, in bytes.
+    #[serde(default)]
+    pub max_mr_size: u64,
 }
 
 /// A QP's state and counters.
@@ -219,6 +237,8 @@ pub struct PortInfo {
 pub enum Reply {
     /// With the segment's memfd.
     DeviceOpened(DeviceInfo),
+    /// Every device, in the daemon's order (no segment: `shm_bytes` 0).
+    Devices(Vec<DeviceInfo>),
     Pd {
         pd: u32,
     },

@@ -1,0 +1,113 @@
+//! Unmodified verbs binaries from Debian (rdma-core's ibverbs-utils) over
+//! our libibverbs.so.1 and the daemon on the loopback testbed: the
+//! library exports every symbol of Debian's libibverbs.so.1 in its
+//! version node, `ibv_devices` and `ibv_devinfo -v` list the daemon's
+//! devices as verbs sees them, and with no daemon the device list is empty
+//! and says why once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod daemon_util;
+
+/// A directory holding our library under its soname, for LD_LIBRARY_PATH.
+fn lib_dir(tmp: &Path) -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = deps.join("libibverbs.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let dir = tmp.join("ibverbs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&lib, dir.join("libibverbs.so.1")).unwrap();
+    dir
+}
+
+fn tool(name: &str) -> Command {
+    let path = Path::new("/usr/bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: apt-get install -y ibverbs-utils perftest (./x test installs them)",
+        path.display()
+    );
+    Command::new(path)
+}
+
+/// `objdump -T` lines `VERSION NAME` of the defined, versioned symbols.
+fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("run objdump (binutils)");
+    assert!(out.status.success());
+    let mut v: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (ver, name) = (f.get(f.len().wrapping_sub(2))?, f.last()?);
+            (ver.starts_with("IBVERBS") && !name.starts_with("IBVERBS"))
+                .then(|| (ver.to_string(), name.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn main() {
+    let tmp = tempfile::tempdir().unwrap();
+    let libs = lib_dir(tmp.path());
+
+    // Every default-versioned symbol of Debian's library, in the same node.
+    let ours = versioned_symbols(&libs.join("libibverbs.so.1"));
+    let theirs = versioned_symbols(Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1"));
+    let missing: Vec<_> = theirs.iter().filter(|s| !ours.contains(s)).collect();
+    assert!(missing.is_empty(), "not exported as Debian's: {missing:?}");
+    println!("ok: {} symbols in their version nodes", theirs.len());
+
+    // No daemon: no devices, and one line on stderr that says why.
+    let out = tool("ibv_devices")
+        .env("LD_LIBRARY_PATH", &libs)
+        .env("RNIC_SOCKET", tmp.path().join("nobody.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no rnic daemon answers on"), "{err}");
+    assert_eq!(err.matches("no rnic daemon").count(), 1, "{err}");
+    println!("ok: no daemon -> {}", err.trim());
+
+    let d = daemon_util::start_daemon("ibverbs-apps");
+    let run = |cmd: &mut Command| -> String {
+        let out = cmd
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("RNIC_SOCKET", &d.socket)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{text}");
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{cmd:?}: {:?}", out.status);
+        text
+    };
+    let text = run(&mut tool("ibv_devices"));
+    assert!(text.contains("rnic0") && text.contains("rnic1"), "{text}");
+    let text = run(tool("ibv_devinfo").arg("-v"));
+    for want in [
+        "hca_id:\trnic0",
+        "hca_id:\trnic1",
+        "PORT_ACTIVE",
+        "link_layer:\t\tEthernet",
+        "active_mtu:\t\t1024 (3)",
+        "GID[  1]:\t\t::ffff:10.0.0.1, RoCE v2",
+        "GID[  1]:\t\t::ffff:10.0.0.2, RoCE v2",
+        "vendor_id:\t\t\t0xffffff",
+        "max_sge:\t\t\t13",
+        "atomic_cap:\t\t\tATOMIC_HCA",
+    ] {
+        assert!(text.contains(want), "ibv_devinfo -v lacks {want:?}");
+    }
+    println!("ok: ibv_devices and ibv_devinfo -v over the daemon");
+}
