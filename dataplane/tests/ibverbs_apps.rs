@@ -1,9 +1,11 @@
-//! Unmodified verbs binaries from Debian (rdma-core's ibverbs-utils) over
-//! our libibverbs.so.1 and the daemon on the loopback testbed: the
-//! library exports every symbol of Debian's libibverbs.so.1 in its
-//! version node, `ibv_devices` and `ibv_devinfo -v` list the daemon's
-//! devices as verbs sees them, and with no daemon the device list is empty
-//! and says why once.
+//! Unmodified verbs binaries from Debian (rdma-core's ibverbs-utils,
+//! perftest) over our libibverbs.so.1 and the daemon on the loopback
+//! testbed: the library exports every symbol of Debian's libibverbs.so.1
+//! in its version node; `ibv_devices` and `ibv_devinfo -v` list the
+//! daemon's devices as verbs sees them; with no daemon the device list is
+//! empty and says why once; `ibv_rc_pingpong -g 1 -c` (data validated)
+//! runs server on rnic1, client on rnic0, 1 B .. 1 MiB, polling and with
+//! completion events (`-e`); `ib_write_lat` runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +57,79 @@ fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// Waits until some process listens on TCP `port` of localhost (read
+/// from /proc/net/tcp, so that no connection is made to the server).
+fn wait_listening(port: u16) {
+    let want = format!(":{port:04X} ");
+    let t0 = std::time::Instant::now();
+    loop {
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        // State 0A is LISTEN.
+        if tcp.lines().any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| format!("{a} ").ends_with(&want))
+                && l.split_whitespace().nth(3) == Some("0A")
+        }) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no server listens on port {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `server_args` as the server and `client_args` + localhost as the
+/// client of one verbs program; both must exit 0. Returns their outputs.
+fn pair(
+    libs: &Path,
+    socket: &Path,
+    prog: &str,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (String, String) {
+    let env = |c: &mut Command| {
+        c.env("LD_LIBRARY_PATH", libs).env("RNIC_SOCKET", socket);
+    };
+    let mut s = tool(prog);
+    env(&mut s);
+    let server = s
+        .args(server_args)
+        .args(["-p", &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    let mut c = tool(prog);
+    env(&mut c);
+    let client = c
+        .args(client_args)
+        .args(["-p", &port.to_string(), "localhost"])
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&server), text(&client));
+    println!("--- {prog} server {server_args:?}\n{st}--- {prog} client {client_args:?}\n{ct}");
+    assert!(
+        server.status.success() && client.status.success(),
+        "{prog} {server_args:?}: server {:?}, client {:?}",
+        server.status,
+        client.status
+    );
+    (st, ct)
 }
 
 fn main() {
@@ -110,4 +185,43 @@ fn main() {
         assert!(text.contains(want), "ibv_devinfo -v lacks {want:?}");
     }
     println!("ok: ibv_devices and ibv_devinfo -v over the daemon");
+
+    // ibv_rc_pingpong, data validated, server rnic1 and client rnic0.
+    let mut port = 18600;
+    for size in ["1", "4096", "65536", "1048576"] {
+        for events in [false, true] {
+            let mut a = vec!["-g", "1", "-c", "-n", "20", "-s", size];
+            if events {
+                a.push("-e");
+            }
+            let (srv, cli) = pair(
+                &libs,
+                &d.socket,
+                "ibv_rc_pingpong",
+                port,
+                &[&["-d", "rnic1"], &a[..]].concat(),
+                &[&["-d", "rnic0"], &a[..]].concat(),
+            );
+            port += 1;
+            for t in [&srv, &cli] {
+                assert!(t.contains("20 iters in"), "{t}");
+            }
+            println!(
+                "ok: ibv_rc_pingpong -g 1 -c -s {size}{}",
+                if events { " -e" } else { "" }
+            );
+        }
+    }
+
+    // perftest: its RC WRITE latency test.
+    let (_, cli) = pair(
+        &libs,
+        &d.socket,
+        "ib_write_lat",
+        port,
+        &["-d", "rnic1", "-n", "50"],
+        &["-d", "rnic0", "-n", "50"],
+    );
+    assert!(cli.contains("t_typical[usec]"), "{cli}");
+    println!("ok: ib_write_lat rnic1 <- rnic0");
 }

@@ -3,8 +3,12 @@
 //! engine touches memory through [`Memory`].
 //!
 //! The bytes themselves live behind the [`Memory`] trait, addressed by
-//! virtual address, so that the dataplane can back regions with shared
-//! memory and tests with `Vec`s.
+//! *device address*, so that the dataplane can back regions with shared
+//! memory and tests with `Vec`s. A region maps its virtual addresses (the
+//! ones in work requests and on the wire: the application's own, as
+//! `ibv_reg_mr` gives them) to device addresses linearly; the checks below
+//! return the device address of the range they allowed. A region
+//! registered without a device base maps every address to itself.
 
 /// What a region allows (local read is always allowed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,6 +71,15 @@ struct Region {
     len: u64,
     access: Access,
     keys: MrKeys,
+    /// The device address of `base`.
+    dev: u64,
+}
+
+impl Region {
+    /// The device address of `va` (inside the region).
+    fn dev_addr(&self, va: u64) -> u64 {
+        self.dev.wrapping_add(va - self.base)
+    }
 }
 
 /// The regions of one engine (one NIC).
@@ -99,8 +112,25 @@ impl MrTable {
         len: u64,
         access: Access,
     ) -> Result<MrKeys, MrError> {
+        self.register_at(pd, base, len, access, base)
+    }
+
+    /// Registers `[base, base + len)` of protection domain `pd` whose
+    /// bytes are at device addresses `[dev, dev + len)` (an application's
+    /// own memory, mapped by the dataplane somewhere else).
+    pub fn register_at(
+        &mut self,
+        pd: Pd,
+        base: u64,
+        len: u64,
+        access: Access,
+        dev: u64,
+    ) -> Result<MrKeys, MrError> {
         if base.checked_add(len).is_none() {
             return Err(MrError::BadRange(len, base));
+        }
+        if dev.checked_add(len).is_none() {
+            return Err(MrError::BadRange(len, dev));
         }
         let slot = match self.regions.iter().position(Option::is_none) {
             Some(i) => i,
@@ -122,6 +152,7 @@ impl MrTable {
             len,
             access,
             keys,
+            dev,
         });
         Ok(keys)
     }
@@ -154,12 +185,12 @@ impl MrTable {
     }
 
     /// Checks a local access of the default PD (see [`MrView::check_local`]).
-    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<u64, MrError> {
         self.pd(DEFAULT_PD).check_local(lkey, va, len, write)
     }
 
     /// Checks a remote access of the default PD (see [`MrView::check_remote`]).
-    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<u64, MrError> {
         self.pd(DEFAULT_PD).check_remote(rkey, va, len, write)
     }
 }
@@ -198,42 +229,45 @@ impl MrView<'_> {
     }
 
     /// Checks a local access by the requester (a WQE's scatter/gather
-    /// entry); `write` for READ targets.
-    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+    /// entry); `write` for READ targets. Returns the device address of
+    /// `va`.
+    pub fn check_local(&self, lkey: u32, va: u64, len: u64, write: bool) -> Result<u64, MrError> {
         let r = self.find(lkey, false)?;
         Self::bounds(&r, va, len)?;
         if write && !r.access.local_write {
             return Err(MrError::AccessDenied("local write"));
         }
-        Ok(())
+        Ok(r.dev_addr(va))
     }
 
     /// Checks a remote atomic on the 8 bytes at `va`: R_Key, bounds and
     /// the remote-atomic right (alignment is the responder's check).
-    pub fn check_remote_atomic(&self, rkey: u32, va: u64) -> Result<(), MrError> {
+    /// Returns the device address of `va`.
+    pub fn check_remote_atomic(&self, rkey: u32, va: u64) -> Result<u64, MrError> {
         let r = self.find(rkey, true)?;
         Self::bounds(&r, va, 8)?;
         if !r.access.remote_atomic {
             return Err(MrError::AccessDenied("remote atomic"));
         }
-        Ok(())
+        Ok(r.dev_addr(va))
     }
 
     /// Checks a remote access (R_Key, bounds, right) by the responder.
-    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<(), MrError> {
+    /// Returns the device address of `va`.
+    pub fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> Result<u64, MrError> {
         let r = self.find(rkey, true)?;
         Self::bounds(&r, va, len)?;
         match (write, r.access) {
             (true, a) if !a.remote_write => Err(MrError::AccessDenied("remote write")),
             (false, a) if !a.remote_read => Err(MrError::AccessDenied("remote read")),
-            _ => Ok(()),
+            _ => Ok(r.dev_addr(va)),
         }
     }
 }
 
-/// The bytes of registered regions, addressed by virtual address. The
-/// engine checks every access against the [`MrTable`] first, so an
-/// implementation only maps addresses to storage.
+/// The bytes of registered regions, addressed by device address (what
+/// the [`MrTable`] checks return). The engine checks every access first,
+/// so an implementation only maps addresses to storage.
 pub trait Memory {
     /// Copies `dst.len()` bytes at `va` into `dst` (an empty `dst` may come
     /// with any `va` and must be a no-op).

@@ -123,3 +123,90 @@ fn engine_defaults_are_valid_for_slow_and_fast_links() {
         assert!(c.hpcc.w_init >= c.hpcc.w_min);
     }
 }
+
+/// A region whose virtual addresses (the application's) are not its
+/// device addresses: every access, local and remote, lands at the device
+/// address the region maps it to (what `ibv_reg_mr` of an application's
+/// own buffer needs).
+#[test]
+fn a_region_at_its_own_virtual_address_is_reached_at_its_device_address() {
+    use rc_util::MR_BASE;
+    use transport::mr::{Access, DEFAULT_PD};
+    use transport::rc::{RecvWr, SendWr, SgList, Sge};
+    const APP_VA: u64 = 0x7f12_3456_7000;
+    const DEV_OFF: u64 = 8 << 20;
+    const LEN: u64 = 1 << 20;
+    let mut p = Pair::new(Setup::default());
+    let ka =
+        p.a.engine_mut()
+            .register_mr_at(DEFAULT_PD, APP_VA, LEN, Access::ALL, MR_BASE + DEV_OFF)
+            .unwrap();
+    let kb =
+        p.b.engine_mut()
+            .register_mr_at(DEFAULT_PD, APP_VA, LEN, Access::ALL, MR_BASE + DEV_OFF)
+            .unwrap();
+    let sge = |k: transport::mr::MrKeys, off: u64, len: u32| Sge {
+        lkey: k.lkey,
+        va: APP_VA + off,
+        len,
+    };
+    // WRITE 3000 B (3 packets) from A's app VA 0 to B's app VA 100.
+    p.fill_a(DEV_OFF, 3000, 7);
+    p.post(SendWr::new(
+        1,
+        WrOp::Write,
+        sge(ka, 0, 3000),
+        kb.rkey,
+        APP_VA + 100,
+    ));
+    // READ 2500 B of B at app VA 200_000 into A at app VA 300_000.
+    p.fill_b(DEV_OFF + 200_000, 2500, 9);
+    p.post(SendWr::new(
+        2,
+        WrOp::Read,
+        sge(ka, 300_000, 2500),
+        kb.rkey,
+        APP_VA + 200_000,
+    ));
+    // FETCH_ADD on B's app VA 8000, original into A's app VA 8000.
+    p.fill_b(DEV_OFF + 8000, 8, 0);
+    let add = WrOp::FetchAdd { add: 5 };
+    p.post(SendWr::new(
+        3,
+        add,
+        sge(ka, 8000, 8),
+        kb.rkey,
+        APP_VA + 8000,
+    ));
+    // SEND 1500 B into a receive WQE over B's app VA 400_000.
+    p.fill_a(DEV_OFF + 50_000, 1500, 3);
+    p.post_recv_b(RecvWr {
+        wr_id: 9,
+        sg: SgList::one(sge(kb, 400_000, 4096)),
+    });
+    p.post(SendWr::new(4, WrOp::Send, sge(ka, 50_000, 1500), 0, 0));
+    p.run(1_000_000_000);
+    let done: Vec<_> = p
+        .completions_a()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        done,
+        (1..=4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    assert_eq!(p.b_bytes(DEV_OFF + 100, 3000), p.a_bytes(DEV_OFF, 3000));
+    assert_eq!(
+        p.a_bytes(DEV_OFF + 300_000, 2500),
+        p.b_bytes(DEV_OFF + 200_000, 2500)
+    );
+    let before = u64::from_ne_bytes(p.a_bytes(DEV_OFF + 8000, 8).try_into().unwrap());
+    let after = u64::from_ne_bytes(p.b_bytes(DEV_OFF + 8000, 8).try_into().unwrap());
+    assert_eq!(after, before.wrapping_add(5));
+    assert_eq!(
+        p.b_bytes(DEV_OFF + 400_000, 1500),
+        p.a_bytes(DEV_OFF + 50_000, 1500)
+    );
+    // Nothing landed at the application addresses themselves.
+    assert!(p.b_bytes(100, 3000) != p.a_bytes(DEV_OFF, 3000));
+}

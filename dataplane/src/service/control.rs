@@ -10,7 +10,7 @@
 //! application is gone (exited or killed).
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind as IoKind, Read};
+use std::io::ErrorKind as IoKind;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,11 +33,11 @@ pub enum ToDataplane {
         conn: ConnId,
         id: u64,
         req: Request,
+        /// Descriptors that came with the request (`Request::fd_count`).
+        fds: Vec<OwnedFd>,
     },
     /// The application closed its socket (or died).
-    Closed {
-        conn: ConnId,
-    },
+    Closed { conn: ConnId },
 }
 
 /// A reply for a connection, with descriptors to pass.
@@ -59,6 +59,8 @@ const WAKER: Token = Token(1);
 struct Conn {
     stream: UnixStream,
     inbuf: Vec<u8>,
+    /// Descriptors received and not yet claimed by a request, in order.
+    infds: VecDeque<OwnedFd>,
     /// Replies not yet (fully) written: bytes, offset, descriptors (sent
     /// with the first byte).
     out: VecDeque<(Vec<u8>, usize, Vec<OwnedFd>)>,
@@ -173,6 +175,7 @@ fn run(
                                     Conn {
                                         stream,
                                         inbuf: Vec::new(),
+                                        infds: VecDeque::new(),
                                         out: VecDeque::new(),
                                         outstanding: 0,
                                     },
@@ -243,11 +246,16 @@ fn service(c: &mut Conn, id: ConnId, requests: &Sender<ToDataplane>) -> bool {
                 }
                 Ok(Some(m)) => {
                     c.outstanding += 1;
+                    // A request's descriptors came with its first byte, so
+                    // they are here by the time it is whole.
+                    let want = m.req.fd_count().min(c.infds.len());
+                    let fds = c.infds.drain(..want).collect();
                     if requests
                         .send(ToDataplane::Request {
                             conn: id,
                             id: m.id,
                             req: m.req,
+                            fds,
                         })
                         .is_err()
                     {
@@ -276,14 +284,45 @@ fn service(c: &mut Conn, id: ConnId, requests: &Sender<ToDataplane>) -> bool {
             return true;
         }
         let mut chunk = [0u8; 8192];
-        match c.stream.read(&mut chunk) {
+        match recv_with_fds(&c.stream, &mut chunk, &mut c.infds) {
             Ok(0) => return false,
             Ok(n) => c.inbuf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == IoKind::WouldBlock => return true,
             Err(e) if e.kind() == IoKind::Interrupted => {}
             Err(_) => return false,
         }
+        if c.infds.len() > 4 * proto::MAX_FDS {
+            // Descriptors no request claims: the client is out of step.
+            return false;
+        }
     }
+}
+
+/// One non-blocking read, keeping the descriptors that arrive.
+fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    fds: &mut VecDeque<OwnedFd>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{FromRawFd, RawFd};
+    let mut space = nix::cmsg_space!([RawFd; proto::MAX_FDS]);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(std::io::Error::from)?;
+    for c in msg.cmsgs().map_err(std::io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: the kernel installed these descriptors in this
+            // process for this message; nothing else owns them.
+            fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
+        }
+    }
+    Ok(msg.bytes)
 }
 
 /// Writes queued replies; false when the peer is gone or does not read.

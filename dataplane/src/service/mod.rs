@@ -160,8 +160,7 @@ struct App {
     seg: Arc<Segment>,
     alloc: SegmentAlloc,
     pds: Vec<u32>,
-    /// L_Key -> (PD, offset, len).
-    mrs: HashMap<u32, (u32, u64, u64)>,
+    mrs: HashMap<u32, requests::MrRt>,
     cqs: HashMap<u32, CqRt>,
     qps: Vec<Qpn>,
     /// Its shared receive queues (engine SRQ ids on its host).
@@ -288,9 +287,9 @@ impl Service {
 
     fn on_control(&mut self, control: &Control, m: ToDataplane) {
         match m {
-            ToDataplane::Request { conn, id, req } => {
+            ToDataplane::Request { conn, id, req, fds } => {
                 self.counters.requests += 1;
-                let (result, fds) = match self.handle(conn, req) {
+                let (result, fds) = match self.handle(conn, req, fds) {
                     Ok((r, fds)) => (Ok(r), fds),
                     Err(e) => {
                         self.counters.request_errors += 1;
@@ -393,8 +392,11 @@ impl Service {
             let _ = host.nic.engine_mut().destroy_srq(*srq);
             host.srqs.remove(srq);
         }
-        for lkey in app.mrs.keys() {
+        for (lkey, mr) in &app.mrs {
             let _ = host.nic.engine_mut().deregister_mr(*lkey);
+            if let requests::MrBacking::Mapped { slot } = mr.backing {
+                host.nic.engine_mut().mem_mut().detach(slot);
+            }
         }
         // Flushed completions of the destroyed QPs have no CQ left.
         self.route_completions(app.host);

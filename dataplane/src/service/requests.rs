@@ -36,6 +36,15 @@ const MIN_SHM: u64 = 1 << 20;
 /// Deepest SQ or CQ ring.
 const MAX_DEPTH: u32 = 1 << 14;
 
+fn engine_access(a: MrAccess) -> Access {
+    Access {
+        local_write: a.local_write,
+        remote_write: a.remote_write,
+        remote_read: a.remote_read,
+        remote_atomic: a.remote_atomic,
+    }
+}
+
 fn depth_ok(what: &str, d: u32) -> Result<(), ErrorReply> {
     if !d.is_power_of_two() || d > MAX_DEPTH {
         return Err(err(
@@ -83,8 +92,25 @@ impl App {
     }
 }
 
+/// Where a memory region's bytes are.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum MrBacking {
+    /// In the application's segment, allocated by the daemon.
+    Segment { off: u64, len: u64 },
+    /// The application's own buffer, its memfds mapped at their own slot
+    /// of the host's memory.
+    Mapped { slot: usize },
+}
+
+/// A registered region of an application.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MrRt {
+    pub pd: u32,
+    pub backing: MrBacking,
+}
+
 impl Service {
-    pub(super) fn handle(&mut self, conn: ConnId, req: Request) -> Answer {
+    pub(super) fn handle(&mut self, conn: ConnId, req: Request, fds: Vec<OwnedFd>) -> Answer {
         if let Request::OpenDevice {
             abi_version,
             device,
@@ -120,6 +146,14 @@ impl Service {
             }
             Request::DeallocPd { pd } => self.dealloc_pd(conn, pd),
             Request::RegMr { pd, len, access } => self.reg_mr(conn, pd, len, access),
+            Request::RegUserMr {
+                pd,
+                va,
+                len,
+                access,
+                start,
+                pieces,
+            } => self.reg_user_mr(conn, pd, (va, len, access), start, &pieces, &fds),
             Request::DeregMr { lkey } => self.dereg_mr(conn, lkey),
             Request::CreateCq { depth } => self.create_cq(conn, depth),
             Request::DestroyCq { cq } => self.destroy_cq(conn, cq),
@@ -289,7 +323,7 @@ impl Service {
             .values()
             .any(|q| q.app == conn && q.pd == pd);
         let a = self.app(conn);
-        if used_by_qp || a.mrs.values().any(|m| m.0 == pd) {
+        if used_by_qp || a.mrs.values().any(|m| m.pd == pd) {
             return Err(err(
                 ErrorKind::Busy,
                 format!("PD {pd} still has memory regions or QPs"),
@@ -323,21 +357,16 @@ impl Service {
         zero(&a.seg, off, len);
         let (host, slot) = (a.host, a.slot);
         let va = AppMemory::va(slot, off);
-        let keys = self.hosts[host].nic.engine_mut().register_mr_in(
-            pd,
-            va,
-            len,
-            Access {
-                local_write: access.local_write,
-                remote_write: access.remote_write,
-                remote_read: access.remote_read,
-                remote_atomic: access.remote_atomic,
-            },
-        );
+        let keys =
+            self.hosts[host]
+                .nic
+                .engine_mut()
+                .register_mr_in(pd, va, len, engine_access(access));
         let a = self.app(conn);
         match keys {
             Ok(k) => {
-                a.mrs.insert(k.lkey, (pd, off, len));
+                let backing = MrBacking::Segment { off, len };
+                a.mrs.insert(k.lkey, MrRt { pd, backing });
                 done(Reply::Mr {
                     lkey: k.lkey,
                     rkey: k.rkey,
@@ -353,17 +382,97 @@ impl Service {
         }
     }
 
+    /// Maps the memfds that now hold an application's buffer and
+    /// registers the buffer at its own address.
+    fn reg_user_mr(
+        &mut self,
+        conn: ConnId,
+        pd: u32,
+        (va, len, access): (u64, u64, MrAccess),
+        start: u64,
+        pieces: &[verbs::proto::MapPiece],
+        fds: &[OwnedFd],
+    ) -> Answer {
+        self.own_pd(conn, pd)?;
+        let bad = |m: String| Err(err(ErrorKind::InvalidArgument, m));
+        if pieces.is_empty() || pieces.len() > verbs::proto::MAX_FDS {
+            return bad(format!(
+                "{} pieces (1..={} per region)",
+                pieces.len(),
+                verbs::proto::MAX_FDS
+            ));
+        }
+        let mut list = Vec::with_capacity(pieces.len());
+        let mut total = 0u64;
+        for p in pieces {
+            let Some(fd) = fds.get(p.fd as usize) else {
+                return bad(format!(
+                    "piece names descriptor {} but {} came with the request",
+                    p.fd,
+                    fds.len()
+                ));
+            };
+            if p.len == 0 || p.len % 4096 != 0 || p.offset % 4096 != 0 {
+                return bad(format!(
+                    "piece of {} bytes at offset {} is not page-aligned",
+                    p.len, p.offset
+                ));
+            }
+            total = total.saturating_add(p.len);
+            list.push((fd.as_fd(), p.offset, p.len as usize));
+        }
+        if len == 0 || start.checked_add(len).is_none_or(|end| end > total) {
+            return bad(format!(
+                "region of {len} bytes at {start} does not fit the {total} bytes mapped"
+            ));
+        }
+        if total > self.cfg.max_shm_bytes {
+            return bad(format!(
+                "region of {total} bytes (at most {}, max_shm_bytes in the config)",
+                self.cfg.max_shm_bytes
+            ));
+        }
+        let seg = Segment::map_pieces(&list).map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
+        let host = self.app(conn).host;
+        let e = self.hosts[host].nic.engine_mut();
+        let slot = e.mem_mut().attach(Arc::new(seg));
+        let dev = AppMemory::va(slot, start);
+        match e.register_mr_at(pd, va, len, engine_access(access), dev) {
+            Ok(k) => {
+                let backing = MrBacking::Mapped { slot };
+                self.app(conn).mrs.insert(k.lkey, MrRt { pd, backing });
+                done(Reply::Mr {
+                    lkey: k.lkey,
+                    rkey: k.rkey,
+                    va,
+                    offset: 0,
+                    len,
+                })
+            }
+            Err(e) => {
+                self.hosts[host].nic.engine_mut().mem_mut().detach(slot);
+                Err(err(ErrorKind::NoSpace, e.to_string()))
+            }
+        }
+    }
+
     fn dereg_mr(&mut self, conn: ConnId, lkey: u32) -> Answer {
         let a = self.app(conn);
-        let Some((_, off, len)) = a.mrs.remove(&lkey) else {
+        let Some(mr) = a.mrs.remove(&lkey) else {
             return Err(err(
                 ErrorKind::NoSuchMr,
                 format!("no region with L_Key {lkey:#x}"),
             ));
         };
-        a.alloc.release(off, len);
         let host = a.host;
-        let _ = self.hosts[host].nic.engine_mut().deregister_mr(lkey);
+        if let MrBacking::Segment { off, len } = mr.backing {
+            a.alloc.release(off, len);
+        }
+        let e = self.hosts[host].nic.engine_mut();
+        let _ = e.deregister_mr(lkey);
+        if let MrBacking::Mapped { slot } = mr.backing {
+            e.mem_mut().detach(slot);
+        }
         done(Reply::Done)
     }
 

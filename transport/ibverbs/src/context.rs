@@ -7,7 +7,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
@@ -46,6 +46,31 @@ impl Ctx {
         // SAFETY: by the contract, `p` is the `context` field of the
         // `vctx` field of a live boxed Ctx, `off` bytes into it.
         unsafe { p.cast::<u8>().sub(off).cast::<Ctx>().as_ref() }
+    }
+
+    /// Whether the daemon is known to be gone.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    /// Looks whether the daemon is gone (one non-blocking peek at the
+    /// socket); once it is, every later call fails and the async
+    /// descriptor reports IBV_EVENT_DEVICE_FATAL.
+    pub fn check_daemon(&self) -> bool {
+        if self.is_dead() {
+            return true;
+        }
+        if self.device.daemon_gone() {
+            if !self.dead.swap(true, Ordering::Relaxed) {
+                crate::util::warn(&format!(
+                    "the daemon serving {} is gone; the device is dead",
+                    self.dev.info.name
+                ));
+                let _ = nix::unistd::write(&self.async_fd, &1u64.to_ne_bytes());
+            }
+            return true;
+        }
+        false
     }
 
     /// The application's pointer to this context.
@@ -91,6 +116,10 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             ..Default::default()
         };
         let c = &mut vctx.context;
+        c.ops.post_send = Some(crate::post::post_send);
+        c.ops.post_recv = Some(crate::post::post_recv);
+        c.ops.poll_cq = Some(crate::cq::poll_cq);
+        c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
         c.device = device;
         c.cmd_fd = -1;
         c.async_fd = async_fd.as_raw_fd();

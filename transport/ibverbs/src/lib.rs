@@ -23,8 +23,13 @@
 pub mod sys;
 
 mod context;
+mod cq;
 mod device;
+mod pd_mr;
+mod post;
+mod qp;
 mod query;
+mod remap;
 mod strings;
 mod stubs;
 mod util;

@@ -73,14 +73,7 @@ returns_null!(
     _verbs_init_and_alloc_context,
     verbs_open_device,
     // Not yet: the objects of the next steps.
-    ibv_create_comp_channel,
-    ibv_alloc_pd,
-    ibv_create_cq,
-    ibv_create_qp,
     ibv_create_srq,
-    ibv_reg_mr,
-    ibv_reg_mr_iova,
-    ibv_reg_mr_iova2,
 );
 
 returns_errno!(
@@ -152,15 +145,8 @@ returns_errno!(
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
     // Not yet: the objects of the next steps.
-    ibv_destroy_comp_channel,
-    ibv_dealloc_pd,
-    ibv_dereg_mr,
-    ibv_destroy_cq,
-    ibv_destroy_qp,
     ibv_destroy_srq,
-    ibv_modify_qp,
     ibv_modify_srq,
-    ibv_query_qp,
     ibv_query_srq,
 );
 
@@ -172,7 +158,6 @@ returns_minus_one!(
     ibv_rereg_mr,
     // Not yet: the objects of the next steps.
     ibv_get_async_event,
-    ibv_get_cq_event,
 );
 
 does_nothing!(
@@ -189,7 +174,6 @@ does_nothing!(
     verbs_uninit_context,
     // Not yet: the objects of the next steps.
     ibv_ack_async_event,
-    ibv_ack_cq_events,
 );
 
 /// `ioctl` attribute counting of the provider interface; nothing here

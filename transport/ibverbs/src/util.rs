@@ -37,3 +37,29 @@ pub fn copy_cstr(dst: &mut [c_char], s: &str) {
 pub fn warn(msg: &str) {
     eprintln!("libibverbs (rnic): {msg}");
 }
+
+/// The errno a failed daemon request means to a verbs caller.
+pub fn errno_of(e: &verbs::VerbsError) -> i32 {
+    use verbs::{ErrorKind as K, VerbsError as V};
+    match e {
+        V::Daemon(r) => match r.kind {
+            K::NoSpace => libc::ENOMEM,
+            K::Busy => libc::EBUSY,
+            K::Version => libc::EPROTO,
+            K::NoSuchDevice => libc::ENODEV,
+            K::NotOpen | K::AlreadyOpen | K::Malformed => libc::EIO,
+            _ => libc::EINVAL,
+        },
+        V::Io(_) => libc::EIO,
+        V::InvalidArgument(_) => libc::EINVAL,
+        _ => libc::EIO,
+    }
+}
+
+/// Whether the library was told to say why each failing call failed
+/// (`RNIC_VERBS_DEBUG=1`); errors that need a sentence beyond errno are
+/// printed always.
+pub fn debug() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RNIC_VERBS_DEBUG").is_some_and(|v| v != "0"))
+}

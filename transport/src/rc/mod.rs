@@ -223,6 +223,21 @@ impl<M: Memory> Engine<M> {
         self.mrs.register_in(pd, va, len, access)
     }
 
+    /// Registers `[va, va + len)` of protection domain `pd` whose bytes
+    /// are at device addresses `[dev, dev + len)` of the engine's memory
+    /// (an application's own buffer, at its own address, mapped by the
+    /// dataplane elsewhere). Work requests and the peer use `va`.
+    pub fn register_mr_at(
+        &mut self,
+        pd: Pd,
+        va: u64,
+        len: u64,
+        access: Access,
+        dev: u64,
+    ) -> Result<MrKeys, MrError> {
+        self.mrs.register_at(pd, va, len, access, dev)
+    }
+
     /// Registered regions (all PDs).
     pub fn mr_count(&self) -> usize {
         self.mrs.len()

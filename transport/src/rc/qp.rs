@@ -554,13 +554,19 @@ impl Qp {
         let mrs = mrs.pd(self.pd);
         if let Some(r) = self.resp.peek_response() {
             let read = r.atomic.is_none();
-            if read && !super::responder::remote_ok(mrs, r.rkey, r.va, u64::from(r.len), false) {
-                self.resp.refuse_read(r.psn);
-                self.counters.naks_sent[2] += 1;
-                return Err(WcStatus::WrFlushErr);
-            }
+            let dev = if read {
+                let dev = super::responder::remote_addr(mrs, r.rkey, r.va, u64::from(r.len), false);
+                let Some(dev) = dev else {
+                    self.resp.refuse_read(r.psn);
+                    self.counters.naks_sent[2] += 1;
+                    return Err(WcStatus::WrFlushErr);
+                };
+                dev
+            } else {
+                r.va
+            };
             let repr = self.response_repr(cfg, &r, ident);
-            let Ok(n) = repr.emit_with(r.len as usize, buf, |dst| mem.read(r.va, dst)) else {
+            let Ok(n) = repr.emit_with(r.len as usize, buf, |dst| mem.read(dev, dst)) else {
                 return Ok(None);
             };
             self.resp.response_sent();
@@ -600,7 +606,7 @@ impl Qp {
                 }
                 let repr = self.request_repr(cfg, &t, ident);
                 repr.emit_with(len, buf, |dst| {
-                    super::sgl::read_range(sges, mem, t.off, dst)
+                    super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
             }
         };

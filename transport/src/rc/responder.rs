@@ -33,7 +33,22 @@ pub const RNR_NAK: u8 = 0x20;
 /// R_Key, bounds and access right. A zero-length RDMA WRITE or READ
 /// reaches no memory, and its R_Key is not checked (IBA C9-88).
 pub(crate) fn remote_ok(mrs: MrView<'_>, rkey: u32, va: u64, len: u64, write: bool) -> bool {
-    len == 0 || mrs.check_remote(rkey, va, len, write).is_ok()
+    remote_addr(mrs, rkey, va, len, write).is_some()
+}
+
+/// The device address of `va` when [`remote_ok`] (`va` itself for a
+/// zero-length access, which reaches no memory).
+pub(crate) fn remote_addr(
+    mrs: MrView<'_>,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    write: bool,
+) -> Option<u64> {
+    if len == 0 {
+        return Some(va);
+    }
+    mrs.check_remote(rkey, va, len, write).ok()
 }
 
 /// The message being received, between its FIRST and LAST packets (one
@@ -398,9 +413,9 @@ impl Responder {
         if a.va % 8 != 0 {
             return self.fatal(psn, NAK_INVALID_REQUEST);
         }
-        if mrs.check_remote_atomic(a.r_key, a.va).is_err() {
+        let Ok(dev) = mrs.check_remote_atomic(a.r_key, a.va) else {
             return self.fatal(psn, NAK_REMOTE_ACCESS);
-        }
+        };
         let op = if p.repr.bth.opcode == Opcode::CompareSwap {
             AtomicOp::CmpSwap {
                 compare: a.compare,
@@ -409,7 +424,7 @@ impl Responder {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = mem.atomic(a.va, op);
+        let orig = mem.atomic(dev, op);
         self.bump_msn();
         self.remember(Memo {
             first_psn: psn,
@@ -556,10 +571,12 @@ impl Responder {
                 if !ok {
                     return self.fatal(psn, NAK_INVALID_REQUEST);
                 }
-                if !remote_ok(mrs, reth.r_key, reth.va, total, true) {
+                // The message's bytes are contiguous in one region, so its
+                // device address is kept for the packets that follow.
+                let Some(dev) = remote_addr(mrs, reth.r_key, reth.va, total, true) else {
                     return self.fatal(psn, NAK_REMOTE_ACCESS);
-                }
-                (reth.va, total, total, only)
+                };
+                (dev, total, total, only)
             }
             _ => {
                 let Some(InMsg::Write { va, left, total }) = self.msg else {

@@ -103,7 +103,10 @@ impl SgList {
         self.as_slice()
             .iter()
             .filter(|s| s.len > 0)
-            .try_for_each(|s| mrs.check_local(s.lkey, s.va, u64::from(s.len), write))
+            .try_for_each(|s| {
+                mrs.check_local(s.lkey, s.va, u64::from(s.len), write)
+                    .map(drop)
+            })
     }
 
     /// Checks that message bytes `[off, off + len)` lie inside the list
@@ -121,14 +124,14 @@ impl SgList {
 
     /// Copies message bytes `[off, off + dst.len())` into `dst`; call
     /// [`SgList::check_range`] first.
-    pub fn read_range(&self, mem: &impl Memory, off: u64, dst: &mut [u8]) {
-        read_range(self.as_slice().iter().copied(), mem, off, dst)
+    pub fn read_range(&self, mrs: MrView<'_>, mem: &impl Memory, off: u64, dst: &mut [u8]) {
+        read_range(self.as_slice().iter().copied(), mrs, mem, off, dst)
     }
 
     /// Copies `src` to message bytes `[off, off + src.len())`; call
     /// [`SgList::check_range`] first.
-    pub fn write_range(&self, mem: &mut impl Memory, off: u64, src: &[u8]) {
-        write_range(self.as_slice().iter().copied(), mem, off, src)
+    pub fn write_range(&self, mrs: MrView<'_>, mem: &mut impl Memory, off: u64, src: &[u8]) {
+        write_range(self.as_slice().iter().copied(), mrs, mem, off, src)
     }
 
     /// Checks, then copies message bytes `[off, off + dst.len())` out.
@@ -140,7 +143,7 @@ impl SgList {
         dst: &mut [u8],
     ) -> Result<(), MrError> {
         self.check_range(mrs, off, dst.len() as u64, false)?;
-        self.read_range(mem, off, dst);
+        self.read_range(mrs, mem, off, dst);
         Ok(())
     }
 
@@ -155,7 +158,7 @@ impl SgList {
         src: &[u8],
     ) -> Result<(), MrError> {
         self.check_range(mrs, off, src.len() as u64, true)?;
-        self.write_range(mem, off, src);
+        self.write_range(mrs, mem, off, src);
         Ok(())
     }
 }
@@ -177,9 +180,9 @@ pub fn pieces(
     })
 }
 
-/// The VA of message bytes `[off, off + len)` of a single local buffer,
-/// checked as [`check_range`] does (the fast path of the one-buffer WRs
-/// most applications post).
+/// The device address of message bytes `[off, off + len)` of a single
+/// local buffer, checked as [`check_range`] does (the fast path of the
+/// one-buffer WRs most applications post).
 #[inline]
 pub fn one_range(s: Sge, mrs: MrView<'_>, off: u64, len: u64, write: bool) -> Result<u64, MrError> {
     if off.saturating_add(len) > u64::from(s.len) {
@@ -192,7 +195,7 @@ pub fn one_range(s: Sge, mrs: MrView<'_>, off: u64, len: u64, write: bool) -> Re
     }
     let va = s.va.wrapping_add(off);
     if len > 0 {
-        mrs.check_local(s.lkey, va, len, write)?;
+        return mrs.check_local(s.lkey, va, len, write);
     }
     Ok(va)
 }
@@ -222,20 +225,41 @@ pub fn check_range(
     Ok(())
 }
 
-/// [`SgList::read_range`] over any entries.
-pub fn read_range(sges: impl Iterator<Item = Sge>, mem: &impl Memory, off: u64, dst: &mut [u8]) {
+/// [`SgList::read_range`] over any entries: each piece at the device
+/// address its region maps it to (a piece no region allows, which
+/// [`check_range`] has ruled out, reads as zeros).
+pub fn read_range(
+    sges: impl Iterator<Item = Sge>,
+    mrs: MrView<'_>,
+    mem: &impl Memory,
+    off: u64,
+    dst: &mut [u8],
+) {
     let mut at = 0usize;
-    for (_, va, n) in pieces(sges, off, dst.len() as u64) {
-        mem.read(va, &mut dst[at..at + n as usize]);
+    for (s, va, n) in pieces(sges, off, dst.len() as u64) {
+        let out = &mut dst[at..at + n as usize];
+        match mrs.check_local(s.lkey, va, n, false) {
+            Ok(dev) => mem.read(dev, out),
+            Err(_) => out.fill(0),
+        }
         at += n as usize;
     }
 }
 
-/// [`SgList::write_range`] over any entries.
-pub fn write_range(sges: impl Iterator<Item = Sge>, mem: &mut impl Memory, off: u64, src: &[u8]) {
+/// [`SgList::write_range`] over any entries (a piece no region allows,
+/// which [`check_range`] has ruled out, is not written).
+pub fn write_range(
+    sges: impl Iterator<Item = Sge>,
+    mrs: MrView<'_>,
+    mem: &mut impl Memory,
+    off: u64,
+    src: &[u8],
+) {
     let mut at = 0usize;
-    for (_, va, n) in pieces(sges, off, src.len() as u64) {
-        mem.write(va, &src[at..at + n as usize]);
+    for (s, va, n) in pieces(sges, off, src.len() as u64) {
+        if let Ok(dev) = mrs.check_local(s.lkey, va, n, true) {
+            mem.write(dev, &src[at..at + n as usize]);
+        }
         at += n as usize;
     }
 }
@@ -249,7 +273,7 @@ pub fn scatter(
     src: &[u8],
 ) -> Result<(), MrError> {
     check_range(sges.clone(), mrs, off, src.len() as u64, true)?;
-    write_range(sges, mem, off, src);
+    write_range(sges, mrs, mem, off, src);
     Ok(())
 }
 

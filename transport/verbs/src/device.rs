@@ -11,7 +11,7 @@
 //! polling touch only shared memory.
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,21 +121,40 @@ struct Inner {
 
 impl Inner {
     fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        self.call_with(req, &[])
+    }
+
+    fn call_with(&self, req: Request, fds: &[BorrowedFd<'_>]) -> Result<(Reply, Vec<OwnedFd>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        call(&mut c, id, req)
+        call_with(&mut c, id, req, fds)
     }
 }
 
 fn call(c: &mut Conn, id: u64, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
-    proto::send_message(
-        &mut c.sock,
-        &RequestMsg {
-            v: PROTOCOL_VERSION,
-            id,
-            req,
-        },
-    )?;
+    call_with(c, id, req, &[])
+}
+
+/// Sends a request with `fds` beside its first byte and reads the reply.
+fn call_with(
+    c: &mut Conn,
+    id: u64,
+    req: Request,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(Reply, Vec<OwnedFd>)> {
+    use std::io::Write;
+    let bytes = proto::frame(&RequestMsg {
+        v: PROTOCOL_VERSION,
+        id,
+        req,
+    });
+    let sent = if fds.is_empty() {
+        0
+    } else {
+        use std::os::fd::AsRawFd;
+        proto::send_with_fds(c.sock.as_raw_fd(), &bytes, fds)?
+    };
+    c.sock.write_all(&bytes[sent..])?;
     let mut fds = Vec::new();
     let r: ReplyMsg = proto::recv_message(&mut c.sock, &mut c.buf, &mut fds)?;
     if r.v != PROTOCOL_VERSION || r.id != id {
@@ -211,6 +230,16 @@ impl Device {
     /// library does).
     pub fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
         self.inner.call(req)
+    }
+
+    /// [`Device::call`] with descriptors beside the request (the memfds
+    /// of [`Request::RegUserMr`]).
+    pub fn call_with_fds(
+        &self,
+        req: Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Reply, Vec<OwnedFd>)> {
+        self.inner.call_with(req, fds)
     }
 
     /// The shared segment (rings and regions).

@@ -20,8 +20,17 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest message either side accepts.
 pub const MAX_MESSAGE: usize = 1 << 20;
 
-/// Most file descriptors one reply carries.
-pub const MAX_FDS: usize = 4;
+/// Most file descriptors one message carries.
+pub const MAX_FDS: usize = 16;
+
+/// A piece of an application's buffer: `len` bytes of the memfd sent as
+/// descriptor number `fd` of the request, from `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapPiece {
+    pub fd: u32,
+    pub offset: u64,
+    pub len: u64,
+}
 
 /// Access rights of a memory region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -70,6 +79,18 @@ pub enum Modify {
     Err,
 }
 
+impl Request {
+    /// Descriptors that travel with this request.
+    pub fn fd_count(&self) -> usize {
+        match self {
+            Request::RegUserMr { pieces, .. } => {
+                pieces.iter().map(|p| p.fd as usize + 1).max().unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// The devices the daemon serves (allowed before `OpenDevice`; opens
@@ -90,6 +111,18 @@ pub enum Request {
         pd: u32,
         len: u64,
         access: MrAccess,
+    },
+    /// Registers the application's own buffer `[va, va + len)`: its pages
+    /// were moved into memfds (sent with the request) that the daemon maps
+    /// back to back (`pieces`, page-aligned); `va` is at `start` bytes into
+    /// that mapping. Work requests and the peer name the buffer by `va`.
+    RegUserMr {
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: MrAccess,
+        start: u64,
+        pieces: Vec<MapPiece>,
     },
     DeregMr {
         lkey: u32,

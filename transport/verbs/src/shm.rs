@@ -10,7 +10,7 @@
 
 use std::ffi::CString;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -114,6 +114,60 @@ impl Segment {
             len,
             hugepages: false,
         })
+    }
+
+    /// Maps pieces of several memfds back to back into one contiguous
+    /// mapping, in order: an application's buffer whose pages live in
+    /// those memfds (each piece: descriptor, offset in it, length; offsets
+    /// and lengths page-aligned, hugepage-aligned for hugetlb memfds).
+    pub fn map_pieces(pieces: &[(BorrowedFd<'_>, u64, usize)]) -> Result<Segment, ShmError> {
+        let total = pieces
+            .iter()
+            .try_fold(0usize, |t, p| t.checked_add(p.2))
+            .filter(|&t| t > 0 && t as u64 <= MAX_SEGMENT)
+            .ok_or(ShmError::BadSize(0))?;
+        let n = NonZeroUsize::new(total).ok_or(ShmError::BadSize(0))?;
+        // SAFETY: a fresh anonymous reservation at an address the kernel
+        // chooses (no access until the pieces are mapped over it); it
+        // aliases nothing.
+        let base = unsafe {
+            nix::sys::mman::mmap_anonymous(
+                None,
+                n,
+                ProtFlags::PROT_NONE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
+            )
+        }
+        .map_err(sys("mmap reserve"))?;
+        let seg = Segment {
+            ptr: base.cast(),
+            len: total,
+            hugepages: false,
+        };
+        let mut at = 0usize;
+        for (fd, off, len) in pieces {
+            let Some(l) = NonZeroUsize::new(*len) else {
+                continue;
+            };
+            let off = i64::try_from(*off).map_err(|_| ShmError::BadSize(*off))?;
+            // SAFETY: the target range [at, at + len) lies inside the
+            // reservation this Segment owns (the lengths sum to its size),
+            // so MAP_FIXED replaces only our own PROT_NONE pages; `seg`
+            // unmaps the whole range on drop, also on the error path.
+            unsafe {
+                mmap(
+                    Some(NonZeroUsize::new(seg.ptr.as_ptr() as usize + at).expect("non-null")),
+                    l,
+                    ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                    MapFlags::MAP_SHARED | MapFlags::MAP_FIXED,
+                    fd,
+                    off,
+                )
+            }
+            .map_err(sys("mmap piece"))?;
+            at += *len;
+        }
+        Ok(seg)
     }
 
     pub fn len(&self) -> usize {
