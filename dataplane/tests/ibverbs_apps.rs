@@ -213,15 +213,51 @@ fn main() {
         }
     }
 
-    // perftest: its RC WRITE latency test.
-    let (_, cli) = pair(
-        &libs,
-        &d.socket,
-        "ib_write_lat",
-        port,
-        &["-d", "rnic1", "-n", "50"],
-        &["-d", "rnic0", "-n", "50"],
-    );
-    assert!(cli.contains("t_typical[usec]"), "{cli}");
-    println!("ok: ib_write_lat rnic1 <- rnic0");
+    // ibv_srq_pingpong: 16 QPs on one shared receive queue, validated.
+    for events in [false, true] {
+        let mut a = vec!["-g", "1", "-c", "-n", "20", "-s", "4096"];
+        if events {
+            a.push("-e");
+        }
+        let (srv, cli) = pair(
+            &libs,
+            &d.socket,
+            "ibv_srq_pingpong",
+            port,
+            &[&["-d", "rnic1"], &a[..]].concat(),
+            &[&["-d", "rnic0"], &a[..]].concat(),
+        );
+        port += 1;
+        for t in [&srv, &cli] {
+            assert!(t.contains("20 iters in"), "{t}");
+        }
+        println!(
+            "ok: ibv_srq_pingpong -g 1 -c{}",
+            if events { " -e" } else { "" }
+        );
+    }
+
+    // perftest: every RC test, server rnic1, client rnic0.
+    for (prog, table) in [
+        ("ib_write_lat", "t_typical[usec]"),
+        ("ib_read_lat", "t_typical[usec]"),
+        ("ib_send_lat", "t_typical[usec]"),
+        ("ib_atomic_lat", "t_typical[usec]"),
+        ("ib_write_bw", "BW average[MB/sec]"),
+        ("ib_read_bw", "BW average[MB/sec]"),
+        ("ib_send_bw", "BW average[MB/sec]"),
+        ("ib_atomic_bw", "BW average[MB/sec]"),
+    ] {
+        let (_, cli) = pair(
+            &libs,
+            &d.socket,
+            prog,
+            port,
+            &["-d", "rnic1", "-n", "100"],
+            &["-d", "rnic0", "-n", "100"],
+        );
+        port += 1;
+        assert!(cli.contains(table), "{cli}");
+        println!("ok: {prog} rnic1 <- rnic0");
+    }
 }

@@ -118,6 +118,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         let c = &mut vctx.context;
         c.ops.post_send = Some(crate::post::post_send);
         c.ops.post_recv = Some(crate::post::post_recv);
+        c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
         c.ops.poll_cq = Some(crate::cq::poll_cq);
         c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
         c.device = device;

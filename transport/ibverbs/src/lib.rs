@@ -30,6 +30,7 @@ mod post;
 mod qp;
 mod query;
 mod remap;
+mod srq;
 mod strings;
 mod stubs;
 mod util;

@@ -14,10 +14,10 @@ use crate::qp::Qp;
 use crate::sys::*;
 
 /// Holds a ring's busy flag for the life of a post.
-struct Held<'a>(&'a AtomicBool);
+pub struct Held<'a>(&'a AtomicBool);
 
 impl<'a> Held<'a> {
-    fn take(f: &'a AtomicBool) -> Held<'a> {
+    pub fn take(f: &'a AtomicBool) -> Held<'a> {
         while f.swap(true, Ordering::Acquire) {
             std::hint::spin_loop();
         }

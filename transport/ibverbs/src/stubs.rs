@@ -72,8 +72,6 @@ returns_null!(
     ibv_qp_to_qp_ex,
     _verbs_init_and_alloc_context,
     verbs_open_device,
-    // Not yet: the objects of the next steps.
-    ibv_create_srq,
 );
 
 returns_errno!(
@@ -144,10 +142,6 @@ returns_errno!(
     ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    // Not yet: the objects of the next steps.
-    ibv_destroy_srq,
-    ibv_modify_srq,
-    ibv_query_srq,
 );
 
 returns_minus_one!(
@@ -156,7 +150,7 @@ returns_minus_one!(
     ibv_init_ah_from_wc,
     // IBV_REREG_MR_ERR_INPUT.
     ibv_rereg_mr,
-    // Not yet: the objects of the next steps.
+    // Not yet: async events (the next step).
     ibv_get_async_event,
 );
 
@@ -172,7 +166,7 @@ does_nothing!(
     verbs_init_cq,
     verbs_set_ops,
     verbs_uninit_context,
-    // Not yet: the objects of the next steps.
+    // Not yet: async events (the next step).
     ibv_ack_async_event,
 );
 
