@@ -134,6 +134,56 @@ unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
     Ok(())
 }
 
+/// Writes a chain of WRs into a ring behind one doorbell: `fill` turns
+/// one WR into the WQE and names the next; the first WR that cannot be
+/// posted (ring full: ENOMEM, or `fill`'s errno) stops the chain and is
+/// returned in `bad_wr`, as verbs requires.
+///
+/// # Safety
+/// `first` is the caller's valid chain and `bad_wr` NULL or writable.
+unsafe fn post_chain<T: bytemuck::Pod, W>(
+    ring: &mut Producer<T>,
+    seg: &verbs::shm::Segment,
+    item: &mut T,
+    first: *mut W,
+    bad_wr: *mut *mut W,
+    mut fill: impl FnMut(&W, &mut T) -> Result<*mut W, c_int>,
+    used: impl Fn(&T) -> usize,
+) -> c_int {
+    let mut cur = first;
+    let mut posted = 0u32;
+    let mut err = 0;
+    while !cur.is_null() {
+        match ring.free(seg, posted + 1) {
+            Ok(f) if f > posted => {}
+            _ => {
+                err = libc::ENOMEM;
+                break;
+            }
+        }
+        // SAFETY: the caller's WR chain.
+        match fill(unsafe { &*cur }, item) {
+            Ok(next) => {
+                ring.write_prefix(seg, item, used(item));
+                posted += 1;
+                cur = next;
+            }
+            Err(e) => {
+                err = e;
+                break;
+            }
+        }
+    }
+    if posted > 0 {
+        ring.publish(seg);
+    }
+    if err != 0 && !bad_wr.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *bad_wr = cur };
+    }
+    err
+}
+
 /// `ops.post_send`.
 pub unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
@@ -152,40 +202,15 @@ pub unsafe extern "C" fn post_send(
     // SAFETY: the busy flag is ours: no other thread touches the ring.
     let ring: &mut Producer<Wqe> = unsafe { &mut *q.sq.get() };
     let mut w = Wqe::empty();
-    let mut cur = wr;
-    let mut posted = 0u32;
-    let mut err = 0;
-    while !cur.is_null() {
+    let fill = |r: &ibv_send_wr, w: &mut Wqe| {
         if ctx.is_dead() {
-            err = libc::EIO;
-            break;
+            return Err(libc::EIO);
         }
-        match ring.free(seg, posted + 1) {
-            Ok(f) if f > posted => {}
-            _ => {
-                err = libc::ENOMEM;
-                break;
-            }
-        }
-        // SAFETY: the caller's WR chain.
-        let r = unsafe { &*cur };
         // SAFETY: as `build` requires, the caller's structs.
-        if let Err(e) = unsafe { build(q, r, &mut w) } {
-            err = e;
-            break;
-        }
-        ring.write_prefix(seg, &w, w.used_len());
-        posted += 1;
-        cur = r.next;
-    }
-    if posted > 0 {
-        ring.publish(seg);
-    }
-    if err != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller's out pointer.
-        unsafe { *bad_wr = cur };
-    }
-    err
+        unsafe { build(q, r, w) }.map(|()| r.next)
+    };
+    // SAFETY: the caller's chain and out pointer.
+    unsafe { post_chain(ring, seg, &mut w, wr, bad_wr, fill, Wqe::used_len) }
 }
 
 /// Writes a receive WR chain into a ring.
@@ -200,23 +225,10 @@ pub unsafe fn post_recv_chain(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let mut w: abi::RecvWqe = bytemuck::Zeroable::zeroed();
-    let mut cur = wr;
-    let mut posted = 0u32;
-    let mut err = 0;
-    while !cur.is_null() {
-        match ring.free(seg, posted + 1) {
-            Ok(f) if f > posted => {}
-            _ => {
-                err = libc::ENOMEM;
-                break;
-            }
-        }
-        // SAFETY: the caller's WR chain.
-        let r = unsafe { &*cur };
+    let fill = |r: &ibv_recv_wr, w: &mut abi::RecvWqe| {
         let n = usize::try_from(r.num_sge).unwrap_or(usize::MAX);
         if n > max_sge || n > abi::RECV_WQE_MAX_SGE || (n > 0 && r.sg_list.is_null()) {
-            err = libc::EINVAL;
-            break;
+            return Err(libc::EINVAL);
         }
         let sges: &[ibv_sge] = if n == 0 {
             &[]
@@ -233,18 +245,10 @@ pub unsafe fn post_recv_chain(
                 len: s.length,
             };
         }
-        ring.write_prefix(seg, &w, w.used_len());
-        posted += 1;
-        cur = r.next;
-    }
-    if posted > 0 {
-        ring.publish(seg);
-    }
-    if err != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller's out pointer.
-        unsafe { *bad_wr = cur };
-    }
-    err
+        Ok(r.next)
+    };
+    // SAFETY: the caller's chain and out pointer.
+    unsafe { post_chain(ring, seg, &mut w, wr, bad_wr, fill, abi::RecvWqe::used_len) }
 }
 
 /// `ops.post_recv`.
