@@ -186,6 +186,11 @@ pub unsafe extern "C" fn ibv_create_cq(
                 )
             } != 0
             {
+                let errno = std::io::Error::last_os_error().raw_os_error();
+                // SAFETY: boxed above and not handed out.
+                drop(unsafe { Box::from_raw(c) });
+                let _ = ctx.device.call(Request::DestroyCq { cq });
+                set_errno(errno.unwrap_or(libc::EIO));
                 return std::ptr::null_mut();
             }
             ch.cqs.fetch_add(1, Ordering::Relaxed);

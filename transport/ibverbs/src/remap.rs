@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -195,7 +195,9 @@ pub fn share(addr: usize, len: usize) -> Result<Shared, Refusal> {
                 let (fd, name) = match move_pages(cur, next - cur, huge) {
                     Ok(x) => x,
                     Err(e) => {
-                        drop_refs(&mut pieces, &out.keys);
+                        // References are taken only at the end: give back
+                        // just the pages this call moved.
+                        forget_unheld(&mut pieces);
                         return Err(e);
                     }
                 };
@@ -287,7 +289,6 @@ fn move_pages(at: usize, len: usize, huge: bool) -> Result<(OwnedFd, String), Re
         // SAFETY: advice on our own mapping.
         unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_DONTFORK) };
     }
-    let _ = fd.as_raw_fd();
     Ok((fd, format!("/memfd:{name}")))
 }
 
@@ -297,6 +298,11 @@ fn drop_refs(pieces: &mut BTreeMap<usize, Piece>, keys: &[usize]) {
             p.refs = p.refs.saturating_sub(1);
         }
     }
+    forget_unheld(pieces);
+}
+
+/// Pieces no region holds go back to private memory and out of the table.
+fn forget_unheld(pieces: &mut BTreeMap<usize, Piece>) {
     let free: Vec<usize> = pieces
         .iter()
         .filter(|(_, p)| p.refs == 0)
