@@ -50,6 +50,10 @@ pub struct PortEntry {
     /// Frames the pipeline lost for want of a buffer.
     #[serde(default)]
     pub tx_no_buffer: u64,
+    /// Frames the NIC addressed to itself and received without the port
+    /// (local loopback).
+    #[serde(default)]
+    pub looped: u64,
     /// What the port's fault injector did (all zero without faults).
     #[serde(default)]
     pub faults: FaultEntry,
@@ -131,6 +135,7 @@ impl Snapshot {
             unknown_qp: c.unknown_qp,
             wrong_state: c.wrong_state,
             tx_no_buffer: nic.counters().tx_no_buffer + nic.counters().tx_buffer_too_small,
+            looped: nic.counters().looped_frames,
             faults: FaultEntry {
                 frames: f.frames,
                 lost: f.lost,
@@ -212,7 +217,7 @@ impl Snapshot {
         let mut s = format!("at {:.3} ms\n", self.at_ns as f64 / 1e6);
         let _ = writeln!(
             s,
-            "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10}",
+            "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10} {:>10}",
             "host",
             "port",
             "rx_pkts",
@@ -222,12 +227,13 @@ impl Snapshot {
             "missed",
             "errors",
             "wire_drops",
-            "icrc_drops"
+            "icrc_drops",
+            "looped"
         );
         for p in &self.ports {
             let _ = writeln!(
                 s,
-                "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10}",
+                "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10} {:>10}",
                 p.host,
                 p.port,
                 p.stats.ipackets,
@@ -237,7 +243,8 @@ impl Snapshot {
                 p.stats.imissed,
                 p.stats.ierrors + p.stats.oerrors,
                 p.wire_drops,
-                p.icrc_drops
+                p.icrc_drops,
+                p.looped
             );
         }
         for p in &self.ports {
@@ -356,6 +363,7 @@ mod tests {
             unknown_qp: 0,
             wrong_state: 0,
             tx_no_buffer: 0,
+            looped: 0,
             faults: FaultEntry::default(),
         });
         s.write(&path).unwrap();

@@ -3,9 +3,12 @@
 //! testbed: the library exports every symbol of Debian's libibverbs.so.1
 //! in its version node; `ibv_devices` and `ibv_devinfo -v` list the
 //! daemon's devices as verbs sees them; with no daemon the device list is
-//! empty and says why once; `ibv_rc_pingpong -g 1 -c` (data validated)
-//! runs server on rnic1, client on rnic0, 1 B .. 1 MiB, polling and with
-//! completion events (`-e`); `ib_write_lat` runs.
+//! empty and says why once; `ibv_rc_pingpong -g 1 -c` and
+//! `ibv_srq_pingpong -g 1 -c` (data validated) run server on rnic1, client
+//! on rnic0, 1 B .. 1 MiB, polling and with completion events (`-e`); all
+//! eight perftest RC tests run over all their sizes (`-a`), polling and
+//! with `-e` where perftest offers it, server on rnic1 and client on rnic0,
+//! then both on rnic0 (local loopback inside the NIC).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,6 +99,7 @@ fn pair(
     let env = |c: &mut Command| {
         c.env("LD_LIBRARY_PATH", libs).env("RNIC_SOCKET", socket);
     };
+    let t0 = std::time::Instant::now();
     let mut s = tool(prog);
     env(&mut s);
     let server = s
@@ -122,7 +126,10 @@ fn pair(
         )
     };
     let (st, ct) = (text(&server), text(&client));
-    println!("--- {prog} server {server_args:?}\n{st}--- {prog} client {client_args:?}\n{ct}");
+    println!(
+        "--- {prog} server {server_args:?}\n{st}--- {prog} client {client_args:?} ({:.1} s)\n{ct}",
+        t0.elapsed().as_secs_f64()
+    );
     assert!(
         server.status.success() && client.status.success(),
         "{prog} {server_args:?}: server {:?}, client {:?}",
@@ -193,7 +200,7 @@ fn main() {
     let runs = ["1", "4096", "65536", "1048576"]
         .map(|s| ("ibv_rc_pingpong", s))
         .into_iter()
-        .chain([("ibv_srq_pingpong", "4096")]);
+        .chain(["1", "65536", "1048576"].map(|s| ("ibv_srq_pingpong", s)));
     for (prog, size) in runs {
         for events in [false, true] {
             let mut a = vec!["-g", "1", "-c", "-n", "20", "-s", size];
@@ -219,27 +226,67 @@ fn main() {
         }
     }
 
-    // perftest: every RC test, server rnic1, client rnic0.
-    for (prog, table) in [
-        ("ib_write_lat", "t_typical[usec]"),
-        ("ib_read_lat", "t_typical[usec]"),
-        ("ib_send_lat", "t_typical[usec]"),
-        ("ib_atomic_lat", "t_typical[usec]"),
-        ("ib_write_bw", "BW average[MB/sec]"),
-        ("ib_read_bw", "BW average[MB/sec]"),
-        ("ib_send_bw", "BW average[MB/sec]"),
-        ("ib_atomic_bw", "BW average[MB/sec]"),
-    ] {
-        let (_, cli) = pair(
-            &libs,
-            &d.socket,
-            prog,
-            port,
-            &["-d", "rnic1", "-n", "100"],
-            &["-d", "rnic0", "-n", "100"],
-        );
-        port += 1;
-        assert!(cli.contains(table), "{cli}");
-        println!("ok: {prog} rnic1 <- rnic0");
+    // perftest: every RC test over all its sizes (`-a`; atomics have one
+    // size), polling and with completion events (`-e`, which perftest
+    // refuses for WRITE), server on rnic1 and client on rnic0, then both
+    // on rnic0 (local loopback). Few iterations per size: on two cores
+    // three spinning processes take turns of a scheduler tick.
+    for (server, client) in [("rnic1", "rnic0"), ("rnic0", "rnic0")] {
+        for (prog, table) in [
+            ("ib_write_lat", "t_typical[usec]"),
+            ("ib_read_lat", "t_typical[usec]"),
+            ("ib_send_lat", "t_typical[usec]"),
+            ("ib_atomic_lat", "t_typical[usec]"),
+            ("ib_write_bw", "BW average[MB/sec]"),
+            ("ib_read_bw", "BW average[MB/sec]"),
+            ("ib_send_bw", "BW average[MB/sec]"),
+            ("ib_atomic_bw", "BW average[MB/sec]"),
+        ] {
+            let atomic = prog.starts_with("ib_atomic");
+            let events: &[bool] = if prog.starts_with("ib_write") {
+                &[false]
+            } else {
+                &[false, true]
+            };
+            for &ev in events {
+                let mut a = if atomic {
+                    vec!["-n", "100"]
+                } else {
+                    vec!["-a", "-n", "5"]
+                };
+                if ev {
+                    a.push("-e");
+                }
+                let (_, cli) = pair(
+                    &libs,
+                    &d.socket,
+                    prog,
+                    port,
+                    &[&["-d", server], &a[..]].concat(),
+                    &[&["-d", client], &a[..]].concat(),
+                );
+                port += 1;
+                assert!(cli.contains(table), "{cli}");
+                // `-a` ends at 8 MiB.
+                assert!(atomic || cli.contains("\n 8388608 "), "{cli}");
+                println!("ok: {prog} {a:?} {server} <- {client}");
+            }
+        }
     }
+    // The rnic0 <-> rnic0 runs never left through the port.
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["stats", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    let looped: u64 = text
+        .lines()
+        .find(|l| l.starts_with("0 "))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no host 0 row: {text}"));
+    assert!(looped > 1000, "host 0 looped only {looped} frames");
+    println!("ok: {looped} frames looped back inside rnic0");
 }

@@ -16,6 +16,10 @@
 //!    order, for the next pass);
 //! 5. completions handed to the application side ([`Host::completion`]).
 //!
+//! A frame addressed to the NIC's own MAC (a QP connected to another QP of
+//! the same device) does not go out: it comes back into this NIC's own RX
+//! at the start of the next pass, as hardware NICs and rxe loop them back.
+//!
 //! Nothing is lost silently: a frame that finds no buffer is built anyway
 //! (so the engine moves on and recovers it like any loss) and counted.
 
@@ -66,6 +70,10 @@ pub struct NicCounters {
     /// Frames lost because a port buffer was smaller than the longest
     /// frame (a misconfigured pool).
     pub tx_buffer_too_small: u64,
+    /// Frames addressed to the NIC's own MAC, handed back to this NIC's
+    /// RX instead of the port (local loopback; counted in `rx_frames`
+    /// too when received, never in `tx_frames`).
+    pub looped_frames: u64,
     /// Completions handed to the host by `poll` (a host that drains the
     /// engine itself, outside a pass, counts its own).
     pub completions: u64,
@@ -77,6 +85,8 @@ pub struct Nic<P: FramePort, M: Memory> {
     // buffers' pool.
     rx: Vec<P::Frame>,
     tx: Vec<P::Frame>,
+    /// Frames to the NIC's own MAC, received at the next pass.
+    looped: Vec<P::Frame>,
     spare: Option<P::Frame>,
     engine: Engine<M>,
     port: P,
@@ -96,6 +106,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         Nic {
             rx: Vec::with_capacity(BURST),
             tx: Vec::with_capacity(BURST),
+            looped: Vec::with_capacity(BURST),
             spare: None,
             engine,
             port,
@@ -142,14 +153,14 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// Port buffers the pipeline holds (a spare kept for the next frame,
     /// frames waiting for the port).
     pub fn buffers_held(&self) -> usize {
-        self.tx.len() + usize::from(self.spare.is_some())
+        self.tx.len() + self.looped.len() + usize::from(self.spare.is_some())
     }
 
     /// The next time this NIC has work without new input: an engine timer
     /// or pacing deadline, a port event, or `now` again when the last pass
     /// stopped at the burst limit.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let again = (self.tx_more || !self.tx.is_empty()).then_some(now);
+        let again = (self.tx_more || !self.tx.is_empty() || !self.looped.is_empty()).then_some(now);
         [again, self.engine.poll_timeout(), self.port.next_event()]
             .into_iter()
             .flatten()
@@ -173,7 +184,11 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     }
 
     fn receive(&mut self, now: u64) -> bool {
-        let n = self.port.rx_burst(now, &mut self.rx, self.burst);
+        // Frames this NIC sent to itself first: they left before anything
+        // the port holds now arrived.
+        std::mem::swap(&mut self.rx, &mut self.looped);
+        let looped = self.rx.len();
+        let n = looped + self.port.rx_burst(now, &mut self.rx, self.burst);
         if n == 0 {
             return false;
         }
@@ -181,7 +196,24 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         for f in self.rx.drain(..) {
             self.engine.handle_packet(now, f.as_ref());
         }
-        n > 0
+        true
+    }
+
+    /// Whether a built frame is addressed to this NIC's own MAC (the
+    /// engine's: a DPDK port may carry another address).
+    fn is_own(&self, f: &P::Frame) -> bool {
+        f.as_ref().get(..6) == Some(&self.engine.config().mac.0[..])
+    }
+
+    /// Keeps a built frame for the port, or for this NIC's own RX when
+    /// it is addressed to itself.
+    fn queue(&mut self, f: P::Frame) {
+        if self.is_own(&f) {
+            self.counters.looped_frames += 1;
+            self.looped.push(f);
+        } else {
+            self.tx.push(f);
+        }
     }
 
     /// Builds frames in port buffers while the port takes them, then
@@ -189,7 +221,9 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     fn transmit(&mut self, now: u64) -> bool {
         let room = self.port.tx_ready(now).min(self.burst);
         self.tx_more = false;
-        while self.tx.len() < room {
+        // Frames looped back to this NIC take a place in the burst too, so
+        // a pass builds at most a burst whatever their addresses.
+        while self.tx.len() + self.looped.len() < room {
             let Some(mut f) = self.spare.take().or_else(|| self.port.alloc()) else {
                 // No buffer: build the frame anyway so that the engine
                 // moves on (RC recovers it like any loss), and count it.
@@ -203,7 +237,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 // Built in place (an mbuf): no copy.
                 let engine = &mut self.engine;
                 match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
-                    Ok(Some(_)) => self.tx.push(f),
+                    Ok(Some(_)) => self.queue(f),
                     Ok(None) => {
                         self.spare = Some(f);
                         break;
@@ -220,17 +254,17 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                     break;
                 };
                 if f.set(&self.scratch[..n]) {
-                    self.tx.push(f);
+                    self.queue(f);
                 } else {
                     self.counters.tx_buffer_too_small += 1;
                 }
             }
-            if self.tx.len() == room && room == self.burst {
+            if self.tx.len() + self.looped.len() == room && room == self.burst {
                 self.tx_more = true;
             }
         }
         if self.tx.is_empty() {
-            return false;
+            return !self.looped.is_empty();
         }
         let sent = self.port.tx_burst(now, &mut self.tx);
         self.counters.tx_frames += sent as u64;

@@ -232,3 +232,56 @@ fn the_tap_records_what_a_port_sends_once() {
     }
     assert_eq!(n, written);
 }
+
+#[test]
+fn a_qp_connected_to_a_qp_of_the_same_nic_is_served_by_local_loopback() {
+    let (a, _b) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let (mut e, k, qa) = engine(0);
+    let qb = e.create_qp(64, 0).unwrap();
+    let p = ConnectParams {
+        timeout: 4,
+        ..ConnectParams::new(PathMtu::Mtu1024)
+    };
+    let end = |qpn| Endpoint {
+        qpn,
+        psn: 0,
+        mac: mac(0),
+        ip: ip(0),
+    };
+    e.connect_to(qa, 0, &end(qb), &p).unwrap();
+    e.connect_to(qb, 0, &end(qa), &p).unwrap();
+    let quarter = (LEN / 4) as u64;
+    for (i, b) in e.mem_mut().slice_mut(BASE, LEN / 4).iter_mut().enumerate() {
+        *b = (i % 253) as u8;
+    }
+    let mut nic = Nic::new(e, a, 1024);
+    let mut done = Completions::default();
+    // A WRITE from the first quarter to the second, then a READ of the
+    // second into the third: both ends are QPs of this one NIC.
+    let ops = [
+        (WrOp::Write, BASE, BASE + quarter),
+        (WrOp::Read, BASE + 2 * quarter, BASE + quarter),
+    ];
+    let mut now = 0;
+    for (i, &(op, local, remote)) in ops.iter().enumerate() {
+        let sge = Sge {
+            lkey: k.lkey,
+            va: local,
+            len: 100_000,
+        };
+        let wr = SendWr::new(i as u64, op, sge, k.rkey, remote);
+        nic.engine_mut().post_send(qa, wr, now).unwrap();
+        while done.0.len() <= i {
+            nic.poll(now, &mut done);
+            now = nic.next_wakeup(now).unwrap_or(now + 1_000).max(now);
+        }
+    }
+    assert!(done.0.iter().all(|c| c.status == WcStatus::Success));
+    let m = nic.engine().mem();
+    assert_eq!(m.slice(BASE, 100_000), m.slice(BASE + quarter, 100_000));
+    assert_eq!(m.slice(BASE, 100_000), m.slice(BASE + 2 * quarter, 100_000));
+    let c = nic.counters();
+    assert_eq!(c.tx_frames, 0, "nothing left through the port");
+    assert!(c.looped_frames > 100);
+    assert_eq!(c.rx_frames, c.looped_frames);
+}
