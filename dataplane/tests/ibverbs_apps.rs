@@ -10,25 +10,10 @@
 //! with `-e` where perftest offers it, server on rnic1 and client on rnic0,
 //! then both on rnic0 (local loopback inside the NIC).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 mod daemon_util;
-
-/// A directory holding our library under its soname, for LD_LIBRARY_PATH.
-fn lib_dir(tmp: &Path) -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let lib = deps.join("libibverbs.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    let dir = tmp.join("ibverbs");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(&lib, dir.join("libibverbs.so.1")).unwrap();
-    dir
-}
 
 fn tool(name: &str) -> Command {
     let path = Path::new("/usr/bin").join(name);
@@ -141,7 +126,7 @@ fn pair(
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
-    let libs = lib_dir(tmp.path());
+    let libs = daemon_util::lib_dir(tmp.path());
 
     // Every default-versioned symbol of Debian's library, in the same node.
     let ours = versioned_symbols(&libs.join("libibverbs.so.1"));

@@ -759,6 +759,17 @@ impl<T: Pod> Consumer<T> {
         mem.store_release(self.layout.cons(), self.cons);
     }
 
+    /// Consumes every entry waiting now without reading it (a QP moved
+    /// to RESET forgets its WRs); returns how many.
+    pub fn discard_all(&mut self, mem: &impl SharedMem) -> Result<u32, RingError> {
+        let n = self.available(mem)?;
+        if n > 0 {
+            self.cons = self.cons.wrapping_add(n);
+            mem.store_release(self.layout.cons(), self.cons);
+        }
+        Ok(n)
+    }
+
     /// Pops the next entry, if any.
     pub fn pop(&mut self, mem: &impl SharedMem) -> Result<Option<T>, RingError> {
         if self.available(mem)? == 0 {

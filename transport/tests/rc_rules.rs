@@ -4,7 +4,10 @@ mod rc_util;
 
 use rc_util::{Dir, Fate, Pair, Setup, DELAY_NS, MR_BASE};
 use transport::mr::Access;
-use transport::rc::{PathMtu, QpAccess, QpState, RcError, RtrAttr, RtsAttr, WcStatus, WrOp};
+use transport::rc::{
+    AsyncEvent, ConnectParams, Endpoint, PathMtu, QpAccess, QpError, QpState, QpUpdate, RcError,
+    RtrAttr, RtsAttr, WcStatus, WrOp,
+};
 use transport::wire::{AethRepr, Opcode, Packet, RethRepr};
 
 // ---- Promises to the application ----
@@ -215,6 +218,154 @@ fn states_go_reset_init_rtr_rts_and_attributes_are_checked() {
         e.modify_to_init(0xdead, QpAccess::default()),
         Err(RcError::NoSuchQp(0xdead))
     );
+}
+
+#[test]
+fn sqd_finishes_the_wrs_taken_refuses_new_ones_says_drained_and_returns_to_rts() {
+    let mut p = Pair::new(Setup::default());
+    for i in 0..4 {
+        p.post(p.wr(i, WrOp::Write, 0, 0, 65536));
+    }
+    // A few passes: some of the four are on the wire.
+    for _ in 0..4 {
+        p.step(u64::MAX);
+    }
+    let (qa, now) = (p.a.qpn, p.now);
+    let e = p.a.nic.engine_mut();
+    e.modify_qp(qa, QpState::Sqd, &QpUpdate::default(), true, now)
+        .unwrap();
+    assert_eq!(e.qp_state(qa).unwrap(), QpState::Sqd);
+    assert!(e.poll_event().is_none(), "not drained yet");
+    let wr = p.wr(9, WrOp::Write, 0, 0, 64);
+    assert!(matches!(
+        p.a.nic.engine_mut().post_send(qa, wr, now),
+        Err(RcError::WrongState { .. })
+    ));
+    p.run(10_000_000);
+    let done = p.completions_a();
+    assert_eq!(done.len(), 4);
+    assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    let e = p.a.nic.engine_mut();
+    assert_eq!(e.poll_event(), Some(AsyncEvent::SqDrained(qa)));
+    assert_eq!(e.poll_event(), None, "drained is said once");
+    // SQD -> RTS with a new retry count; sending resumes.
+    let u = QpUpdate {
+        retry_cnt: Some(3),
+        ..QpUpdate::default()
+    };
+    e.modify_qp(qa, QpState::Rts, &u, false, now).unwrap();
+    p.post(p.wr(10, WrOp::Write, 0, 0, 64));
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn in_place_modifies_change_access_and_other_transitions_are_refused() {
+    let mut p = Pair::new(Setup::default());
+    let (qb, now) = (p.b.qpn, p.now);
+    // RTS -> RTS taking remote write away from B: A's WRITE is refused
+    // (an opcode the QP does not take: invalid request, as rxe answers).
+    let u = QpUpdate {
+        access: Some(QpAccess {
+            remote_read: true,
+            ..QpAccess::default()
+        }),
+        min_rnr_timer: Some(3),
+        ..QpUpdate::default()
+    };
+    let e = p.b.nic.engine_mut();
+    e.modify_qp(qb, QpState::Rts, &u, false, now).unwrap();
+    let bad = QpUpdate {
+        timeout: Some(32),
+        ..QpUpdate::default()
+    };
+    assert!(matches!(
+        e.modify_qp(qb, QpState::Rts, &bad, false, now),
+        Err(RcError::OutOfRange { .. })
+    ));
+    for to in [QpState::Init, QpState::Rtr, QpState::Reset, QpState::Err] {
+        assert!(
+            matches!(
+                e.modify_qp(qb, to, &QpUpdate::default(), false, now),
+                Err(RcError::NoTransition { .. })
+            ),
+            "RTS -> {to:?} in place"
+        );
+    }
+    // INIT -> INIT may not touch the requester's retries.
+    let q = e.create_qp(4, 0).unwrap();
+    e.modify_to_init(q, QpAccess::default()).unwrap();
+    let retry = QpUpdate {
+        retry_cnt: Some(1),
+        ..QpUpdate::default()
+    };
+    assert!(matches!(
+        e.modify_qp(q, QpState::Init, &retry, false, now),
+        Err(RcError::NotYet { .. })
+    ));
+    let access = QpUpdate {
+        min_rnr_timer: None,
+        ..u
+    };
+    e.modify_qp(q, QpState::Init, &access, false, now).unwrap();
+    p.post(p.wr(1, WrOp::Write, 0, 0, 64));
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(
+        p.b.nic.engine_mut().poll_event(),
+        Some(AsyncEvent::QpError(qb, QpError::InvalidRequest))
+    );
+}
+
+#[test]
+fn a_qp_on_an_srq_that_goes_to_err_says_last_wqe_reached_once() {
+    let mut p = Pair::new(Setup {
+        srq_b: Some(16),
+        ..Setup::default()
+    });
+    let qb = p.b.qpn;
+    let e = p.b.nic.engine_mut();
+    e.modify_to_err(qb).unwrap();
+    e.modify_to_err(qb).unwrap();
+    assert_eq!(e.poll_event(), Some(AsyncEvent::LastWqeReached(qb)));
+    assert_eq!(e.poll_event(), None);
+}
+
+#[test]
+fn reset_drops_wrs_without_completions_and_the_qp_connects_again() {
+    let mut p = Pair::new(Setup::default());
+    // A WRITE that never arrives, then both QPs back to RESET.
+    p.set_hook(Box::new(|_, _, _| Fate::Drop));
+    p.post(p.wr(1, WrOp::Write, 0, 0, 4096));
+    p.step(u64::MAX);
+    let (qa, qb) = (p.a.qpn, p.b.qpn);
+    p.post_recv_b(p.recv_wr(7, 0, 64));
+    p.a.nic.engine_mut().reset_qp(qa).unwrap();
+    p.b.nic.engine_mut().reset_qp(qb).unwrap();
+    p.set_hook(Box::new(|_, _, _| Fate::Deliver));
+    p.run(100_000_000);
+    assert!(p.completions_a().is_empty(), "RESET completes nothing");
+    assert!(p.completions_b().is_empty(), "RESET completes nothing");
+    assert_eq!(p.a.nic.engine_mut().qp_state(qa).unwrap(), QpState::Reset);
+    let wr = p.wr(2, WrOp::Write, 0, 0, 64);
+    assert!(p.a.nic.engine_mut().post_send(qa, wr, p.now).is_err());
+    // Connected again with new PSNs, the pair works.
+    let params = ConnectParams::new(PathMtu::Mtu1024);
+    let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };
+    p.a.nic
+        .engine_mut()
+        .connect_to(qa, 7, &end(qb, rc_util::MAC_B, rc_util::IP_B, 9), &params)
+        .unwrap();
+    p.b.nic
+        .engine_mut()
+        .connect_to(qb, 9, &end(qa, rc_util::MAC_A, rc_util::IP_A, 7), &params)
+        .unwrap();
+    p.fill_a(0, 64, 5);
+    p.post(p.wr(3, WrOp::Write, 0, 100, 64));
+    p.run(10_000_000);
+    let done = p.completions_a();
+    assert_eq!((done[0].wr_id, done[0].status), (3, WcStatus::Success));
+    assert_eq!(p.b_bytes(100, 64), p.a_bytes(0, 64));
 }
 
 // ---- Requester ----
@@ -926,6 +1077,11 @@ fn bad_rkey_out_of_bounds_and_missing_access_give_rem_access_err_with_memory_unt
         assert_eq!(
             p.b.nic.engine_mut().qp_counters(p.b.qpn).unwrap().naks_sent[2],
             1
+        );
+        // The responder's error no completion reports is an async event.
+        assert_eq!(
+            p.b.nic.engine_mut().poll_event(),
+            Some(AsyncEvent::QpError(p.b.qpn, QpError::Access))
         );
     }
 }

@@ -105,6 +105,12 @@ pub struct ServiceCounters {
     /// its depth (its QPs are moved to ERR).
     pub cq_overruns: u64,
     pub tx_alloc_failures: u64,
+    /// Asynchronous events queued for applications.
+    #[serde(default)]
+    pub async_events: u64,
+    /// Asynchronous events dropped: the application let its queue fill.
+    #[serde(default)]
+    pub async_events_dropped: u64,
 }
 
 /// WQEs taken from one SQ per pass.
@@ -129,6 +135,8 @@ struct QpRt {
     rq: Option<RqRt>,
     /// A ring index was scribbled: the rings are no longer read.
     broken: bool,
+    /// In SQD: WQEs wait in the SQ ring until the QP is back in RTS.
+    sq_paused: bool,
 }
 
 /// A receive ring in an application's segment, and its block.
@@ -139,6 +147,7 @@ struct RqRt {
 
 /// A shared receive queue's ring.
 struct SrqRt {
+    app: ConnId,
     seg: Arc<Segment>,
     ring: RqRt,
     broken: bool,
@@ -166,6 +175,27 @@ struct App {
     /// Its shared receive queues (engine SRQ ids on its host).
     srqs: Vec<u32>,
     next_cq: u32,
+    /// Asynchronous events not yet taken, and the eventfd that says so.
+    events: VecDeque<verbs::proto::AsyncEventMsg>,
+    event_fd: Option<EventFd>,
+}
+
+/// Asynchronous events an application may leave untaken.
+const MAX_EVENTS: usize = 4096;
+
+impl App {
+    /// Queues an asynchronous event and wakes the application.
+    fn raise(&mut self, e: verbs::proto::AsyncEventMsg, counters: &mut ServiceCounters) {
+        if self.events.len() >= MAX_EVENTS {
+            counters.async_events_dropped += 1;
+            return;
+        }
+        counters.async_events += 1;
+        self.events.push_back(e);
+        if let Some(fd) = &self.event_fd {
+            let _ = fd.write(1);
+        }
+    }
 }
 
 struct Host {
@@ -425,15 +455,12 @@ impl nic::Host<AppMemory> for Apps<'_> {
     /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
         let mut moved = self.receive_doorbells(engine);
-        while let Some(transport::rc::AsyncEvent::SrqLimitReached(srq)) = engine.poll_event() {
-            self.counters.srq_limit_events += 1;
-            if let Some(rt) = self.srqs.get_mut(&srq) {
-                rt.limit_events += 1;
-            }
+        while let Some(e) = engine.poll_event() {
+            self.raise(e);
         }
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
         for (qpn, rt) in self.qps.iter_mut() {
-            if rt.broken {
+            if rt.broken || rt.sq_paused {
                 continue;
             }
             let seg = &*rt.seg;
@@ -521,6 +548,31 @@ impl nic::Host<AppMemory> for Apps<'_> {
 }
 
 impl Apps<'_> {
+    /// Hands an engine event to the application that owns its object.
+    fn raise(&mut self, e: transport::rc::AsyncEvent) {
+        use transport::rc::{AsyncEvent as E, QpError};
+        use verbs::proto::AsyncEventMsg as M;
+        let qp_owner = |qpn: Qpn| self.qps.get(&qpn).map(|rt| rt.app);
+        let (app, msg) = match e {
+            E::SrqLimitReached(srq) => {
+                self.counters.srq_limit_events += 1;
+                let Some(rt) = self.srqs.get_mut(&srq) else {
+                    return;
+                };
+                rt.limit_events += 1;
+                (Some(rt.app), M::SrqLimitReached { srq })
+            }
+            E::QpError(qpn, QpError::Access) => (qp_owner(qpn), M::QpAccessErr { qpn }),
+            E::QpError(qpn, QpError::InvalidRequest) => (qp_owner(qpn), M::QpReqErr { qpn }),
+            E::QpError(qpn, QpError::Fatal) => (qp_owner(qpn), M::QpFatal { qpn }),
+            E::SqDrained(qpn) => (qp_owner(qpn), M::SqDrained { qpn }),
+            E::LastWqeReached(qpn) => (qp_owner(qpn), M::QpLastWqeReached { qpn }),
+        };
+        if let Some(a) = app.and_then(|a| self.apps.get_mut(&a)) {
+            a.raise(msg, self.counters);
+        }
+    }
+
     /// Takes receive WQEs from the QPs' own receive rings (once the QP is
     /// out of RESET) and from the SRQs' rings.
     fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
@@ -615,6 +667,7 @@ impl Apps<'_> {
             // The application does not poll: stop its QPs on this CQ.
             self.counters.cq_overruns += q.backlog.len() as u64;
             q.backlog.clear();
+            a.raise(verbs::proto::AsyncEventMsg::CqErr { cq }, self.counters);
             let qps: Vec<Qpn> = self
                 .qps
                 .iter()

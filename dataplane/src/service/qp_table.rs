@@ -28,6 +28,10 @@ impl<T> QpTable<T> {
         self.slots.get(index(*qpn)?)?.as_ref()
     }
 
+    pub fn get_mut(&mut self, qpn: &Qpn) -> Option<&mut T> {
+        self.slots.get_mut(index(*qpn)?)?.as_mut()
+    }
+
     pub fn insert(&mut self, qpn: Qpn, v: T) {
         let Some(i) = index(qpn) else {
             return;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
 use transport::mr::Access;
-use transport::rc::{PathMtu, QpAccess, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr};
 use verbs::proto::{
     DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
 };
@@ -29,6 +29,18 @@ fn err(kind: ErrorKind, msg: impl Into<String>) -> ErrorReply {
 
 fn done(r: Reply) -> Answer {
     Ok((r, Vec::new()))
+}
+
+/// A non-blocking eventfd the daemon keeps, and a descriptor of it for
+/// the application.
+fn eventfd_pair() -> Result<(EventFd, OwnedFd), String> {
+    let ev = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+        .map_err(|e| format!("eventfd: {e}"))?;
+    let theirs = ev
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("dup: {e}"))?;
+    Ok((ev, theirs))
 }
 
 /// Smallest segment an application may ask for.
@@ -190,6 +202,22 @@ impl Service {
                     limit_events,
                 }))
             }
+            Request::AsyncEventFd => {
+                let (ev, theirs) = eventfd_pair().map_err(|e| err(ErrorKind::NoSpace, e))?;
+                let a = self.app(conn);
+                if !a.events.is_empty() {
+                    let _ = ev.write(1);
+                }
+                a.event_fd = Some(ev);
+                Ok((Reply::Done, vec![theirs]))
+            }
+            Request::AsyncEvents => {
+                let a = self.app(conn);
+                if let Some(ev) = &a.event_fd {
+                    let _ = ev.read();
+                }
+                done(Reply::AsyncEvents(a.events.drain(..).collect()))
+            }
             Request::ModifyQp { qpn, modify } => self.modify_qp(conn, qpn, modify),
             Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
             Request::QueryQp { qpn } => self.query_qp(conn, qpn),
@@ -267,6 +295,8 @@ impl Service {
                 qps: Vec::new(),
                 srqs: Vec::new(),
                 next_cq: 1,
+                events: VecDeque::new(),
+                event_fd: None,
             },
         );
         self.counters.apps_opened += 1;
@@ -479,16 +509,7 @@ impl Service {
     fn create_cq(&mut self, conn: ConnId, depth: u32) -> Answer {
         let a = self.app(conn);
         let ((off, bytes), layout) = a.alloc_ring::<abi::Cqe>("CQ", depth)?;
-        let fds = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-            .map_err(|e| format!("eventfd: {e}"))
-            .and_then(|ev| {
-                let theirs: OwnedFd = ev
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|e| format!("dup: {e}"))?;
-                Ok((ev, theirs))
-            });
-        let (event, theirs) = match fds {
+        let (event, theirs) = match eventfd_pair() {
             Ok(f) => f,
             Err(e) => {
                 a.alloc.release(off, bytes);
@@ -611,6 +632,7 @@ impl Service {
                 ring: (off, bytes),
                 rq,
                 broken: false,
+                sq_paused: false,
             },
         );
         done(Reply::Qp {
@@ -655,6 +677,7 @@ impl Service {
         self.hosts[host].srqs.insert(
             srq,
             SrqRt {
+                app: conn,
                 seg,
                 ring: RqRt {
                     ring: Consumer::new(layout),
@@ -769,10 +792,71 @@ impl Service {
                     max_rd_atomic,
                 },
             ),
-            Modify::Err => self.hosts[host].nic.engine_mut().modify_to_err(qpn),
+            Modify::Err => {
+                let r = self.hosts[host].nic.engine_mut().modify_to_err(qpn);
+                self.pause_sq(host, qpn, false);
+                r
+            }
+            Modify::Reset => {
+                let h = &mut self.hosts[host];
+                let r = h.nic.engine_mut().reset_qp(qpn);
+                if let (Ok(()), Some(rt)) = (&r, h.qps.get_mut(&qpn)) {
+                    // The WRs still in the rings go with the connection.
+                    let seg = &*rt.seg;
+                    let _ = rt.sq.discard_all(seg);
+                    if let Some(rq) = rt.rq.as_mut() {
+                        let _ = rq.ring.discard_all(seg);
+                    }
+                    rt.sq_paused = false;
+                }
+                r
+            }
+            Modify::Update {
+                to,
+                access,
+                min_rnr_timer,
+                timeout,
+                retry_cnt,
+                rnr_retry,
+                sqd_notify,
+            } => {
+                use verbs::proto::UpdateTo;
+                let state = match to {
+                    UpdateTo::Init => QpState::Init,
+                    UpdateTo::Rts => QpState::Rts,
+                    UpdateTo::Sqd => QpState::Sqd,
+                };
+                let u = QpUpdate {
+                    access: access.map(|a| QpAccess {
+                        remote_write: a.remote_write,
+                        remote_read: a.remote_read,
+                        remote_atomic: a.remote_atomic,
+                    }),
+                    min_rnr_timer,
+                    timeout,
+                    retry_cnt,
+                    rnr_retry,
+                };
+                let now = self.clock.now_ns();
+                let r = self.hosts[host]
+                    .nic
+                    .engine_mut()
+                    .modify_qp(qpn, state, &u, sqd_notify, now);
+                if r.is_ok() {
+                    self.pause_sq(host, qpn, state == QpState::Sqd);
+                }
+                r
+            }
         };
         r.map_err(bad)?;
         done(Reply::Done)
+    }
+
+    /// Holds (SQD) or releases the WQEs in a QP's SQ ring.
+    fn pause_sq(&mut self, host: usize, qpn: Qpn, paused: bool) {
+        if let Some(rt) = self.hosts[host].qps.get_mut(&qpn) {
+            rt.sq_paused = paused;
+        }
     }
 
     /// The MAC of a host address: the daemon's own hosts (the static

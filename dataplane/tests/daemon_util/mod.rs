@@ -1,7 +1,7 @@
 //! Starts the daemon for the multi-process tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -60,4 +60,20 @@ hugepages = false
         std::thread::sleep(Duration::from_millis(20));
     }
     Daemon { child, socket, dir }
+}
+
+/// A directory holding our libibverbs (built beside the integration
+/// tests) under its soname, for LD_LIBRARY_PATH.
+pub fn lib_dir(tmp: &Path) -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = deps.join("libibverbs.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let dir = tmp.join("ibverbs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&lib, dir.join("libibverbs.so.1")).unwrap();
+    dir
 }

@@ -6,11 +6,10 @@
 //! connection, and the daemon frees everything the application held.
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
-
+use crate::async_event::Events;
 use crate::device::Dev;
 use crate::sys::*;
 use crate::util::{guard, set_errno, warn};
@@ -26,8 +25,9 @@ pub struct Ctx {
     pub vctx: verbs_context,
     pub dev: &'static Dev,
     pub device: verbs::Device,
-    /// The descriptor `context->async_fd` names.
-    async_fd: OwnedFd,
+    /// Asynchronous events (`context->async_fd` is their epoll set) and
+    /// the objects they may name.
+    pub events: Events,
     /// Set once the daemon is found gone: every later call fails.
     pub dead: AtomicBool,
 }
@@ -61,16 +61,22 @@ impl Ctx {
             return true;
         }
         if self.device.daemon_gone() {
-            if !self.dead.swap(true, Ordering::Relaxed) {
-                crate::util::warn(&format!(
-                    "the daemon serving {} is gone; the device is dead",
-                    self.dev.info.name
-                ));
-                let _ = nix::unistd::write(&self.async_fd, &1u64.to_ne_bytes());
-            }
+            self.mark_dead();
             return true;
         }
         false
+    }
+
+    /// The daemon is gone: says so once, and wakes `ibv_get_async_event`
+    /// for IBV_EVENT_DEVICE_FATAL.
+    pub fn mark_dead(&self) {
+        if !self.dead.swap(true, Ordering::Relaxed) {
+            crate::util::warn(&format!(
+                "the daemon serving {} is gone; the device is dead",
+                self.dev.info.name
+            ));
+            let _ = nix::unistd::write(&self.events.dead, &1u64.to_ne_bytes());
+        }
     }
 
     /// The application's pointer to this context.
@@ -102,10 +108,10 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
                 return std::ptr::null_mut();
             }
         };
-        let async_fd = match EventFd::from_flags(EfdFlags::EFD_CLOEXEC) {
-            Ok(e) => OwnedFd::from(e),
+        let events = match Events::new(&opened) {
+            Ok(e) => e,
             Err(e) => {
-                set_errno(e as i32);
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
                 return std::ptr::null_mut();
             }
         };
@@ -123,14 +129,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
         c.device = device;
         c.cmd_fd = -1;
-        c.async_fd = async_fd.as_raw_fd();
+        c.async_fd = events.epoll.as_raw_fd();
         c.num_comp_vectors = 1;
         c.abi_compat = usize::MAX as *mut c_void;
         let ctx = Box::new(Ctx {
             vctx,
             dev,
             device: opened,
-            async_fd,
+            events,
             dead: AtomicBool::new(false),
         });
         Box::leak(ctx).ibv()

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use transport::abi::{self, Consumer, RingLayout};
 use verbs::proto::{Reply, Request};
 
+use crate::async_event::Kind;
 use crate::context::Ctx;
 use crate::sys::*;
 use crate::util::{errno_of, guard, set_errno};
@@ -195,6 +196,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             }
             ch.cqs.fetch_add(1, Ordering::Relaxed);
         }
+        ctx.events.register(Kind::Cq, cq, c.cast());
         c.cast()
     })
 }
@@ -209,6 +211,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let Some(ctx) = c.ctx() else {
             return libc::EINVAL;
         };
+        ctx.events.forget(Kind::Cq, c.id());
         if let Err(e) = ctx.device.call(Request::DestroyCq { cq: c.id() }) {
             if !matches!(e, verbs::VerbsError::Io(_)) {
                 return errno_of(&e);

@@ -22,6 +22,7 @@
 
 pub mod sys;
 
+mod async_event;
 mod context;
 mod cq;
 mod device;

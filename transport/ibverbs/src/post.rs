@@ -184,6 +184,15 @@ unsafe fn post_chain<T: bytemuck::Pod, W>(
     err
 }
 
+/// Refuses a whole chain: EINVAL, `bad_wr` its first WR.
+fn refuse<W>(wr: *mut W, bad_wr: *mut *mut W) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *bad_wr = wr };
+    }
+    libc::EINVAL
+}
+
 /// `ops.post_send`.
 pub unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
@@ -197,6 +206,12 @@ pub unsafe extern "C" fn post_send(
     let Some(ctx) = q.ctx() else {
         return libc::EINVAL;
     };
+    // SAFETY: the live QP's state field, which ibv_modify_qp rewrites.
+    let state = unsafe { std::ptr::read_volatile(&(*qp).state) };
+    if matches!(state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR) {
+        // Refused at once, as rxe does: the QP does not send yet.
+        return refuse(wr, bad_wr);
+    }
     let seg = ctx.device.segment();
     let _held = Held::take(&q.sq_busy);
     // SAFETY: the busy flag is ours: no other thread touches the ring.
@@ -267,13 +282,13 @@ pub unsafe extern "C" fn post_recv(
     if ctx.is_dead() {
         return libc::EIO;
     }
+    // SAFETY: the live QP's state field, which ibv_modify_qp rewrites.
+    if unsafe { std::ptr::read_volatile(&(*qp).state) } == IBV_QPS_RESET {
+        return refuse(wr, bad_wr);
+    }
     let Some(rq) = q.rq.as_ref() else {
         // Attached to an SRQ: post there.
-        if !bad_wr.is_null() {
-            // SAFETY: the caller's out pointer.
-            unsafe { *bad_wr = wr };
-        }
-        return libc::EINVAL;
+        return refuse(wr, bad_wr);
     };
     let _held = Held::take(&q.rq_busy);
     // SAFETY: the busy flag is ours: no other thread touches the ring.

@@ -9,8 +9,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use transport::abi::{self, Producer, RingLayout};
-use verbs::proto::{Modify, Reply, Request};
+use verbs::proto::{Modify, QpAccessFlags, Reply, Request, UpdateTo};
 
+use crate::async_event::Kind;
 use crate::context::Ctx;
 use crate::cq::Cq;
 use crate::pd_mr::Pd;
@@ -178,7 +179,9 @@ pub unsafe extern "C" fn ibv_create_qp(
                 ..Default::default()
             }),
         });
-        Box::into_raw(q).cast()
+        let p: *mut ibv_qp = Box::into_raw(q).cast();
+        ctx.events.register(Kind::Qp, qpn, p.cast());
+        p
     })
 }
 
@@ -197,6 +200,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                 return errno_of(&e);
             }
         }
+        ctx.events.forget(Kind::Qp, q.ibv.qp_num);
         // SAFETY: boxed by ibv_create_qp, given up here.
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         0
@@ -267,6 +271,7 @@ fn current_state(ctx: &Ctx, q: &Qp) -> ibv_qp_state {
             "INIT" => IBV_QPS_INIT,
             "RTR" => IBV_QPS_RTR,
             "RTS" => IBV_QPS_RTS,
+            "SQD" => IBV_QPS_SQD,
             _ => IBV_QPS_ERR,
         },
         _ => q.ibv.state,
@@ -284,25 +289,80 @@ fn mtu_bytes(m: ibv_mtu) -> Option<u32> {
     }
 }
 
-/// The daemon request for a checked transition.
-fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Modify, (i32, String)> {
+/// The attributes an in-place modify changes, from the mask.
+fn update(to: UpdateTo, a: &ibv_qp_attr, mask: u32, sqd_notify: bool) -> Modify {
+    let set = |bit: u32| mask & bit != 0;
+    let f = a.qp_access_flags;
+    Modify::Update {
+        to,
+        access: set(IBV_QP_ACCESS_FLAGS).then_some(QpAccessFlags {
+            remote_write: f & IBV_ACCESS_REMOTE_WRITE != 0,
+            remote_read: f & IBV_ACCESS_REMOTE_READ != 0,
+            remote_atomic: f & IBV_ACCESS_REMOTE_ATOMIC != 0,
+        }),
+        min_rnr_timer: set(IBV_QP_MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        timeout: set(IBV_QP_TIMEOUT).then_some(a.timeout),
+        retry_cnt: set(IBV_QP_RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: set(IBV_QP_RNR_RETRY).then_some(a.rnr_retry),
+        sqd_notify,
+    }
+}
+
+/// Attributes IBA allows in a transition that this NIC does not have:
+/// alternate paths (no automatic path migration) and, once connected, a
+/// new address vector or new READ/atomic depths.
+const UNSUPPORTED: u32 = IBV_QP_ALT_PATH
+    | IBV_QP_PATH_MIG_STATE
+    | IBV_QP_AV
+    | IBV_QP_MAX_QP_RD_ATOMIC
+    | IBV_QP_MAX_DEST_RD_ATOMIC;
+
+/// The daemon requests, in order, for a checked transition.
+fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Vec<Modify>, (i32, String)> {
     let to = a.qp_state;
-    match (from, to) {
-        (_, IBV_QPS_ERR) => Ok(Modify::Err),
+    let set = |bit: u32| mask & bit != 0;
+    if set(IBV_QP_PKEY_INDEX) && a.pkey_index != 0 {
+        return Err((
+            libc::EINVAL,
+            format!(
+                "pkey_index {} (the port has one P_Key, index 0)",
+                a.pkey_index
+            ),
+        ));
+    }
+    if set(IBV_QP_PORT) && a.port_num != 1 {
+        return Err((
+            libc::EINVAL,
+            format!("port {} (the device has port 1)", a.port_num),
+        ));
+    }
+    let connecting = matches!(
+        (from, to),
+        (IBV_QPS_INIT, IBV_QPS_RTR) | (IBV_QPS_RTR, IBV_QPS_RTS)
+    );
+    let unsupported = if connecting {
+        mask & (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE)
+    } else {
+        mask & UNSUPPORTED
+    };
+    if unsupported != 0 {
+        return Err((
+            libc::EOPNOTSUPP,
+            format!("attributes {unsupported:#x} in {from} -> {to} (no alternate path; address and READ depths are set on the way to RTS)"),
+        ));
+    }
+    Ok(match (from, to) {
+        (_, IBV_QPS_ERR) => vec![Modify::Err],
+        (_, IBV_QPS_RESET) => vec![Modify::Reset],
         (IBV_QPS_RESET, IBV_QPS_INIT) => {
-            if a.port_num != 1 {
-                return Err((
-                    libc::EINVAL,
-                    format!("port {} (the device has port 1)", a.port_num),
-                ));
-            }
             let f = a.qp_access_flags;
-            Ok(Modify::Init {
+            vec![Modify::Init {
                 remote_write: f & IBV_ACCESS_REMOTE_WRITE != 0,
                 remote_read: f & IBV_ACCESS_REMOTE_READ != 0,
                 remote_atomic: f & IBV_ACCESS_REMOTE_ATOMIC != 0,
-            })
+            }]
         }
+        (IBV_QPS_INIT, IBV_QPS_INIT) => vec![update(UpdateTo::Init, a, mask, false)],
         (IBV_QPS_INIT, IBV_QPS_RTR) => {
             let mtu =
                 mtu_bytes(a.path_mtu).ok_or((libc::EINVAL, format!("path_mtu {}", a.path_mtu)))?;
@@ -323,27 +383,51 @@ fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Modify, (i3
                 ));
             }
             let dest_ip = std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]);
-            Ok(Modify::Rtr {
+            let mut v = Vec::new();
+            if set(IBV_QP_ACCESS_FLAGS) {
+                // New access flags first, while still in INIT.
+                v.push(update(UpdateTo::Init, a, IBV_QP_ACCESS_FLAGS, false));
+            }
+            v.push(Modify::Rtr {
                 mtu,
                 dest_qpn: a.dest_qp_num,
                 dest_ip,
                 rq_psn: a.rq_psn,
                 max_dest_rd_atomic: a.max_dest_rd_atomic,
                 min_rnr_timer: a.min_rnr_timer,
-            })
+            });
+            v
         }
-        (IBV_QPS_RTR, IBV_QPS_RTS) => Ok(Modify::Rts {
-            sq_psn: a.sq_psn,
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            max_rd_atomic: a.max_rd_atomic,
-        }),
-        _ => Err((
-            libc::EOPNOTSUPP,
-            format!("transition {from} -> {to} (mask {mask:#x}) is not supported yet"),
-        )),
-    }
+        (IBV_QPS_RTR, IBV_QPS_RTS) => {
+            let mut v = vec![Modify::Rts {
+                sq_psn: a.sq_psn,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                max_rd_atomic: a.max_rd_atomic,
+            }];
+            let extra = mask & (IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER);
+            if extra != 0 {
+                // The optional attributes, once in RTS.
+                v.push(update(UpdateTo::Rts, a, extra, false));
+            }
+            v
+        }
+        (IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE, IBV_QPS_RTS) => {
+            vec![update(UpdateTo::Rts, a, mask, false)]
+        }
+        (IBV_QPS_RTS, IBV_QPS_SQD) => {
+            let notify = set(IBV_QP_EN_SQD_ASYNC_NOTIFY) && a.en_sqd_async_notify != 0;
+            vec![update(UpdateTo::Sqd, a, 0, notify)]
+        }
+        (IBV_QPS_SQD, IBV_QPS_SQD) => vec![update(UpdateTo::Sqd, a, mask, false)],
+        _ => {
+            return Err((
+                libc::EINVAL,
+                format!("no transition {from} -> {to} (mask {mask:#x})"),
+            ))
+        }
+    })
 }
 
 #[no_mangle]
@@ -393,15 +477,18 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         let mut eff = *a;
         eff.qp_state = to;
-        let m = match request(from, &eff, mask) {
+        let steps = match request(from, &eff, mask) {
             Ok(m) => m,
             Err((e, why)) => return fail(e, &format!("ibv_modify_qp: {why}"), e),
         };
-        if let Err(e) = ctx.device.call(Request::ModifyQp {
-            qpn: q.ibv.qp_num,
-            modify: m,
-        }) {
-            return fail(errno_of(&e), &format!("ibv_modify_qp: {e}"), errno_of(&e));
+        for modify in steps {
+            let req = Request::ModifyQp {
+                qpn: q.ibv.qp_num,
+                modify,
+            };
+            if let Err(e) = ctx.device.call(req) {
+                return fail(errno_of(&e), &format!("ibv_modify_qp: {e}"), errno_of(&e));
+            }
         }
         {
             let mut saved = q.attr.lock().unwrap_or_else(|p| p.into_inner());

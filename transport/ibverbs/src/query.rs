@@ -198,6 +198,10 @@ fn fill_port(context: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c
     if port != 1 || out.is_null() {
         return libc::EINVAL;
     }
+    if ctx.check_daemon() {
+        // The device died with its daemon.
+        return libc::EIO;
+    }
     let a = port_attr(ctx);
     let n = len.min(std::mem::size_of::<ibv_port_attr>());
     // SAFETY: the caller's struct holds `len` bytes (the compat struct or

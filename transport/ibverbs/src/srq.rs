@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use transport::abi::{self, Producer, RingLayout};
 use verbs::proto::{Reply, Request};
 
+use crate::async_event::Kind;
 use crate::context::Ctx;
 use crate::pd_mr::Pd;
 use crate::sys::*;
@@ -98,7 +99,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         }
         ia.attr.max_wr = depth;
         ia.attr.max_sge = caps.max_recv_sge;
-        Box::into_raw(Box::new(Srq {
+        let s = Box::into_raw(Box::new(Srq {
             ibv: ibv_srq {
                 context: p.ibv.context,
                 srq_context: ia.srq_context,
@@ -110,8 +111,9 @@ pub unsafe extern "C" fn ibv_create_srq(
             busy: AtomicBool::new(false),
             depth,
             max_sge: caps.max_recv_sge,
-        }))
-        .cast()
+        }));
+        ctx.events.register(Kind::Srq, srq, s.cast());
+        s.cast()
     })
 }
 
@@ -194,6 +196,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         let Some(ctx) = s.ctx() else {
             return libc::EINVAL;
         };
+        ctx.events.forget(Kind::Srq, s.ibv.handle);
         if let Err(e) = ctx.device.call(Request::DestroySrq { srq: s.ibv.handle }) {
             if !matches!(e, verbs::VerbsError::Io(_)) {
                 return errno_of(&e);

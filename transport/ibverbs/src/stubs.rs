@@ -150,8 +150,6 @@ returns_minus_one!(
     ibv_init_ah_from_wc,
     // IBV_REREG_MR_ERR_INPUT.
     ibv_rereg_mr,
-    // Not yet: async events (the next step).
-    ibv_get_async_event,
 );
 
 does_nothing!(
@@ -166,8 +164,6 @@ does_nothing!(
     verbs_init_cq,
     verbs_set_ops,
     verbs_uninit_context,
-    // Not yet: async events (the next step).
-    ibv_ack_async_event,
 );
 
 /// `ioctl` attribute counting of the provider interface; nothing here

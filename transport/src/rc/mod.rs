@@ -39,8 +39,8 @@ pub use qp::{CcMode, UnknownCc};
 pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
-    QpState, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges, WcOpcode,
-    WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
+    QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges,
+    WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -59,6 +59,27 @@ pub const MAX_SRQS: usize = 1 << 12;
 pub enum AsyncEvent {
     /// The SRQ fell below its armed limit (which is now disarmed).
     SrqLimitReached(SrqId),
+    /// The responder of the QP found an error no completion reports and
+    /// moved the QP to ERR (IBA's affiliated asynchronous errors).
+    QpError(Qpn, QpError),
+    /// The QP, moved to SQD with notification asked for, has no send WR
+    /// left in flight.
+    SqDrained(Qpn),
+    /// The QP, attached to an SRQ, went to ERR: no more receive WQEs of
+    /// the SRQ complete on it.
+    LastWqeReached(Qpn),
+}
+
+/// The responder error behind [`AsyncEvent::QpError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpError {
+    /// A request outside the QP's access flags or the R_Key's region
+    /// (IBV_EVENT_QP_ACCESS_ERR).
+    Access,
+    /// A request that breaks the protocol (IBV_EVENT_QP_REQ_ERR).
+    InvalidRequest,
+    /// Any other failure (IBV_EVENT_QP_FATAL).
+    Fatal,
 }
 
 /// How a QP is created: its protection domain, queue sizes, and where its
@@ -514,6 +535,43 @@ impl<M: Memory> Engine<M> {
         self.connect(qpn, params.access, rtr, rts)
     }
 
+    /// A modify that keeps the connection (INIT->INIT, RTS->RTS, RTS->SQD,
+    /// SQD->RTS, SQD->SQD) with the attributes `u` changes. In SQD the
+    /// requester finishes the WRs it has and takes no new ones; with
+    /// `sqd_notify`, [`AsyncEvent::SqDrained`] follows once they are done.
+    pub fn modify_qp(
+        &mut self,
+        qpn: Qpn,
+        to: QpState,
+        u: &QpUpdate,
+        sqd_notify: bool,
+        now: u64,
+    ) -> Result<(), RcError> {
+        let i = self.index(qpn)?;
+        self.qps[i]
+            .as_mut()
+            .expect("index checked")
+            .modify_in_place(to, u, sqd_notify)?;
+        self.refresh(i, now);
+        Ok(())
+    }
+
+    /// Any state -> RESET: the QP keeps its number, PD and queues but
+    /// forgets its connection; its WRs (send, and receive on its own
+    /// queue) are dropped without completions, as IBA's RESET does.
+    pub fn reset_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
+        let i = self.index(qpn)?;
+        let old = self.qps[i].take().expect("index checked");
+        if let Some(q) = self.rqs[old.rq].as_mut().filter(|q| !q.shared) {
+            q.drain().for_each(drop);
+        }
+        self.sched.set_next_packet(old.flow, None, 0);
+        // Timers armed for the old QP are found stale (`armed` is None).
+        let cap = old.req.capacity();
+        self.qps[i] = Some(Qp::new(qpn, old.pd, old.rq, cap, old.flow, &self.cfg));
+        Ok(())
+    }
+
     /// Any state -> ERR: every outstanding WR completes with WR_FLUSH_ERR.
     pub fn modify_to_err(&mut self, qpn: Qpn) -> Result<(), RcError> {
         let i = self.index(qpn)?;
@@ -616,8 +674,12 @@ impl<M: Memory> Engine<M> {
         if let Some(wr) = qp.resp.reset_queues() {
             cq.push_back(recv_flush(qpn, &wr));
         }
-        if let Some(q) = self.rqs[qp.rq].as_mut().filter(|q| !q.shared) {
-            cq.extend(q.drain().map(|wr| recv_flush(qpn, &wr)));
+        match self.rqs[qp.rq].as_mut() {
+            Some(q) if !q.shared => cq.extend(q.drain().map(|wr| recv_flush(qpn, &wr))),
+            Some(_) if qp.state != QpState::Err => {
+                self.events.push_back(AsyncEvent::LastWqeReached(qpn));
+            }
+            _ => {}
         }
         qp.state = QpState::Err;
         self.sched.set_next_packet(qp.flow, None, 0);
@@ -652,6 +714,9 @@ impl<M: Memory> Engine<M> {
         if let Some(status) = qp.req.failed_front() {
             self.fail_qp(i, status);
             return;
+        }
+        if qp.take_drained() {
+            self.events.push_back(AsyncEvent::SqDrained(qpn));
         }
         let size = qp.next_paced_size();
         self.sched.set_rate(qp.flow, qp.cc.rate_bps(), now);
@@ -711,7 +776,7 @@ impl<M: Memory> Engine<M> {
             return;
         };
         let qp = self.qps[i].as_mut().expect("index checked");
-        if !matches!(qp.state, QpState::Rtr | QpState::Rts) || !qp.is_from_peer(&p) {
+        if !qp.state.receives() || !qp.is_from_peer(&p) {
             self.counters.wrong_state += 1;
             return;
         }
@@ -732,6 +797,9 @@ impl<M: Memory> Engine<M> {
         if outcome.srq_limit {
             self.events
                 .push_back(AsyncEvent::SrqLimitReached(qp.rq as SrqId));
+        }
+        if let Some(e) = outcome.error {
+            self.events.push_back(AsyncEvent::QpError(qpn, e));
         }
         if let Some(status) = outcome.fail {
             self.fail_qp(i, status);
@@ -788,6 +856,10 @@ impl<M: Memory> Engine<M> {
                     }
                 }
                 Err(status) => {
+                    // A READ whose region went: the responder's access error.
+                    let qpn = qp.qpn;
+                    self.events
+                        .push_back(AsyncEvent::QpError(qpn, QpError::Access));
                     self.fail_qp(i, status);
                     return self.poll_transmit(now, buf);
                 }

@@ -14,7 +14,7 @@ use super::counters::QpCounters;
 use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
-use super::types::{QpAccess, QpState, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
+use super::types::{QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::packet::frame_len_of;
@@ -86,6 +86,8 @@ pub(crate) struct Outcome {
     pub recv: Option<RecvDone>,
     /// Taking a receive WQE crossed the SRQ's armed limit.
     pub srq_limit: bool,
+    /// The responder's error behind `fail`, for the async event.
+    pub error: Option<super::QpError>,
 }
 
 pub(crate) struct Qp {
@@ -115,6 +117,8 @@ pub(crate) struct Qp {
     pub in_ctrl: bool,
     /// The deadline filed in the engine's timer heap.
     pub armed: Option<u64>,
+    /// In SQD: raise SqDrained once the send queue is empty.
+    pub sqd_notify: bool,
     pub counters: QpCounters,
 }
 
@@ -177,6 +181,7 @@ impl Qp {
             pending_cnp: false,
             in_ctrl: false,
             armed: None,
+            sqd_notify: false,
             counters: QpCounters::default(),
         }
     }
@@ -246,6 +251,77 @@ impl Qp {
         Ok(())
     }
 
+    /// A modify that keeps the QP's connection: INIT->INIT, RTS->RTS,
+    /// RTS->SQD, SQD->RTS, SQD->SQD, applying what `u` changes. Moving to
+    /// SQD with `sqd_notify` asks for [`super::AsyncEvent::SqDrained`].
+    pub fn modify_in_place(
+        &mut self,
+        to: QpState,
+        u: &QpUpdate,
+        sqd_notify: bool,
+    ) -> Result<(), RcError> {
+        use QpState::{Init, Rts, Sqd};
+        let from = self.state;
+        if !matches!(
+            (from, to),
+            (Init, Init) | (Rts, Rts) | (Rts, Sqd) | (Sqd, Rts) | (Sqd, Sqd)
+        ) {
+            return Err(RcError::NoTransition {
+                qpn: self.qpn,
+                from,
+                to,
+            });
+        }
+        for (what, v, max) in [
+            ("min_rnr_timer", u.min_rnr_timer, 31),
+            ("timeout", u.timeout, 31),
+            ("retry_cnt", u.retry_cnt, 7),
+            ("rnr_retry", u.rnr_retry, 7),
+        ] {
+            if let Some(v) = v {
+                check_bits(what, u64::from(v), max)?;
+            }
+        }
+        if from == Init {
+            let what = [
+                ("min_rnr_timer", u.min_rnr_timer),
+                ("timeout", u.timeout),
+                ("retry_cnt", u.retry_cnt),
+                ("rnr_retry", u.rnr_retry),
+            ]
+            .into_iter()
+            .find_map(|(w, v)| v.map(|_| w));
+            if let Some(what) = what {
+                return Err(RcError::NotYet { what, state: from });
+            }
+        }
+        if let Some(a) = u.access {
+            self.access = a;
+            self.resp.remote_write = a.remote_write;
+            self.resp.remote_read = a.remote_read;
+            self.resp.remote_atomic = a.remote_atomic;
+        }
+        if let Some(t) = u.min_rnr_timer {
+            self.resp.min_rnr_timer = t;
+        }
+        self.req.set_retry(u.timeout, u.retry_cnt, u.rnr_retry);
+        if to == Sqd && from == Rts {
+            self.sqd_notify = sqd_notify;
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// Whether the QP, in SQD with notification asked for, has drained
+    /// its send queue (true once: the notification is then consumed).
+    pub fn take_drained(&mut self) -> bool {
+        if self.state == QpState::Sqd && self.sqd_notify && self.req.is_empty() {
+            self.sqd_notify = false;
+            return true;
+        }
+        false
+    }
+
     /// Does the packet come from this QP's peer?
     pub fn is_from_peer(&self, p: &Packet<'_>) -> bool {
         self.rtr.is_some_and(|r| r.dest_ip == p.repr.ip.src)
@@ -261,7 +337,7 @@ impl Qp {
 
     /// The earliest timer of this QP.
     pub fn timeout(&self) -> Option<u64> {
-        if self.state != QpState::Rts {
+        if !self.state.sends() {
             return None;
         }
         [
@@ -429,6 +505,11 @@ impl Qp {
                     Verdict::Fatal(code) => {
                         self.counters.naks_sent[usize::from(code & 3)] += 1;
                         out.fail = Some(WcStatus::WrFlushErr);
+                        out.error = Some(match code {
+                            super::responder::NAK_REMOTE_ACCESS => super::QpError::Access,
+                            super::responder::NAK_INVALID_REQUEST => super::QpError::InvalidRequest,
+                            _ => super::QpError::Fatal,
+                        });
                     }
                 }
                 if verdict == Verdict::OutOfOrder && self.resp.has_ack() {
@@ -519,7 +600,7 @@ impl Qp {
         if let Some(r) = self.resp.peek_response() {
             return Some(frame_len_of(r.opcode, 0, r.len as usize) as u32);
         }
-        if self.state != QpState::Rts {
+        if !self.state.sends() {
             return None;
         }
         let t = self.req.peek(self.cc.window_bytes())?;

@@ -248,6 +248,32 @@ impl Requester {
         self.max_outstanding_psns = max_outstanding_psns.clamp(1, 1 << 22);
     }
 
+    /// Send WRs it holds at most.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// No WR taken and not yet completed (the send queue is drained).
+    pub fn is_empty(&self) -> bool {
+        self.sq.is_empty()
+    }
+
+    /// New retry settings (RTS->RTS, SQD->RTS): they count from the next
+    /// timeout or RNR NAK on.
+    pub fn set_retry(&mut self, timeout: Option<u8>, retry_cnt: Option<u8>, rnr_retry: Option<u8>) {
+        if let Some(t) = timeout {
+            self.rto_ns = if t == 0 { 0 } else { 4096u64 << t.min(31) };
+        }
+        if let Some(r) = retry_cnt {
+            self.retry_cnt = r;
+            self.retries_left = r;
+        }
+        if let Some(r) = rnr_retry {
+            self.rnr_retry = r;
+            self.rnr_left = r;
+        }
+    }
+
     pub fn is_full(&self) -> bool {
         self.sq.len() >= self.cap
     }

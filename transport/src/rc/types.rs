@@ -11,14 +11,30 @@ pub use super::sgl::{SgList, Sge, TooManySges, MAX_SGE};
 /// Queue pair number (24 bits).
 pub type Qpn = u32;
 
-/// QP states of rc.md.
+/// QP states of rc.md. An RC QP never enters SQE (Send Queue Error is
+/// for UD and UC: an RC send error moves the QP to ERR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpState {
     Reset,
     Init,
     Rtr,
     Rts,
+    /// Send Queue Drain: WRs already taken finish, new ones wait; the
+    /// responder works as in RTS.
+    Sqd,
     Err,
+}
+
+impl QpState {
+    /// Whether the requester runs (RTS, and SQD while it drains).
+    pub fn sends(self) -> bool {
+        matches!(self, QpState::Rts | QpState::Sqd)
+    }
+
+    /// Whether the QP takes packets from its peer (RTR and after).
+    pub fn receives(self) -> bool {
+        matches!(self, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
 }
 
 /// Path MTU: payload bytes per packet.
@@ -82,6 +98,18 @@ pub const fn rnr_timer_ns(code: u8) -> u64 {
         1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
     ];
     US_X100[(code & 31) as usize] as u64 * 10_000
+}
+
+/// What a modify that stays in (or returns to) a sending state may change:
+/// IBA's optional attributes of INIT->INIT, RTS->RTS, RTS->SQD, SQD->RTS
+/// and SQD->SQD that an RC QP here has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpUpdate {
+    pub access: Option<QpAccess>,
+    pub min_rnr_timer: Option<u8>,
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    pub rnr_retry: Option<u8>,
 }
 
 /// Attributes of the RTR -> RTS transition.
@@ -476,4 +504,12 @@ pub enum RcError {
     TooLong(u32),
     #[error("too many QPs (at most {0})")]
     TooManyQps(usize),
+    #[error("QP {qpn:#x} cannot go from {from:?} to {to:?}")]
+    NoTransition {
+        qpn: Qpn,
+        from: QpState,
+        to: QpState,
+    },
+    #[error("{what} cannot change in {state:?} (only once the QP sends)")]
+    NotYet { what: &'static str, state: QpState },
 }

@@ -265,6 +265,14 @@ impl Device {
         )
     }
 
+    /// A duplicate of the control socket to watch (poll, epoll) for the
+    /// daemon hanging up; never to be read or written.
+    pub fn watch_fd(&self) -> std::io::Result<OwnedFd> {
+        use std::os::fd::AsFd;
+        let c = self.inner.conn.lock().unwrap_or_else(|p| p.into_inner());
+        c.sock.as_fd().try_clone_to_owned()
+    }
+
     pub fn alloc_pd(&self) -> Result<Pd> {
         match self.inner.call(Request::AllocPd)?.0 {
             Reply::Pd { pd } => Ok(Pd {

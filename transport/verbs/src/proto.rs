@@ -77,6 +77,42 @@ pub enum Modify {
         max_rd_atomic: u8,
     },
     Err,
+    /// Any state -> RESET: the QP forgets its connection and its WRs.
+    Reset,
+    /// A modify that keeps the connection: INIT->INIT, RTS->RTS,
+    /// RTS->SQD, SQD->RTS, SQD->SQD, with what it changes.
+    Update {
+        to: UpdateTo,
+        #[serde(default)]
+        access: Option<QpAccessFlags>,
+        #[serde(default)]
+        min_rnr_timer: Option<u8>,
+        #[serde(default)]
+        timeout: Option<u8>,
+        #[serde(default)]
+        retry_cnt: Option<u8>,
+        #[serde(default)]
+        rnr_retry: Option<u8>,
+        /// RTS->SQD: raise SQ_DRAINED once the send queue is empty.
+        #[serde(default)]
+        sqd_notify: bool,
+    },
+}
+
+/// The state an in-place modify goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpdateTo {
+    Init,
+    Rts,
+    Sqd,
+}
+
+/// What the peer may do to a QP (its remote access flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpAccessFlags {
+    pub remote_write: bool,
+    pub remote_read: bool,
+    pub remote_atomic: bool,
 }
 
 impl Request {
@@ -178,6 +214,32 @@ pub enum Request {
     QueryPort,
     /// Counters of every port, engine and QP of the daemon, as JSON.
     Stats,
+    /// The eventfd the daemon signals when it has asynchronous events for
+    /// this connection (comes with the reply `Done`).
+    AsyncEventFd,
+    /// The asynchronous events waiting, oldest first (taken).
+    AsyncEvents,
+}
+
+/// An asynchronous event of a connection's objects (ibverbs'
+/// `ibv_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AsyncEventMsg {
+    /// The QP's responder met a request outside its access rights (QP
+    /// now in ERR).
+    QpAccessErr { qpn: u32 },
+    /// The QP's responder met a request that breaks the protocol.
+    QpReqErr { qpn: u32 },
+    /// The QP failed for another reason no completion reports.
+    QpFatal { qpn: u32 },
+    /// The QP in SQD has no send WR left in flight.
+    SqDrained { qpn: u32 },
+    /// The QP, on an SRQ, went to ERR.
+    QpLastWqeReached { qpn: u32 },
+    /// The SRQ fell below its armed limit (now disarmed).
+    SrqLimitReached { srq: u32 },
+    /// The CQ overran (its QPs were moved to ERR).
+    CqErr { cq: u32 },
 }
 
 /// The device an application opened.
@@ -312,6 +374,7 @@ pub enum Reply {
     Stats {
         json: String,
     },
+    AsyncEvents(Vec<AsyncEventMsg>),
 }
 
 /// What kind of error a request met.

@@ -1,0 +1,108 @@
+//! The error paths of a verbs application: `tests/c/verbs_errors.c`,
+//! compiled against Debian's `<infiniband/verbs.h>` and linked with
+//! `-libverbs` (not our header), runs over our libibverbs.so.1 and the
+//! daemon: bad lkey, bad rkey (REM_ACCESS_ERR and the responder's
+//! IBV_EVENT_QP_ACCESS_ERR), a region without REMOTE_WRITE, a WR on a QP
+//! in RESET, modify with a wrong mask, deregistered MRs, SQD with
+//! IBV_EVENT_SQ_DRAINED; then the daemon killed under the running
+//! program: IBV_EVENT_DEVICE_FATAL and failing calls, not a hang.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod daemon_util;
+
+/// Compiles the C program into `dir`.
+fn build(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_errors.c");
+    let exe = dir.join("verbs_errors");
+    let st = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(&src)
+        .args(["-libverbs", "-o"])
+        .arg(&exe)
+        .status()
+        .expect("run cc (apt-get install gcc libibverbs-dev)");
+    assert!(st.success(), "{} does not compile", src.display());
+    exe
+}
+
+fn program(exe: &Path, libs: &Path, socket: &Path, mode: &str) -> Command {
+    let mut c = Command::new(exe);
+    c.arg(mode)
+        .env("LD_LIBRARY_PATH", libs)
+        .env("RNIC_SOCKET", socket);
+    c
+}
+
+#[test]
+fn error_paths_give_errors_statuses_and_async_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let libs = daemon_util::lib_dir(tmp.path());
+    let exe = build(tmp.path());
+    let d = daemon_util::start_daemon("ibverbs-errors");
+    let out = program(&exe, &libs, &d.socket, "errors").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "verbs_errors errors: {:?}",
+        out.status
+    );
+    for want in [
+        "post_send on a QP in RESET -> EINVAL",
+        "-> EINVAL, QP unchanged",
+        "WRITE with a bad lkey -> local protection error",
+        "WRITE with a bad rkey -> remote access error",
+        "responder QP -> local access violation work queue error",
+        "WRITE to a region without REMOTE_WRITE -> remote access error",
+        "WRITE with the rkey of a deregistered MR -> remote access error",
+        "WRITE from the lkey of a deregistered MR -> local protection error",
+        "SQD->RTS sends what waited",
+        "ok: errors done",
+    ] {
+        assert!(text.contains(want), "missing {want:?}");
+    }
+}
+
+#[test]
+fn a_killed_daemon_is_a_fatal_device_event_then_errors_not_a_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let libs = daemon_util::lib_dir(tmp.path());
+    let exe = build(tmp.path());
+    let mut d = daemon_util::start_daemon("ibverbs-fatal");
+    let mut child = program(&exe, &libs, &d.socket, "fatal")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert_eq!(first, "ready", "the program did not connect");
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    // Read the rest while waiting; a hang is a failure, found after a
+    // bound far above the few milliseconds this takes.
+    let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the program hangs after the daemon died");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let rest = reader.join().unwrap().join("\n");
+    println!("{rest}");
+    assert!(status.success(), "verbs_errors fatal: {status:?}");
+    assert!(
+        rest.contains("daemon killed -> local catastrophic error"),
+        "{rest}"
+    );
+    assert!(rest.contains("no more events"), "{rest}");
+}
