@@ -190,7 +190,7 @@ const MAX_DELAY_US: f64 = 1_000_000.0;
 /// Longest Unix socket path (sun_path holds 108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 /// Probe timeout and HPCC++ T of the service's engines (a testbed's RTT).
-const SERVICE_RTT_NS: u64 = 10_000;
+pub const SERVICE_RTT_NS: u64 = 10_000;
 
 struct Ctx<'a> {
     file: &'a Path,

@@ -227,3 +227,56 @@ fn without_congestion_control_flows_run_at_line_rate() {
     // 1 MiB at 100 Gb/s is about 84 us on the wire (headers included).
     assert!(p.now > 80_000 && p.now < 100_000, "{}", p.now);
 }
+
+#[test]
+fn a_qp_can_run_its_own_congestion_control_chosen_before_it_connects() {
+    use transport::mr::{Access, VecMemory};
+    use transport::rc::{ConnectParams, Endpoint, Engine, PathMtu, QpState, RcError, SendWr, Sge};
+    use transport::wire::Packet;
+    let (mac, ip) = (rc_util::MAC_A, rc_util::IP_A);
+    let mut mem = VecMemory::new();
+    mem.add(0x1000, 1 << 16);
+    // The engine's default is no congestion control.
+    let mut e = Engine::new(EngineConfig::new(mac, ip, LINE), mem, 0);
+    let mr = e.register_mr(0x1000, 1 << 16, Access::ALL).unwrap();
+    let plain = e.create_qp(4, 0).unwrap();
+    let hpcc = e.create_qp(4, 0).unwrap();
+    e.set_qp_cc(hpcc, CcMode::HpccInband { maxhop: 3 }).unwrap();
+    assert_eq!(e.qp_cc_mode(plain).unwrap(), CcMode::None);
+    assert_eq!(
+        e.qp_cc_mode(hpcc).unwrap(),
+        CcMode::HpccInband { maxhop: 3 }
+    );
+    let peer = Endpoint {
+        qpn: 0x99,
+        psn: 0,
+        mac: rc_util::MAC_B,
+        ip: rc_util::IP_B,
+    };
+    let p = ConnectParams::new(PathMtu::Mtu1024);
+    // Data packets of the HPCC++ QP carry the telemetry block; the other
+    // QP's do not.
+    let mut tlm = Vec::new();
+    for q in [plain, hpcc] {
+        e.connect_to(q, 0, &peer, &p).unwrap();
+        let sge = Sge {
+            lkey: mr.lkey,
+            va: 0x1000,
+            len: 64,
+        };
+        e.post_send(q, SendWr::new(1, WrOp::Write, sge, 7, 0x2000), 0)
+            .unwrap();
+        let mut buf = vec![0; 4096];
+        let n = e.poll_transmit(0, &mut buf).expect("a WRITE to send");
+        tlm.push(Packet::parse(&buf[..n]).unwrap().repr.tlm.is_some());
+    }
+    assert_eq!(tlm, [false, true]);
+    // Once connected, the choice is made.
+    assert!(matches!(
+        e.set_qp_cc(hpcc, CcMode::Dcqcn),
+        Err(RcError::WrongState {
+            state: QpState::Rts,
+            ..
+        })
+    ));
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
 use transport::mr::Access;
-use transport::rc::{PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{CcMode, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr};
 use verbs::proto::{
     DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
 };
@@ -221,6 +221,7 @@ impl Service {
             Request::ModifyQp { qpn, modify } => self.modify_qp(conn, qpn, modify),
             Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
             Request::QueryQp { qpn } => self.query_qp(conn, qpn),
+            Request::SetQpCc { qpn, cc } => self.set_qp_cc(conn, qpn, &cc),
             Request::QueryPort => {
                 let host = self.app(conn).host;
                 let h = &self.hosts[host];
@@ -895,6 +896,7 @@ impl Service {
         let k = e.qp_counters(qpn).map_err(bad)?;
         let (w, r) = e.qp_cc(qpn).map_err(bad)?;
         let state = e.qp_state(qpn).map_err(bad)?;
+        let cc = e.qp_cc_mode(qpn).map_err(bad)?.name().to_string();
         done(Reply::QpInfo(QpInfo {
             qpn,
             state: format!("{state:?}").to_uppercase(),
@@ -904,6 +906,21 @@ impl Service {
             timeouts: k.timeouts,
             window_bytes: w,
             rate_bps: r,
+            cc,
         }))
+    }
+
+    fn set_qp_cc(&mut self, conn: ConnId, qpn: Qpn, name: &str) -> Answer {
+        let host = self.own_qp(conn, qpn)?;
+        // Telemetry for three hops and a probe timeout of three base RTTs,
+        // as the [service] section's own `cc` gets them.
+        let mode = CcMode::from_name(name, 3, crate::config::SERVICE_RTT_NS)
+            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        self.hosts[host]
+            .nic
+            .engine_mut()
+            .set_qp_cc(qpn, mode)
+            .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        done(Reply::Done)
     }
 }

@@ -31,6 +31,7 @@ mod post;
 mod qp;
 mod query;
 mod remap;
+mod rnicdv;
 mod srq;
 mod strings;
 mod stubs;

@@ -16,7 +16,9 @@
 //! Limits (README): the copy and the remap are not atomic against other
 //! threads writing the same pages during `ibv_reg_mr`; after the last
 //! region over some pages is deregistered, normal pages go back to
-//! private anonymous memory (hugetlb pages stay in their memfd).
+//! private anonymous memory (hugetlb pages stay in their memfd). A child
+//! of `fork` gets private copies of moved pages (not the parent's shared
+//! ones), unless `ibv_fork_init` keeps them out of children altogether.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -129,6 +131,7 @@ pub fn share(addr: usize, len: usize) -> Result<Shared, Refusal> {
         .checked_add(len)
         .filter(|_| len > 0 && addr != 0)
         .ok_or((libc::EINVAL, format!("buffer {addr:#x} of {len} bytes")))?;
+    watch_forks();
     let mut pieces = PIECES.lock().unwrap_or_else(|p| p.into_inner());
     let vmas = maps()?;
     // Forget pieces whose pages are no longer ours (freed and reused).
@@ -320,42 +323,82 @@ fn forget_unheld(pieces: &mut BTreeMap<usize, Piece>) {
 /// Gives pages no region holds any more back to private anonymous
 /// memory with their bytes, if they are still our memfd's.
 fn restore(at: usize, len: usize, name: &str) {
-    use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
-    use std::num::NonZeroUsize;
     let ours = maps().is_ok_and(|vs| {
         vs.iter()
             .any(|v| v.start <= at && at + len <= v.end && is_piece(&v.path, name))
     });
-    let Some(n) = NonZeroUsize::new(len).filter(|_| ours) else {
-        return;
-    };
+    if ours {
+        privatize(at, len, false);
+    }
+}
+
+/// Replaces the mapping over `[at, at + len)` by private anonymous pages
+/// (hugetlb ones with `huge`) holding the same bytes, in one step. Makes
+/// no allocation (it runs in a child of fork too); false when the kernel
+/// gives no pages, and the mapping then stays.
+fn privatize(at: usize, len: usize, huge: bool) -> bool {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if huge { libc::MAP_HUGETLB } else { 0 };
     // SAFETY: a fresh private anonymous mapping the kernel places.
-    let Ok(tmp) = (unsafe {
-        mmap_anonymous(
-            None,
-            n,
-            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-            MapFlags::MAP_PRIVATE,
+    let tmp = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
         )
-    }) else {
-        return;
     };
-    // SAFETY: [at, at + len) is still our memfd mapping (checked above),
-    // `tmp` our fresh mapping; mremap then moves the anonymous pages with
-    // their bytes over the range, replacing the memfd mapping in one step.
+    if tmp == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: [at, at + len) is a readable mapping of ours (the caller's
+    // check), `tmp` our fresh mapping of `len` bytes; mremap moves the new
+    // pages with their bytes over the range, replacing the old mapping.
     unsafe {
-        std::ptr::copy_nonoverlapping(at as *const u8, tmp.as_ptr().cast::<u8>(), len);
+        std::ptr::copy_nonoverlapping(at as *const u8, tmp.cast::<u8>(), len);
         let r = libc::mremap(
-            tmp.as_ptr(),
+            tmp,
             len,
             len,
             libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
             at as *mut libc::c_void,
         );
         if r == libc::MAP_FAILED {
-            let _ = nix::sys::mman::munmap(tmp, len);
+            libc::munmap(tmp, len);
+            return false;
         }
     }
+    true
+}
+
+/// In a child of `fork`: the moved pages are shared mappings of memfds, so
+/// the child would share them (and malloc's heap around a small buffer)
+/// with its parent. Each becomes a private copy, which is what fork gives
+/// all other memory; the parent's registrations are untouched. Pages
+/// under `ibv_fork_init`'s MADV_DONTFORK are not in the child at all.
+extern "C" fn privatize_in_child() {
+    if crate::strings::FORK_INIT.load(Ordering::Relaxed) {
+        return;
+    }
+    // Locked only if another thread of the parent was registering at the
+    // fork; that thread does not exist here, so the table stays as it is.
+    let Ok(pieces) = PIECES.try_lock() else {
+        return;
+    };
+    for (&s, p) in pieces.iter() {
+        privatize(s, p.end - s, p.huge);
+    }
+}
+
+/// Installs [`privatize_in_child`] once, before the first pages move.
+fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that makes no allocation and takes
+        // no lock it could wait on.
+        unsafe { libc::pthread_atfork(None, None, Some(privatize_in_child)) };
+    });
 }
 
 /// Drops a registration's references; pages no region holds go back to

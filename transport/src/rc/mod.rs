@@ -473,6 +473,24 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_ref().expect("index checked").state)
     }
 
+    /// The congestion control a QP runs.
+    pub fn qp_cc_mode(&self, qpn: Qpn) -> Result<CcMode, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").mode)
+    }
+
+    /// Gives one QP its own congestion control (the engine's is the
+    /// default), before it connects: in RESET or INIT. Both ends of a
+    /// connection must run the same mode (telemetry is echoed, probed or
+    /// notified by the responder as its own mode says).
+    pub fn set_qp_cc(&mut self, qpn: Qpn, mode: CcMode) -> Result<(), RcError> {
+        let cfg = EngineConfig {
+            cc: mode,
+            ..self.cfg
+        };
+        self.qp_mut(qpn)?.set_cc(&cfg)
+    }
+
     pub fn qp_counters(&self, qpn: Qpn) -> Result<QpCounters, RcError> {
         let i = self.index(qpn)?;
         Ok(self.qps[i].as_ref().expect("index checked").counters)

@@ -104,7 +104,7 @@ pub(crate) struct Qp {
     pub resp: Responder,
     pub flow: FlowId,
     pub cc: Controller,
-    mode: CcMode,
+    pub mode: CcMode,
     probe: Option<ProbeClock>,
     rx_hpcc: Option<RxHpcc>,
     cnp: CnpLimiter,
@@ -309,6 +309,32 @@ impl Qp {
             self.sqd_notify = sqd_notify;
         }
         self.state = to;
+        Ok(())
+    }
+
+    /// Runs `cfg.cc` from now on, with fresh controller state (RESET or
+    /// INIT only: nothing has been sent).
+    pub fn set_cc(&mut self, cfg: &EngineConfig) -> Result<(), RcError> {
+        if !matches!(self.state, QpState::Reset | QpState::Init) {
+            return Err(RcError::WrongState {
+                qpn: self.qpn,
+                state: self.state,
+                need: QpState::Init,
+                what: "choosing the QP's congestion control",
+            });
+        }
+        let fresh = Qp::new(
+            self.qpn,
+            self.pd,
+            self.rq,
+            self.req.capacity(),
+            self.flow,
+            cfg,
+        );
+        self.cc = fresh.cc;
+        self.mode = fresh.mode;
+        self.probe = fresh.probe;
+        self.rx_hpcc = fresh.rx_hpcc;
         Ok(())
     }
 

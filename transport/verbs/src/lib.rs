@@ -1,4 +1,5 @@
-//! The verbs API applications link, in Rust and (through [`capi`]) in C.
+//! The verbs API Rust applications link (C applications use the drop-in
+//! libibverbs, `transport/ibverbs`, which is built on this crate).
 //!
 //! An application opens a device of the dataplane daemon ([`Device::open`]
 //! on the daemon's Unix socket), gets its own shared-memory segment, and
@@ -10,11 +11,10 @@
 //! data path makes no system call. The daemon polls the send rings.
 //!
 //! This crate sits beside `transport` (under `transport/verbs`) because it
-//! does what `transport` must not: socket I/O and, in [`shm`] and
-//! [`capi`], unsafe code (the mapping, the C pointers). The layouts both
+//! does what `transport` must not: socket I/O and, in [`shm`], unsafe
+//! code (the mapping). The layouts both
 //! sides share are `transport::abi`.
 
-pub mod capi;
 pub mod device;
 pub mod oob;
 pub mod proto;

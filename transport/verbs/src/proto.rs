@@ -211,6 +211,12 @@ pub enum Request {
     QueryQp {
         qpn: u32,
     },
+    /// Gives a QP in RESET or INIT its own congestion control (a name of
+    /// `transport::rc::CcMode::NAMES`).
+    SetQpCc {
+        qpn: u32,
+        cc: String,
+    },
     QueryPort,
     /// Counters of every port, engine and QP of the daemon, as JSON.
     Stats,
@@ -304,6 +310,9 @@ pub struct QpInfo {
     pub timeouts: u64,
     pub window_bytes: u64,
     pub rate_bps: u64,
+    /// The QP's congestion control.
+    #[serde(default)]
+    pub cc: String,
 }
 
 /// The port's link and counters.
