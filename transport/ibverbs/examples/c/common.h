@@ -17,7 +17,7 @@
 
 static const char *me = "example";
 
-static void die(const char *what, int err)
+static inline void die(const char *what, int err)
 {
 	fprintf(stderr, "%s: %s: %s\n", me, what, strerror(err));
 	exit(1);
@@ -38,7 +38,7 @@ struct side {
 	struct ibv_qp *qp;
 };
 
-static struct ibv_context *open_device(const char *name)
+static inline struct ibv_context *open_device(const char *name)
 {
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -58,7 +58,7 @@ static struct ibv_context *open_device(const char *name)
 }
 
 /* A context, PD, CQ and RC QP of `depth` WRs each way on device `name`. */
-static void open_side(struct side *s, const char *name, int depth)
+static inline void open_side(struct side *s, const char *name, int depth)
 {
 	s->ctx = open_device(name);
 	if (!(s->pd = ibv_alloc_pd(s->ctx)))
@@ -77,7 +77,7 @@ static void open_side(struct side *s, const char *name, int depth)
 }
 
 /* This QP's endpoint, with `mr` (or none) as the buffer peers reach. */
-static struct endpoint endpoint_of(struct side *s, struct ibv_mr *mr)
+static inline struct endpoint endpoint_of(struct side *s, struct ibv_mr *mr)
 {
 	struct endpoint e = { .qpn = s->qp->qp_num };
 	if (mr) {
@@ -93,7 +93,7 @@ static struct endpoint endpoint_of(struct side *s, struct ibv_mr *mr)
 
 /* RESET -> INIT -> RTR -> RTS towards `peer`; `access` is what the peer
  * may do to this QP. */
-static void connect_qp(struct side *s, const struct endpoint *peer, int access)
+static inline void connect_qp(struct side *s, const struct endpoint *peer, int access)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
@@ -140,7 +140,7 @@ static void connect_qp(struct side *s, const struct endpoint *peer, int access)
 }
 
 /* The next completion of `s`; it must have succeeded. */
-static struct ibv_wc wait_one(struct side *s, const char *what)
+static inline struct ibv_wc wait_one(struct side *s, const char *what)
 {
 	struct ibv_wc wc;
 	int n;
@@ -156,7 +156,7 @@ static struct ibv_wc wait_one(struct side *s, const char *what)
 	return wc;
 }
 
-static void close_side(struct side *s)
+static inline void close_side(struct side *s)
 {
 	if (ibv_destroy_qp(s->qp) || ibv_destroy_cq(s->cq) ||
 	    ibv_dealloc_pd(s->pd) || ibv_close_device(s->ctx))
@@ -164,7 +164,7 @@ static void close_side(struct side *s)
 }
 
 /* A page-aligned, zeroed buffer registered on `s` with `access`. */
-static struct ibv_mr *buffer(struct side *s, size_t len, int access)
+static inline struct ibv_mr *buffer(struct side *s, size_t len, int access)
 {
 	void *p;
 	if (posix_memalign(&p, 4096, len))
@@ -176,7 +176,7 @@ static struct ibv_mr *buffer(struct side *s, size_t len, int access)
 	return mr;
 }
 
-static void free_buffer(struct ibv_mr *mr)
+static inline void free_buffer(struct ibv_mr *mr)
 {
 	void *p = mr->addr;
 	if (ibv_dereg_mr(mr))
