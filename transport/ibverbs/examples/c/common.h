@@ -57,6 +57,23 @@ static inline struct ibv_context *open_device(const char *name)
 	exit(1);
 }
 
+/* An RC QP of `depth` WRs each way, both queues completing on `cq`. */
+static inline struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *cq,
+				   int depth)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = depth, .max_recv_wr = depth,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	if (!qp)
+		die("ibv_create_qp", errno);
+	return qp;
+}
+
 /* A context, PD, CQ and RC QP of `depth` WRs each way on device `name`. */
 static inline void open_side(struct side *s, const char *name, int depth)
 {
@@ -65,15 +82,7 @@ static inline void open_side(struct side *s, const char *name, int depth)
 		die("ibv_alloc_pd", errno);
 	if (!(s->cq = ibv_create_cq(s->ctx, 2 * depth, NULL, NULL, 0)))
 		die("ibv_create_cq", errno);
-	struct ibv_qp_init_attr ia = {
-		.send_cq = s->cq,
-		.recv_cq = s->cq,
-		.cap = { .max_send_wr = depth, .max_recv_wr = depth,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	if (!(s->qp = ibv_create_qp(s->pd, &ia)))
-		die("ibv_create_qp", errno);
+	s->qp = rc_qp(s->pd, s->cq, depth);
 }
 
 /* This QP's endpoint, with `mr` (or none) as the buffer peers reach. */

@@ -90,16 +90,8 @@ int main(void)
 		if (pid[c] == 0)
 			return client(up[c][1], down[c][0]);
 		/* One QP per client, on the server's PD, CQ and counter. */
-		if (c > 0) {
-			struct ibv_qp_init_attr ia = {
-				.send_cq = srv.cq, .recv_cq = srv.cq,
-				.cap = { .max_send_wr = 16, .max_recv_wr = 16,
-					 .max_send_sge = 1, .max_recv_sge = 1 },
-				.qp_type = IBV_QPT_RC,
-			};
-			if (!(srv.qp = ibv_create_qp(srv.pd, &ia)))
-				die("ibv_create_qp", errno);
-		}
+		if (c > 0)
+			srv.qp = rc_qp(srv.pd, srv.cq, 16);
 		qp[c] = srv.qp;
 		struct endpoint mine = endpoint_of(&srv, mr), peer;
 		swap_endpoints(down[c][1], up[c][0], &mine, &peer);

@@ -133,14 +133,7 @@ int main(void)
 		ibv_destroy_cq(s.cq);
 		if (!(s.cq = ibv_create_cq(s.ctx, 32, NULL, ch, 0)))
 			die("ibv_create_cq", errno);
-		struct ibv_qp_init_attr ia = {
-			.send_cq = s.cq, .recv_cq = s.cq,
-			.cap = { .max_send_wr = 16, .max_recv_wr = 16,
-				 .max_send_sge = 1, .max_recv_sge = 1 },
-			.qp_type = IBV_QPT_RC,
-		};
-		if (!(s.qp = ibv_create_qp(s.pd, &ia)))
-			die("ibv_create_qp", errno);
+		s.qp = rc_qp(s.pd, s.cq, 16);
 		if (ibv_req_notify_cq(s.cq, 0))
 			die("ibv_req_notify_cq", errno);
 	}
