@@ -4,6 +4,8 @@
 //!
 //! - [`pipeline`]: [`Nic::poll`], the one pipeline (RX, timers, doorbells,
 //!   TX, completions) and its counters.
+//! - [`neighbour`]: the neighbour table (ARP resolution, static entries,
+//!   expiry).
 //! - [`port`]: the [`FramePort`] trait and owned frame buffers.
 //! - [`link`]: an in-memory link between two ports (tests, torture,
 //!   fuzzing).
@@ -17,6 +19,7 @@
 
 pub mod faults;
 pub mod link;
+pub mod neighbour;
 pub mod pcap;
 pub mod pipeline;
 pub mod port;
@@ -24,6 +27,7 @@ pub mod tap;
 
 pub use faults::{Direction, Fault, FaultConfig, FaultCounters, FaultInjector};
 pub use link::{mem_link, MemPort};
+pub use neighbour::{NeighbourConfig, NeighbourCounters, NeighbourTable, Resolution};
 pub use pipeline::{Completions, Host, Nic, NicCounters, BURST, MAX_HEADERS};
 pub use port::{copy_frame, Frame, FramePort, TooSmall};
 pub use tap::{Capture, SharedCapture, Tap};

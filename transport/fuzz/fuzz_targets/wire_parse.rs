@@ -1,11 +1,17 @@
-//! Fuzz the frame parser: no input may panic, and whatever parses must
-//! emit again and parse back to the same headers and payload.
+//! Fuzz the frame parsers (RoCEv2 and ARP): no input may panic, and
+//! whatever parses must emit again and parse back to the same headers and
+//! payload.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use transport::wire::Packet;
+use transport::wire::{ArpRepr, Packet};
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(a) = ArpRepr::parse(data) {
+        let mut out = [0u8; 60];
+        a.emit(&mut out).expect("a parsed ARP message emits");
+        assert_eq!(ArpRepr::parse(&out), Ok(a));
+    }
     let _ = Packet::parse(data);
     if let Ok(p) = Packet::parse_unverified(data) {
         let _ = p.icrc_ok();

@@ -25,6 +25,7 @@ pub enum Layer {
     Cnp,
     Payload,
     Icrc,
+    Arp,
 }
 
 impl Layer {
@@ -47,6 +48,7 @@ impl Layer {
             Layer::Cnp => "cnp",
             Layer::Payload => "payload",
             Layer::Icrc => "icrc",
+            Layer::Arp => "arp",
         }
     }
 }
@@ -113,6 +115,12 @@ pub enum WireError {
     /// the opcode requires it.
     #[error("bad TLM for opcode {0}")]
     BadTlm(Opcode),
+    /// The Ethernet frame does not carry ARP.
+    #[error("not ARP: ethertype {0:#06x}")]
+    NotArp(u16),
+    /// ARP other than an IPv4-over-Ethernet request or reply.
+    #[error("ARP that is not an IPv4-over-Ethernet request or reply")]
+    UnsupportedArp,
 }
 
 /// Fieldless reason for counting drops; one counter per variant.
@@ -136,11 +144,13 @@ pub enum ErrorKind {
     BufferTooSmall,
     HeadersMismatch,
     BadTlm,
+    NotArp,
+    UnsupportedArp,
 }
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::Truncated,
         ErrorKind::NotIpv4,
         ErrorKind::BadIpVersion,
@@ -158,6 +168,8 @@ impl ErrorKind {
         ErrorKind::BufferTooSmall,
         ErrorKind::HeadersMismatch,
         ErrorKind::BadTlm,
+        ErrorKind::NotArp,
+        ErrorKind::UnsupportedArp,
     ];
 
     /// Index into a counter array of length `ErrorKind::ALL.len()`.
@@ -185,6 +197,8 @@ impl ErrorKind {
             ErrorKind::BufferTooSmall => "buffer_too_small",
             ErrorKind::HeadersMismatch => "headers_mismatch",
             ErrorKind::BadTlm => "bad_tlm",
+            ErrorKind::NotArp => "not_arp",
+            ErrorKind::UnsupportedArp => "unsupported_arp",
         }
     }
 }
@@ -210,6 +224,8 @@ impl WireError {
             WireError::BufferTooSmall { .. } => ErrorKind::BufferTooSmall,
             WireError::HeadersMismatch(_) => ErrorKind::HeadersMismatch,
             WireError::BadTlm(_) => ErrorKind::BadTlm,
+            WireError::NotArp(_) => ErrorKind::NotArp,
+            WireError::UnsupportedArp => ErrorKind::UnsupportedArp,
         }
     }
 }

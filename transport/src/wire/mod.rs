@@ -12,6 +12,7 @@
 mod bytes;
 
 pub mod aeth;
+pub mod arp;
 pub mod atomic;
 pub mod bth;
 pub mod cnp;
@@ -29,6 +30,7 @@ pub mod tlm;
 pub mod udp;
 
 pub use aeth::{Aeth, AethRepr, NakCode, Syndrome};
+pub use arp::{ArpOp, ArpRepr};
 pub use atomic::{AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
 pub use cnp::Cnp;
