@@ -54,6 +54,14 @@ pub struct PortEntry {
     /// (local loopback).
     #[serde(default)]
     pub looped: u64,
+    /// ARP frames received and sent; frames dropped while their
+    /// destination's MAC was not resolved.
+    #[serde(default)]
+    pub arp_rx: u64,
+    #[serde(default)]
+    pub arp_tx: u64,
+    #[serde(default)]
+    pub tx_unresolved: u64,
     /// What the port's fault injector did (all zero without faults).
     #[serde(default)]
     pub faults: FaultEntry,
@@ -136,6 +144,9 @@ impl Snapshot {
             wrong_state: c.wrong_state,
             tx_no_buffer: nic.counters().tx_no_buffer + nic.counters().tx_buffer_too_small,
             looped: nic.counters().looped_frames,
+            arp_rx: nic.counters().arp_rx,
+            arp_tx: nic.counters().arp_tx,
+            tx_unresolved: nic.counters().tx_unresolved,
             faults: FaultEntry {
                 frames: f.frames,
                 lost: f.lost,
@@ -248,6 +259,13 @@ impl Snapshot {
             );
         }
         for p in &self.ports {
+            if p.arp_rx + p.arp_tx + p.tx_unresolved > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} arp: rx {} tx {}; frames dropped awaiting a neighbour's MAC {}",
+                    p.host, p.arp_rx, p.arp_tx, p.tx_unresolved
+                );
+            }
             let (f, d) = (&p.faults, p.stats.rx_bad_checksum + p.tx_no_buffer);
             if f.frames > 0 || d > 0 {
                 let _ = writeln!(
@@ -364,6 +382,9 @@ mod tests {
             wrong_state: 0,
             tx_no_buffer: 0,
             looped: 0,
+            arp_rx: 0,
+            arp_tx: 0,
+            tx_unresolved: 0,
             faults: FaultEntry::default(),
         });
         s.write(&path).unwrap();

@@ -20,11 +20,22 @@
 //! the same device) does not go out: it comes back into this NIC's own RX
 //! at the start of the next pass, as hardware NICs and rxe loop them back.
 //!
+//! ARP is the pipeline's too: it answers requests for the NIC's own
+//! address, learns its peers' MACs into the neighbour table, and resolves
+//! frames the engine addressed to the zero MAC (a QP moved to RTR before
+//! its peer's MAC was known): those wait for nothing; they are dropped and
+//! counted while a request goes out, and RC's retransmission sends them
+//! again once the table has the answer.
+//!
 //! Nothing is lost silently: a frame that finds no buffer is built anyway
 //! (so the engine moves on and recovers it like any loss) and counted.
 
 use transport::mr::Memory;
 use transport::rc::{Cqe, Engine};
+use transport::wire::arp::{self, ArpOp, ArpRepr};
+use transport::wire::MacAddr;
+
+use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
 
 use crate::port::{Frame, FramePort};
 
@@ -74,6 +85,14 @@ pub struct NicCounters {
     /// RX instead of the port (local loopback; counted in `rx_frames`
     /// too when received, never in `tx_frames`).
     pub looped_frames: u64,
+    /// ARP frames received (every one; malformed ones in `arp_bad`).
+    pub arp_rx: u64,
+    pub arp_bad: u64,
+    /// ARP requests and replies sent.
+    pub arp_tx: u64,
+    /// Frames dropped because their destination's MAC is not resolved
+    /// (yet, or it never answered); RC sends them again.
+    pub tx_unresolved: u64,
     /// Completions handed to the host by `poll` (a host that drains the
     /// engine itself, outside a pass, counts its own).
     pub completions: u64,
@@ -87,6 +106,9 @@ pub struct Nic<P: FramePort, M: Memory> {
     tx: Vec<P::Frame>,
     /// Frames to the NIC's own MAC, received at the next pass.
     looped: Vec<P::Frame>,
+    /// ARP messages to send.
+    arp_out: Vec<ArpRepr>,
+    neighbours: NeighbourTable,
     spare: Option<P::Frame>,
     engine: Engine<M>,
     port: P,
@@ -107,6 +129,8 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             rx: Vec::with_capacity(BURST),
             tx: Vec::with_capacity(BURST),
             looped: Vec::with_capacity(BURST),
+            arp_out: Vec::new(),
+            neighbours: NeighbourTable::new(NeighbourConfig::default()),
             spare: None,
             engine,
             port,
@@ -143,6 +167,15 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     pub fn counters(&self) -> &NicCounters {
         &self.counters
+    }
+
+    pub fn neighbours(&self) -> &NeighbourTable {
+        &self.neighbours
+    }
+
+    /// The neighbour table, for static entries.
+    pub fn neighbours_mut(&mut self) -> &mut NeighbourTable {
+        &mut self.neighbours
     }
 
     /// Frames built and waiting for the port.
@@ -193,10 +226,63 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             return false;
         }
         self.counters.rx_frames += n as u64;
-        for f in self.rx.drain(..) {
-            self.engine.handle_packet(now, f.as_ref());
+        let mut rx = std::mem::take(&mut self.rx);
+        for f in rx.drain(..) {
+            if arp::is_arp(f.as_ref()) {
+                self.on_arp(now, f.as_ref());
+            } else {
+                self.engine.handle_packet(now, f.as_ref());
+            }
         }
+        self.rx = rx;
         true
+    }
+
+    /// Answers a request for our address; learns the sender's MAC when
+    /// the message is for us or comes from a peer the table holds.
+    fn on_arp(&mut self, now: u64, frame: &[u8]) {
+        self.counters.arp_rx += 1;
+        let Ok(a) = ArpRepr::parse(frame) else {
+            self.counters.arp_bad += 1;
+            return;
+        };
+        let (mac, ip) = (self.engine.config().mac, self.engine.config().ip);
+        let for_us = a.target_ip == ip;
+        if (for_us || self.neighbours.knows(a.sender_ip))
+            && self.neighbours.learn(a.sender_ip, a.sender_mac, now)
+        {
+            self.engine.set_neighbour(a.sender_ip, a.sender_mac);
+        }
+        if for_us && a.op == ArpOp::Request {
+            self.arp_out.push(a.reply_from(mac));
+        }
+    }
+
+    /// A frame the engine addressed to the zero MAC: sent to the MAC the
+    /// table has for its IPv4 destination, or dropped (and counted) while
+    /// the address is asked for.
+    fn resolve(&mut self, now: u64, mut f: P::Frame) {
+        let b = f.as_ref();
+        let Some(ip) = b
+            .get(30..34)
+            .map(|d| std::net::Ipv4Addr::new(d[0], d[1], d[2], d[3]))
+        else {
+            self.counters.tx_unresolved += 1;
+            return;
+        };
+        match self.neighbours.resolve(ip, now) {
+            Resolution::Known(mac) => {
+                f.as_mut()[..6].copy_from_slice(&mac.0);
+                self.engine.set_neighbour(ip, mac);
+                self.tx.push(f);
+            }
+            Resolution::Ask => {
+                let c = self.engine.config();
+                self.arp_out.push(ArpRepr::request(c.mac, c.ip, ip));
+                self.counters.tx_unresolved += 1;
+            }
+            Resolution::Waiting | Resolution::Failed => self.counters.tx_unresolved += 1,
+        }
     }
 
     /// Whether a built frame is addressed to this NIC's own MAC (the
@@ -206,13 +292,36 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     }
 
     /// Keeps a built frame for the port, or for this NIC's own RX when
-    /// it is addressed to itself.
-    fn queue(&mut self, f: P::Frame) {
+    /// it is addressed to itself, or resolves its destination first.
+    fn queue(&mut self, now: u64, f: P::Frame) {
         if self.is_own(&f) {
             self.counters.looped_frames += 1;
             self.looped.push(f);
+        } else if f.as_ref().get(..6) == Some(&MacAddr::default().0[..]) {
+            self.resolve(now, f);
         } else {
             self.tx.push(f);
+        }
+    }
+
+    /// Puts the ARP messages waiting into port buffers (before the
+    /// engine's frames: they unblock them).
+    fn transmit_arp(&mut self, room: usize) {
+        while self.tx.len() < room {
+            let Some(a) = self.arp_out.pop() else {
+                break;
+            };
+            let mut bytes = [0u8; arp::MIN_FRAME_LEN];
+            let Some(mut f) = self.spare.take().or_else(|| self.port.alloc()) else {
+                self.counters.tx_no_buffer += 1;
+                continue;
+            };
+            if a.emit(&mut bytes).is_ok() && f.set(&bytes) {
+                self.counters.arp_tx += 1;
+                self.tx.push(f);
+            } else {
+                self.counters.tx_buffer_too_small += 1;
+            }
         }
     }
 
@@ -221,14 +330,20 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     fn transmit(&mut self, now: u64) -> bool {
         let room = self.port.tx_ready(now).min(self.burst);
         self.tx_more = false;
-        // Frames looped back to this NIC take a place in the burst too, so
-        // a pass builds at most a burst whatever their addresses.
-        while self.tx.len() + self.looped.len() < room {
+        if !self.arp_out.is_empty() {
+            self.transmit_arp(room);
+        }
+        // Every frame built takes a place in the burst (looped back,
+        // dropped for want of a buffer or a MAC too), so a pass builds at
+        // most a burst whatever becomes of them.
+        let mut built = self.tx.len();
+        while built < room {
             let Some(mut f) = self.spare.take().or_else(|| self.port.alloc()) else {
                 // No buffer: build the frame anyway so that the engine
                 // moves on (RC recovers it like any loss), and count it.
                 if self.engine.poll_transmit(now, &mut self.scratch).is_some() {
                     self.counters.tx_no_buffer += 1;
+                    built += 1;
                     continue;
                 }
                 break;
@@ -237,7 +352,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 // Built in place (an mbuf): no copy.
                 let engine = &mut self.engine;
                 match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
-                    Ok(Some(_)) => self.queue(f),
+                    Ok(Some(_)) => self.queue(now, f),
                     Ok(None) => {
                         self.spare = Some(f);
                         break;
@@ -254,12 +369,13 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                     break;
                 };
                 if f.set(&self.scratch[..n]) {
-                    self.queue(f);
+                    self.queue(now, f);
                 } else {
                     self.counters.tx_buffer_too_small += 1;
                 }
             }
-            if self.tx.len() + self.looped.len() == room && room == self.burst {
+            built += 1;
+            if built == room && room == self.burst {
                 self.tx_more = true;
             }
         }

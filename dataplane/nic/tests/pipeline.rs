@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 
-use nic::{mem_link, Completions, Direction, FaultConfig, FaultInjector, FramePort, Nic};
+use nic::{mem_link, Completions, Direction, FaultConfig, FaultInjector, FramePort, MemPort, Nic};
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
     ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WcStatus, WrOp,
@@ -284,4 +284,83 @@ fn a_qp_connected_to_a_qp_of_the_same_nic_is_served_by_local_loopback() {
     assert_eq!(c.tx_frames, 0, "nothing left through the port");
     assert!(c.looped_frames > 100);
     assert_eq!(c.rx_frames, c.looped_frames);
+}
+
+/// Two NICs whose QPs were connected without their peer's MAC: the
+/// pipeline resolves it with ARP. Returns A's completions and the NICs.
+fn unresolved_pair(
+    peer_ip_of_a: Ipv4Addr,
+    retry_cnt: u8,
+) -> (Vec<WcStatus>, Nics<MemPort, MemPort>) {
+    let (pa, pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let (mut ea, ka, qa) = engine(0);
+    let (mut eb, kb, qb) = engine(1);
+    let p = ConnectParams {
+        timeout: 4,
+        retry_cnt,
+        ..ConnectParams::new(PathMtu::Mtu1024)
+    };
+    let unknown = MacAddr::default();
+    let to_b = Endpoint {
+        qpn: qb,
+        psn: 0,
+        mac: unknown,
+        ip: peer_ip_of_a,
+    };
+    let to_a = Endpoint {
+        qpn: qa,
+        psn: 0,
+        mac: unknown,
+        ip: ip(0),
+    };
+    ea.connect_to(qa, 0, &to_b, &p).unwrap();
+    eb.connect_to(qb, 0, &to_a, &p).unwrap();
+    let (mut na, mut nb) = (Nic::new(ea, pa, 1024), Nic::new(eb, pb, 1024));
+    let sge = Sge {
+        lkey: ka.lkey,
+        va: BASE,
+        len: 10_000,
+    };
+    let wr = SendWr::new(1, WrOp::Write, sge, kb.rkey, BASE + 4096 * 4);
+    na.engine_mut().post_send(qa, wr, 0).unwrap();
+    let mut done = Completions::default();
+    let mut now = 0;
+    while done.0.is_empty() && now < 10_000_000_000 {
+        na.poll(now, &mut done);
+        nb.poll(now, &mut Completions::default());
+        let next = [na.next_wakeup(now), nb.next_wakeup(now)]
+            .into_iter()
+            .flatten()
+            .min();
+        now = next.unwrap_or(now + 1_000_000).max(now);
+    }
+    (done.0.iter().map(|c| c.status).collect(), (na, nb))
+}
+
+#[test]
+fn a_peer_mac_unknown_at_rtr_is_resolved_by_arp_and_the_write_arrives() {
+    let (st, (na, nb)) = unresolved_pair(ip(1), 7);
+    assert_eq!(st, [WcStatus::Success]);
+    let (a, b) = (na.counters(), nb.counters());
+    assert!(a.arp_tx >= 1 && b.arp_rx >= 1, "A asked");
+    assert!(b.arp_tx >= 1 && a.arp_rx >= 1, "B answered");
+    assert!(
+        a.tx_unresolved >= 1,
+        "the first frames waited for the answer"
+    );
+    assert_eq!(na.neighbours().lookup(ip(1), 0), Some(mac(1)));
+    // B learned A from the request it answered.
+    assert_eq!(nb.neighbours().lookup(ip(0), 0), Some(mac(0)));
+    let (ma, mb) = (na.engine().mem(), nb.engine().mem());
+    assert_eq!(ma.slice(BASE, 10_000), mb.slice(BASE + 4096 * 4, 10_000));
+}
+
+#[test]
+fn a_peer_that_never_answers_arp_fails_the_qp_with_retry_exceeded() {
+    let (st, (na, _)) = unresolved_pair(Ipv4Addr::new(10, 0, 0, 99), 2);
+    assert_eq!(st, [WcStatus::RetryExcErr]);
+    let c = na.counters();
+    assert!(c.arp_tx >= 1 && c.tx_unresolved >= 1);
+    assert_eq!(c.tx_frames, c.arp_tx, "nothing but ARP left the port");
+    assert!(na.neighbours().counters().requests >= 1);
 }

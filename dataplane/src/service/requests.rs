@@ -758,12 +758,7 @@ impl Service {
                             ),
                         )
                     })?;
-                let dest_mac = self.neighbour(dest_ip).ok_or_else(|| {
-                    err(
-                        ErrorKind::InvalidArgument,
-                        format!("no neighbour {dest_ip} (peer MACs come from the config)"),
-                    )
-                })?;
+                let dest_mac = self.neighbour(host, dest_ip);
                 self.hosts[host].nic.engine_mut().modify_to_rtr(
                     qpn,
                     RtrAttr {
@@ -860,13 +855,17 @@ impl Service {
         }
     }
 
-    /// The MAC of a host address: the daemon's own hosts (the static
-    /// neighbour table of the testbed).
-    fn neighbour(&self, ip: std::net::Ipv4Addr) -> Option<transport::wire::MacAddr> {
+    /// The MAC of `ip` for a QP of `host`: one of the daemon's own hosts,
+    /// or what the host's neighbour table knows; else the zero MAC, which
+    /// the pipeline resolves with ARP when the QP's frames go.
+    fn neighbour(&self, host: usize, ip: std::net::Ipv4Addr) -> transport::wire::MacAddr {
+        let now = self.clock.now_ns();
         self.hosts
             .iter()
             .find(|h| h.spec.ip == ip)
             .map(|h| h.spec.mac)
+            .or_else(|| self.hosts[host].nic.neighbours().lookup(ip, now))
+            .unwrap_or_default()
     }
 
     fn destroy_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {

@@ -473,6 +473,18 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_ref().expect("index checked").state)
     }
 
+    /// The MAC of `ip` is `mac` (the pipeline resolved it): QPs connected
+    /// to that address send to it from now on. A QP moved to RTR with the
+    /// zero MAC (address not yet resolved) leaves its frames to the
+    /// pipeline's resolution until then.
+    pub fn set_neighbour(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+        for qp in self.qps.iter_mut().flatten() {
+            if let Some(r) = qp.rtr.as_mut().filter(|r| r.dest_ip == ip) {
+                r.dest_mac = mac;
+            }
+        }
+    }
+
     /// The congestion control a QP runs.
     pub fn qp_cc_mode(&self, qpn: Qpn) -> Result<CcMode, RcError> {
         let i = self.index(qpn)?;

@@ -99,7 +99,7 @@ pub(crate) struct Qp {
     pub rq: usize,
     pub state: QpState,
     access: QpAccess,
-    rtr: Option<RtrAttr>,
+    pub rtr: Option<RtrAttr>,
     pub req: Requester,
     pub resp: Responder,
     pub flow: FlowId,
