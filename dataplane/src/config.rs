@@ -123,6 +123,14 @@ pub struct ServiceSection {
     pub cc: Option<String>,
     /// Line rate the engines pace at, Gb/s [default: 10].
     pub line_gbps: Option<f64>,
+    /// Subnets (`a.b.c.d/n`) whose peers speak our telemetry, besides the
+    /// daemon's own hosts [default: none]. A QP towards any other peer
+    /// runs `standard_cc` instead of an HPCC++ mode: a standard RoCEv2
+    /// peer never gets a TLM block, probe or notify frame.
+    pub telemetry_peers: Option<Vec<String>>,
+    /// Congestion control of QPs towards peers that do not speak our
+    /// telemetry [default: dcqcn, at line rate until CNPs come].
+    pub standard_cc: Option<String>,
 }
 
 /// A configuration that cannot be used, naming the file, the key and the
@@ -458,7 +466,32 @@ impl ServiceSection {
             self.cc.as_deref().unwrap_or("none"),
             SERVICE_RTT_NS,
         )?;
+        let telemetry_peers = self
+            .telemetry_peers
+            .iter()
+            .flatten()
+            .map(|v| {
+                parse_cidr(v).ok_or_else(|| {
+                    c.bad(
+                        "service.telemetry_peers",
+                        format!("{v:?}"),
+                        "a subnet is a.b.c.d/n with n from 0 to 32",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let std_name = self.standard_cc.as_deref().unwrap_or("dcqcn");
+        let standard_cc = c.cc("service.standard_cc", std_name, SERVICE_RTT_NS)?;
+        if standard_cc.uses_telemetry() {
+            return Err(c.bad(
+                "service.standard_cc",
+                format!("{std_name:?}"),
+                "peers without our telemetry need dcqcn or none",
+            ));
+        }
         Ok(ServiceConfig {
+            telemetry_peers,
+            standard_cc,
             socket: self.socket.clone(),
             max_mtu: l.mtu,
             mbufs: l.mbufs,
@@ -470,6 +503,13 @@ impl ServiceSection {
             faults: l.faults,
         })
     }
+}
+
+/// `a.b.c.d/n` as (network, prefix length).
+fn parse_cidr(v: &str) -> Option<(std::net::Ipv4Addr, u8)> {
+    let (ip, n) = v.split_once('/')?;
+    let n: u8 = n.parse().ok().filter(|&n| n <= 32)?;
+    Some((ip.parse().ok()?, n))
 }
 
 /// A control socket path the daemon can bind: not empty, short enough for

@@ -60,7 +60,15 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 
 #[test]
 fn check_refuses_each_bad_value_by_key() {
-    let cases: [(String, &[&str]); 6] = [
+    let cases: [(String, &[&str]); 8] = [
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\ntelemetry_peers = [\"10.0.0.0/33\"]\n"),
+            &["service.telemetry_peers", "10.0.0.0/33"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\nstandard_cc = \"hpcc\"\n"),
+            &["service.standard_cc", "hpcc", "dcqcn or none"],
+        ),
         (format!("{EAL}{LOOPBACK}colour = \"blue\"\n"), &["colour"]),
         (
             format!("{EAL}[loopback]\nmem_bytes = 65536\nmtu = 1000\nsizes = [0]\n"),

@@ -58,6 +58,11 @@ pub struct ServiceConfig {
     /// Try hugepage-backed segments first.
     pub hugepages: bool,
     pub cc: CcMode,
+    /// Subnets (network, prefix) whose peers speak our telemetry, besides
+    /// the daemon's own hosts.
+    pub telemetry_peers: Vec<(Ipv4Addr, u8)>,
+    /// What QPs towards other peers run when `cc` uses telemetry.
+    pub standard_cc: CcMode,
     /// RX/TX queues per port (up to what the device offers).
     pub queues: u16,
     /// Seeded faults on one host's port: (host, faults).
@@ -105,6 +110,10 @@ pub struct ServiceCounters {
     /// its depth (its QPs are moved to ERR).
     pub cq_overruns: u64,
     pub tx_alloc_failures: u64,
+    /// QPs moved from the device's HPCC++ mode to the standard controller
+    /// because their peer does not speak our telemetry.
+    #[serde(default)]
+    pub plain_peer_qps: u64,
     /// Asynchronous events queued for applications.
     #[serde(default)]
     pub async_events: u64,
@@ -137,6 +146,8 @@ struct QpRt {
     broken: bool,
     /// In SQD: WQEs wait in the SQ ring until the QP is back in RTS.
     sq_paused: bool,
+    /// The application chose the QP's congestion control (rnicdv).
+    cc_explicit: bool,
 }
 
 /// A receive ring in an application's segment, and its block.

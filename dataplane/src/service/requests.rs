@@ -634,6 +634,7 @@ impl Service {
                 rq,
                 broken: false,
                 sq_paused: false,
+                cc_explicit: false,
             },
         );
         done(Reply::Qp {
@@ -759,6 +760,7 @@ impl Service {
                         )
                     })?;
                 let dest_mac = self.neighbour(host, dest_ip);
+                self.plain_roce_for(host, qpn, dest_ip).map_err(bad)?;
                 self.hosts[host].nic.engine_mut().modify_to_rtr(
                     qpn,
                     RtrAttr {
@@ -848,6 +850,41 @@ impl Service {
         done(Reply::Done)
     }
 
+    /// Whether the peer at `ip` speaks our telemetry: one of the daemon's
+    /// own hosts, or in a configured subnet.
+    fn speaks_telemetry(&self, ip: std::net::Ipv4Addr) -> bool {
+        let within = |&(net, n): &(std::net::Ipv4Addr, u8)| {
+            let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(net) & mask
+        };
+        self.hosts.iter().any(|h| h.spec.ip == ip) || self.cfg.telemetry_peers.iter().any(within)
+    }
+
+    /// A QP on its way to RTR towards a peer that does not speak our
+    /// telemetry runs the standard controller instead of the device's
+    /// HPCC++ mode (unless the application chose its mode itself): a
+    /// standard RoCEv2 peer never gets a TLM block, probe or notify.
+    fn plain_roce_for(
+        &mut self,
+        host: usize,
+        qpn: Qpn,
+        ip: std::net::Ipv4Addr,
+    ) -> Result<(), transport::rc::RcError> {
+        if self.speaks_telemetry(ip) {
+            return Ok(());
+        }
+        let h = &mut self.hosts[host];
+        if h.qps.get(&qpn).is_some_and(|r| r.cc_explicit) {
+            return Ok(());
+        }
+        let e = h.nic.engine_mut();
+        if e.qp_cc_mode(qpn)?.uses_telemetry() {
+            e.set_qp_cc(qpn, self.cfg.standard_cc)?;
+            self.counters.plain_peer_qps += 1;
+        }
+        Ok(())
+    }
+
     /// Holds (SQD) or releases the WQEs in a QP's SQ ring.
     fn pause_sq(&mut self, host: usize, qpn: Qpn, paused: bool) {
         if let Some(rt) = self.hosts[host].qps.get_mut(&qpn) {
@@ -915,11 +952,14 @@ impl Service {
         // as the [service] section's own `cc` gets them.
         let mode = CcMode::from_name(name, 3, crate::config::SERVICE_RTT_NS)
             .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
-        self.hosts[host]
-            .nic
+        let h = &mut self.hosts[host];
+        h.nic
             .engine_mut()
             .set_qp_cc(qpn, mode)
             .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        if let Some(rt) = h.qps.get_mut(&qpn) {
+            rt.cc_explicit = true;
+        }
         done(Reply::Done)
     }
 }

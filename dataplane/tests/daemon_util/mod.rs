@@ -22,6 +22,11 @@ impl Drop for Daemon {
 /// hugepages) with its socket in a fresh directory, and waits until it
 /// listens.
 pub fn start_daemon(name: &str) -> Daemon {
+    start_daemon_with(name, "")
+}
+
+/// [`start_daemon`] with more keys in its `[service]` section.
+pub fn start_daemon_with(name: &str, service: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("rnic.sock");
     let cfg = dir.path().join("loopback.toml");
@@ -38,8 +43,10 @@ sizes = []
 socket = "{}"
 max_shm_bytes = 67108864
 hugepages = false
+{}
 "#,
-            socket.display()
+            socket.display(),
+            service
         ),
     )
     .unwrap();

@@ -60,6 +60,15 @@ impl CcMode {
         })
     }
 
+    /// Whether the mode puts our telemetry on the wire (TLM blocks,
+    /// probes, notifications), which only peers that speak it accept.
+    pub fn uses_telemetry(self) -> bool {
+        matches!(
+            self,
+            CcMode::HpccInband { .. } | CcMode::HpccProbe { .. } | CcMode::RxHpcc { .. }
+        )
+    }
+
     /// The mode's name in configurations and tables.
     pub fn name(self) -> &'static str {
         match self {
