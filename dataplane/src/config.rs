@@ -10,9 +10,10 @@ use nic::{Direction, FaultConfig};
 use pacer::HpccSettings;
 use serde::Deserialize;
 use transport::rc::{CcMode, PathMtu};
+use transport::wire::MacAddr;
 
 use crate::incast::IncastConfig;
-use crate::service::ServiceConfig;
+use crate::service::{HostSpec, ServiceConfig};
 use crate::testbed::LoopbackConfig;
 
 /// The file as written.
@@ -131,6 +132,23 @@ pub struct ServiceSection {
     /// Congestion control of QPs towards peers that do not speak our
     /// telemetry [default: dcqcn, at line rate until CNPs come].
     pub standard_cc: Option<String>,
+    /// The devices to serve, each on a port of [eal] with its own IPv4
+    /// address [default: rnic0 and rnic1, the loopback testbed's hosts].
+    pub devices: Option<Vec<DeviceSection>>,
+}
+
+/// One device of `[[service.devices]]`: a port with an address.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSection {
+    /// The name applications open (`ibv_devices` lists it).
+    pub name: String,
+    /// The DPDK port (from a vdev or PCI device of [eal]).
+    pub port: u16,
+    /// Its IPv4 address: the RoCE v2 GID `::ffff:a.b.c.d`, answered by ARP.
+    pub ip: String,
+    /// Its MAC [default: the port's own].
+    pub mac: Option<String>,
 }
 
 /// A configuration that cannot be used, naming the file, the key and the
@@ -489,7 +507,39 @@ impl ServiceSection {
                 "peers without our telemetry need dcqcn or none",
             ));
         }
+        let mut devices = Vec::new();
+        for (k, d) in self.devices.iter().flatten().enumerate() {
+            let key = |f: &str| format!("service.devices[{k}].{f}");
+            if d.name.is_empty() || devices.iter().any(|h: &HostSpec| h.name == d.name) {
+                return Err(c.bad(
+                    &key("name"),
+                    format!("{:?}", d.name),
+                    "names are unique and not empty",
+                ));
+            }
+            let ip = d
+                .ip
+                .parse()
+                .map_err(|_| c.bad(&key("ip"), format!("{:?}", d.ip), "an IPv4 address a.b.c.d"))?;
+            let mac = match &d.mac {
+                None => MacAddr::default(),
+                Some(m) => parse_mac(m).ok_or_else(|| {
+                    c.bad(
+                        &key("mac"),
+                        format!("{m:?}"),
+                        "a MAC aa:bb:cc:dd:ee:ff, not multicast",
+                    )
+                })?,
+            };
+            devices.push(HostSpec {
+                name: d.name.clone(),
+                mac,
+                ip,
+                port: d.port,
+            });
+        }
         Ok(ServiceConfig {
+            devices,
             telemetry_peers,
             standard_cc,
             socket: self.socket.clone(),
@@ -503,6 +553,16 @@ impl ServiceSection {
             faults: l.faults,
         })
     }
+}
+
+/// `aa:bb:cc:dd:ee:ff` as a unicast MAC.
+fn parse_mac(v: &str) -> Option<MacAddr> {
+    let mut m = [0u8; 6];
+    let mut parts = v.split(':');
+    for b in m.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    (parts.next().is_none() && m[0] & 1 == 0 && m != [0; 6]).then_some(MacAddr(m))
 }
 
 /// `a.b.c.d/n` as (network, prefix length).

@@ -60,7 +60,15 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 
 #[test]
 fn check_refuses_each_bad_value_by_key() {
-    let cases: [(String, &[&str]); 8] = [
+    let cases: [(String, &[&str]); 10] = [
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2\"\n"),
+            &["service.devices[0].ip", "10.1.2"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2.3\"\nmac = \"01:00:5e:00:00:01\"\n"),
+            &["service.devices[0].mac", "01:00:5e:00:00:01", "multicast"],
+        ),
         (
             format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\ntelemetry_peers = [\"10.0.0.0/33\"]\n"),
             &["service.telemetry_peers", "10.0.0.0/33"],

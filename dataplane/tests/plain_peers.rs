@@ -11,6 +11,7 @@ mod daemon_util;
 fn qps_towards_peers_without_our_telemetry_run_the_standard_controller() {
     let d = daemon_util::start_daemon_with(
         "plain-peers",
+        "",
         "cc = \"hpcc\"\ntelemetry_peers = [\"10.8.0.0/16\"]",
     );
     let dev = verbs::Device::open(&d.socket, "rnic0").unwrap();
@@ -35,4 +36,19 @@ fn qps_towards_peers_without_our_telemetry_run_the_standard_controller() {
     let stats = dataplane::service::query_stats(&d.socket).unwrap();
     let service = stats.service.expect("the service counters");
     assert_eq!(service.plain_peer_qps, 1);
+}
+
+#[test]
+fn a_configured_device_has_its_name_address_and_mac() {
+    let d = daemon_util::start_daemon_with(
+        "devices",
+        ", \"--vdev=net_null0\"",
+        "[[service.devices]]\nname = \"roce0\"\nport = 0\nip = \"10.77.0.3\"\nmac = \"02:77:00:00:00:03\"",
+    );
+    let list = verbs::list_devices(&d.socket).unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    let dev = &list[0];
+    assert_eq!(dev.name, "roce0");
+    assert_eq!(dev.ip, std::net::Ipv4Addr::new(10, 77, 0, 3));
+    assert_eq!(dev.mac, [2, 0x77, 0, 0, 0, 3]);
 }

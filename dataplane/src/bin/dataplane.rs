@@ -60,8 +60,8 @@ enum Cmd {
     },
 }
 
-/// Serves applications on the loopback testbed's two hosts until SIGINT
-/// or SIGTERM.
+/// Serves applications on the configured devices (or the loopback
+/// testbed's two hosts) until SIGINT or SIGTERM.
 fn serve(
     eal: &Eal,
     mut cfg: ServiceConfig,
@@ -72,23 +72,27 @@ fn serve(
     use dataplane::service::{HostSpec, Service};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
-    let (pa, pb) = match ports {
-        Some([a, b]) => (a, b),
-        None => dataplane::dpdk::ring_pair(eal, "service", 1024).map_err(|e| e.to_string())?,
-    };
     if let Some(s) = socket {
         cfg.socket = s;
     }
-    let hosts: Vec<HostSpec> = [pa, pb]
-        .iter()
-        .enumerate()
-        .map(|(i, &port)| HostSpec {
-            name: format!("rnic{i}"),
-            mac: dataplane::testbed::host_mac(i as u8),
-            ip: dataplane::testbed::host_ip(i as u8),
-            port,
-        })
-        .collect();
+    let hosts: Vec<HostSpec> = if cfg.devices.is_empty() {
+        let (pa, pb) = match ports {
+            Some([a, b]) => (a, b),
+            None => dataplane::dpdk::ring_pair(eal, "service", 1024).map_err(|e| e.to_string())?,
+        };
+        [pa, pb]
+            .iter()
+            .enumerate()
+            .map(|(i, &port)| HostSpec {
+                name: format!("rnic{i}"),
+                mac: dataplane::testbed::host_mac(i as u8),
+                ip: dataplane::testbed::host_ip(i as u8),
+                port,
+            })
+            .collect()
+    } else {
+        cfg.devices.clone()
+    };
     let mut svc = Service::new(eal, cfg.clone(), &hosts).map_err(|e| e.to_string())?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -58,6 +58,9 @@ pub struct ServiceConfig {
     /// Try hugepage-backed segments first.
     pub hugepages: bool,
     pub cc: CcMode,
+    /// The devices to serve (`[[service.devices]]`); none: the loopback
+    /// testbed's two hosts. A zero MAC is the port's own.
+    pub devices: Vec<HostSpec>,
     /// Subnets (network, prefix) whose peers speak our telemetry, besides
     /// the daemon's own hosts.
     pub telemetry_peers: Vec<(Ipv4Addr, u8)>,
@@ -253,9 +256,13 @@ impl Service {
         )?);
         let mut hs = Vec::new();
         for (i, spec) in hosts.iter().enumerate() {
+            let port = Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?;
+            let mut spec = spec.clone();
+            if spec.mac == MacAddr::default() {
+                spec.mac = nic::FramePort::mac(&port);
+            }
             let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
             ec.cc = cfg.cc;
-            let port = Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?;
             let driver = port.driver.clone();
             let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
             let port = crate::testbed::host_port(port, faults, None).map_err(|e| DpdkError {
@@ -264,7 +271,7 @@ impl Service {
             })?;
             let engine = Engine::new(ec, AppMemory::default(), 0);
             hs.push(Host {
-                spec: spec.clone(),
+                spec,
                 nic: Nic::new(engine, port, cfg.max_mtu.bytes()),
                 driver,
                 qps: QpTable::default(),

@@ -22,11 +22,12 @@ impl Drop for Daemon {
 /// hugepages) with its socket in a fresh directory, and waits until it
 /// listens.
 pub fn start_daemon(name: &str) -> Daemon {
-    start_daemon_with(name, "")
+    start_daemon_with(name, "", "")
 }
 
-/// [`start_daemon`] with more keys in its `[service]` section.
-pub fn start_daemon_with(name: &str, service: &str) -> Daemon {
+/// [`start_daemon`] with more EAL arguments (`"--vdev=..."`, quoted and
+/// comma-separated) and more keys in its `[service]` section.
+pub fn start_daemon_with(name: &str, eal: &str, service: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("rnic.sock");
     let cfg = dir.path().join("loopback.toml");
@@ -34,7 +35,7 @@ pub fn start_daemon_with(name: &str, service: &str) -> Daemon {
         &cfg,
         format!(
             r#"[eal]
-args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning"]
+args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning"{}]
 [loopback]
 mem_bytes = 4096
 mtu = 1024
@@ -45,6 +46,7 @@ max_shm_bytes = 67108864
 hugepages = false
 {}
 "#,
+            eal,
             socket.display(),
             service
         ),
