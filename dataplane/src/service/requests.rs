@@ -43,6 +43,9 @@ fn eventfd_pair() -> Result<(EventFd, OwnedFd), String> {
     Ok((ev, theirs))
 }
 
+/// READs and atomics a QP has outstanding, each way, as devices report it.
+const MAX_RD_ATOM: u32 = 128;
+
 /// Smallest segment an application may ask for.
 const MIN_SHM: u64 = 1 << 20;
 /// Deepest SQ or CQ ring.
@@ -322,7 +325,10 @@ impl Service {
                 max_send_sge: transport::abi::WQE_MAX_SGE as u32,
                 max_recv_sge: transport::abi::RECV_WQE_MAX_SGE as u32,
                 max_inline_data: transport::rc::MAX_INLINE_DATA as u32,
-                max_qp_rd_atom: u32::from(u8::MAX),
+                // The engine takes up to 255, but applications such as
+                // perftest hand this value to the peer's max_rd_atomic,
+                // and rxe accepts at most 128 there.
+                max_qp_rd_atom: MAX_RD_ATOM,
                 max_qp_wr: MAX_DEPTH.min(transport::rc::MAX_SEND_WR as u32),
                 max_srq_wr: MAX_DEPTH.min(transport::rc::MAX_RECV_WR as u32),
                 atomic_hca: true,

@@ -1,0 +1,46 @@
+#!/bin/sh
+# Runs inside the interop VM (virtme-ng, the host's root filesystem read
+# only): brings up the NIC with 10.77.0.2, makes rxe0 on it, then runs the
+# guest side of each step of the plan file ($1), one line each:
+#   server|client PROGRAM ARGS...
+# A client retries until the host's server listens. Each step ends with a
+# line "GUEST-STEP <n> rc=<rc>" on the console, which the host reads.
+PLAN=$1
+IF=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+ip link set lo up
+ip addr add 10.77.0.2/24 dev "$IF"
+ip link set "$IF" mtu 9000 2>/dev/null
+ip link set "$IF" up
+modprobe rdma_rxe || { echo "GUEST-FATAL no rdma_rxe module"; exit 1; }
+rdma link add rxe0 type rxe netdev "$IF" || { echo "GUEST-FATAL rdma link add"; exit 1; }
+echo "GUEST-READY"
+n=0
+while read -r role prog args; do
+  [ -z "$role" ] && continue
+  n=$((n + 1))
+  if [ "$role" = client ]; then
+    # The host's server may not listen yet: perftest and rc_pingpong exit
+    # at once when the connection is refused.
+    tries=0
+    while :; do
+      # shellcheck disable=SC2086
+      timeout 300 $prog $args 10.77.0.1 > /tmp/step.out 2>&1
+      rc=$?
+      tries=$((tries + 1))
+      if [ $rc -ne 0 ] && grep -q "Couldn't connect\|Unable to init the socket\|Connection refused" /tmp/step.out && [ $tries -lt 60 ]; then
+        sleep 1
+        continue
+      fi
+      break
+    done
+    cat /tmp/step.out
+  else
+    # shellcheck disable=SC2086
+    timeout 300 $prog $args
+    rc=$?
+  fi
+  echo "GUEST-STEP $n rc=$rc"
+done < "$PLAN"
+echo "GUEST-STATS"
+rdma statistic show link rxe0/1
+echo "GUEST-DONE"
