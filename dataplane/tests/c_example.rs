@@ -33,16 +33,7 @@ fn main() {
             .status()
             .expect("run cc (apt-get install gcc libibverbs-dev)");
         assert!(st.success(), "the C example {name} does not compile");
-        let out = Command::new(&exe)
-            .env("LD_LIBRARY_PATH", &libs)
-            .env("RNIC_SOCKET", &d.socket)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        print!("{text}");
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{name} failed: {:?}", out.status);
-        text
+        daemon_util::run_over_lib(&mut Command::new(&exe), &libs, &d.socket)
     };
     let text = run("write_read", true);
     assert!(text.contains("ok: 65536 B WRITE"), "{text}");

@@ -147,18 +147,7 @@ fn main() {
     println!("ok: no daemon -> {}", err.trim());
 
     let d = daemon_util::start_daemon("ibverbs-apps");
-    let run = |cmd: &mut Command| -> String {
-        let out = cmd
-            .env("LD_LIBRARY_PATH", &libs)
-            .env("RNIC_SOCKET", &d.socket)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        print!("{text}");
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{cmd:?}: {:?}", out.status);
-        text
-    };
+    let run = |cmd: &mut Command| daemon_util::run_over_lib(cmd, &libs, &d.socket);
     let text = run(&mut tool("ibv_devices"));
     assert!(text.contains("rnic0") && text.contains("rnic1"), "{text}");
     let text = run(tool("ibv_devinfo").arg("-v"));

@@ -29,29 +29,13 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-fn program(exe: &Path, libs: &Path, socket: &Path, mode: &str) -> Command {
-    let mut c = Command::new(exe);
-    c.arg(mode)
-        .env("LD_LIBRARY_PATH", libs)
-        .env("RNIC_SOCKET", socket);
-    c
-}
-
 #[test]
 fn error_paths_give_errors_statuses_and_async_events() {
     let tmp = tempfile::tempdir().unwrap();
     let libs = daemon_util::lib_dir(tmp.path());
     let exe = build(tmp.path());
     let d = daemon_util::start_daemon("ibverbs-errors");
-    let out = program(&exe, &libs, &d.socket, "errors").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    print!("{text}");
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "verbs_errors errors: {:?}",
-        out.status
-    );
+    let text = daemon_util::run_over_lib(Command::new(&exe).arg("errors"), &libs, &d.socket);
     for want in [
         "post_send on a QP in RESET -> EINVAL",
         "-> EINVAL, QP unchanged",
@@ -74,7 +58,10 @@ fn a_killed_daemon_is_a_fatal_device_event_then_errors_not_a_hang() {
     let libs = daemon_util::lib_dir(tmp.path());
     let exe = build(tmp.path());
     let mut d = daemon_util::start_daemon("ibverbs-fatal");
-    let mut child = program(&exe, &libs, &d.socket, "fatal")
+    let mut child = Command::new(&exe)
+        .arg("fatal")
+        .env("LD_LIBRARY_PATH", &libs)
+        .env("RNIC_SOCKET", &d.socket)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

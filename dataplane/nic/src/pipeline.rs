@@ -33,7 +33,7 @@
 use transport::mr::Memory;
 use transport::rc::{Cqe, Engine};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
-use transport::wire::MacAddr;
+use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
 
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
 
@@ -262,11 +262,9 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// table has for its IPv4 destination, or dropped (and counted) while
     /// the address is asked for.
     fn resolve(&mut self, now: u64, mut f: P::Frame) {
-        let b = f.as_ref();
-        let Some(ip) = b
-            .get(30..34)
-            .map(|d| std::net::Ipv4Addr::new(d[0], d[1], d[2], d[3]))
-        else {
+        let ip = EthernetFrame::new_checked(f.as_ref())
+            .and_then(|e| Ipv4Packet::new_checked(e.payload()).map(|p| p.dst()));
+        let Ok(ip) = ip else {
             self.counters.tx_unresolved += 1;
             return;
         };
@@ -285,19 +283,14 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         }
     }
 
-    /// Whether a built frame is addressed to this NIC's own MAC (the
-    /// engine's: a DPDK port may carry another address).
-    fn is_own(&self, f: &P::Frame) -> bool {
-        f.as_ref().get(..6) == Some(&self.engine.config().mac.0[..])
-    }
-
     /// Keeps a built frame for the port, or for this NIC's own RX when
     /// it is addressed to itself, or resolves its destination first.
     fn queue(&mut self, now: u64, f: P::Frame) {
-        if self.is_own(&f) {
+        let dst = f.as_ref().get(..6);
+        if dst == Some(&self.engine.config().mac.0[..]) {
             self.counters.looped_frames += 1;
             self.looped.push(f);
-        } else if f.as_ref().get(..6) == Some(&MacAddr::default().0[..]) {
+        } else if dst == Some(&MacAddr::default().0[..]) {
             self.resolve(now, f);
         } else {
             self.tx.push(f);

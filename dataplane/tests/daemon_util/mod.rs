@@ -86,3 +86,19 @@ pub fn lib_dir(tmp: &Path) -> PathBuf {
     std::os::unix::fs::symlink(&lib, dir.join("libibverbs.so.1")).unwrap();
     dir
 }
+
+/// Runs `cmd` over our libibverbs (`libs` first on LD_LIBRARY_PATH) and
+/// the daemon at `socket`; prints its output, requires exit 0, and
+/// returns its stdout.
+pub fn run_over_lib(cmd: &mut Command, libs: &Path, socket: &Path) -> String {
+    let out = cmd
+        .env("LD_LIBRARY_PATH", libs)
+        .env("RNIC_SOCKET", socket)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?}: {:?}", out.status);
+    text
+}

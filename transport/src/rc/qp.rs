@@ -281,6 +281,8 @@ impl Qp {
                 to,
             });
         }
+        // INIT->INIT changes access flags only: the rest is the
+        // connection's, set on the way to RTS.
         for (what, v, max) in [
             ("min_rnr_timer", u.min_rnr_timer, 31),
             ("timeout", u.timeout, 31),
@@ -288,20 +290,10 @@ impl Qp {
             ("rnr_retry", u.rnr_retry, 7),
         ] {
             if let Some(v) = v {
+                if from == Init {
+                    return Err(RcError::NotYet { what, state: from });
+                }
                 check_bits(what, u64::from(v), max)?;
-            }
-        }
-        if from == Init {
-            let what = [
-                ("min_rnr_timer", u.min_rnr_timer),
-                ("timeout", u.timeout),
-                ("retry_cnt", u.retry_cnt),
-                ("rnr_retry", u.rnr_retry),
-            ]
-            .into_iter()
-            .find_map(|(w, v)| v.map(|_| w));
-            if let Some(what) = what {
-                return Err(RcError::NotYet { what, state: from });
             }
         }
         if let Some(a) = u.access {
