@@ -193,7 +193,11 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// or pacing deadline, a port event, or `now` again when the last pass
     /// stopped at the burst limit.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let again = (self.tx_more || !self.tx.is_empty() || !self.looped.is_empty()).then_some(now);
+        let again = (self.tx_more
+            || !self.tx.is_empty()
+            || !self.looped.is_empty()
+            || !self.arp_out.is_empty())
+        .then_some(now);
         [again, self.engine.poll_timeout(), self.port.next_event()]
             .into_iter()
             .flatten()

@@ -364,3 +364,33 @@ fn a_peer_that_never_answers_arp_fails_the_qp_with_retry_exceeded() {
     assert_eq!(c.tx_frames, c.arp_tx, "nothing but ARP left the port");
     assert!(na.neighbours().counters().requests >= 1);
 }
+
+#[test]
+fn an_arp_request_queued_in_a_pass_is_sent_in_the_next_without_waiting_for_a_timer() {
+    let (pa, _pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let (mut e, k, q) = engine(0);
+    let p = ConnectParams {
+        timeout: 20, // a timer far away: nothing else is due soon
+        ..ConnectParams::new(PathMtu::Mtu1024)
+    };
+    let peer = Endpoint {
+        qpn: 0x11,
+        psn: 0,
+        mac: MacAddr::default(),
+        ip: ip(1),
+    };
+    e.connect_to(q, 0, &peer, &p).unwrap();
+    let sge = Sge {
+        lkey: k.lkey,
+        va: BASE,
+        len: 64,
+    };
+    e.post_send(q, SendWr::new(1, WrOp::Write, sge, k.rkey, BASE), 0)
+        .unwrap();
+    let mut nic = Nic::new(e, pa, 1024);
+    nic.poll(0, &mut Completions::default());
+    assert_eq!(nic.counters().tx_unresolved, 1, "the WRITE waits for a MAC");
+    assert_eq!(nic.next_wakeup(0), Some(0), "the ARP request is due now");
+    nic.poll(0, &mut Completions::default());
+    assert_eq!(nic.counters().arp_tx, 1);
+}
