@@ -13,6 +13,10 @@ ip link set "$IF" mtu 9000 2>/dev/null
 ip link set "$IF" up
 modprobe rdma_rxe || { echo "GUEST-FATAL no rdma_rxe module"; exit 1; }
 rdma link add rxe0 type rxe netdev "$IF" || { echo "GUEST-FATAL rdma link add"; exit 1; }
+# rxe's own reasons for refusing a QP attribute go to the kernel log.
+mount -t debugfs none /sys/kernel/debug 2>/dev/null
+echo 'module rdma_rxe +p' > /sys/kernel/debug/dynamic_debug/control 2>/dev/null
+dmesg -c > /dev/null 2>&1
 echo "GUEST-READY"
 n=0
 while read -r role prog args; do
@@ -39,6 +43,12 @@ while read -r role prog args; do
     timeout 300 $prog $args
     rc=$?
   fi
+  if [ $rc -ne 0 ]; then
+    echo "rxe's kernel log and neighbours after the failure:"
+    dmesg | tail -20
+    ip neigh show dev "$IF"
+  fi
+  dmesg -c > /dev/null 2>&1
   echo "GUEST-STEP $n rc=$rc"
 done < "$PLAN"
 echo "GUEST-STATS"

@@ -20,7 +20,11 @@ pub struct Summary {
     pub roce: u64,
     /// RoCEv2 frames whose ICRC does not match.
     pub icrc_bad: u64,
-    /// Frames that are not RoCEv2 or cannot be decoded.
+    /// Frames of other protocols (ARP, IPv6, other EtherTypes, IPv4 that
+    /// is not UDP, UDP to another port): not errors.
+    pub other: u64,
+    /// Frames that look like RoCEv2 but cannot be decoded (truncated,
+    /// bad headers or lengths).
     pub errors: u64,
 }
 
@@ -28,8 +32,8 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames={} roce={} icrc_bad={} errors={}",
-            self.frames, self.roce, self.icrc_bad, self.errors
+            "frames={} roce={} icrc_bad={} other={} errors={}",
+            self.frames, self.roce, self.icrc_bad, self.other, self.errors
         )
     }
 }
@@ -51,7 +55,11 @@ impl Summary {
                 describe(&mut s, &p);
             }
             Err(e) => {
-                self.errors += 1;
+                use transport::wire::ErrorKind;
+                match e.kind() {
+                    ErrorKind::NotIpv4 | ErrorKind::NotUdp | ErrorKind::NotRoce => self.other += 1,
+                    _ => self.errors += 1,
+                }
                 let _ = write!(s, " op=? error={} reason=\"{e}\"", e.kind().name());
             }
         }
@@ -207,6 +215,7 @@ mod tests {
                 frames: 1,
                 roce: 1,
                 icrc_bad: 0,
+                other: 0,
                 errors: 0
             }
         );
@@ -242,6 +251,9 @@ mod tests {
         );
         let line = sum.decode(4, &rec(vec![]));
         assert!(line.contains("error=truncated"), "{line}");
-        assert_eq!(sum.to_string(), "frames=4 roce=1 icrc_bad=1 errors=3");
+        assert_eq!(
+            sum.to_string(),
+            "frames=4 roce=1 icrc_bad=1 other=1 errors=2"
+        );
     }
 }

@@ -29,7 +29,7 @@ struct Cli {
 enum Command {
     /// Decode a classic pcap (Ethernet link type) and print one line per
     /// frame: op, qpn, psn, icrc and the RETH/AETH/telemetry fields, then a
-    /// summary line `frames=N roce=N icrc_bad=N errors=N`.
+    /// summary line `frames=N roce=N icrc_bad=N other=N errors=N`.
     Decode {
         /// The pcap file to read (pcapng is not supported: convert it with
         /// `editcap -F pcap`).

@@ -135,6 +135,25 @@ pub struct ServiceSection {
     /// The devices to serve, each on a port of [eal] with its own IPv4
     /// address [default: rnic0 and rnic1, the loopback testbed's hosts].
     pub devices: Option<Vec<DeviceSection>>,
+    /// Static neighbour entries (IPv4 to MAC) every device uses instead of
+    /// asking ARP; they never expire [default: none].
+    pub neighbours: Option<Vec<NeighbourSection>>,
+    /// Mirror every frame the devices receive and send into this pcap
+    /// (`bench decode FILE` and tshark read it) [default: none].
+    pub tap: Option<PathBuf>,
+    /// Frames the tap records at most; later ones are counted, not
+    /// written [default: 1000000].
+    pub tap_frames: Option<u64>,
+}
+
+/// One static neighbour of `[[service.neighbours]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NeighbourSection {
+    /// The peer's IPv4 address.
+    pub ip: String,
+    /// Its MAC.
+    pub mac: String,
 }
 
 /// One device of `[[service.devices]]`: a port with an address.
@@ -538,8 +557,33 @@ impl ServiceSection {
                 port: d.port,
             });
         }
+        let mut neighbours = Vec::new();
+        for (k, n) in self.neighbours.iter().flatten().enumerate() {
+            let key = |f: &str| format!("service.neighbours[{k}].{f}");
+            let ip = n
+                .ip
+                .parse()
+                .map_err(|_| c.bad(&key("ip"), format!("{:?}", n.ip), "an IPv4 address a.b.c.d"))?;
+            let mac = parse_mac(&n.mac).ok_or_else(|| {
+                c.bad(
+                    &key("mac"),
+                    format!("{:?}", n.mac),
+                    "a MAC aa:bb:cc:dd:ee:ff, not multicast",
+                )
+            })?;
+            neighbours.push((ip, mac));
+        }
+        let tap_frames = self.tap_frames.unwrap_or(1_000_000);
+        c.positive("service.tap_frames", tap_frames)?;
+        if let Some(t) = &self.tap {
+            if t.as_os_str().is_empty() {
+                return Err(c.bad("service.tap", "\"\"", "a pcap file path"));
+            }
+        }
         Ok(ServiceConfig {
             devices,
+            neighbours,
+            tap: self.tap.clone().map(|p| (p, tap_frames)),
             telemetry_peers,
             standard_cc,
             socket: self.socket.clone(),

@@ -202,8 +202,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         let mr = engine
             .register_mr(MEM, bytes.max(4096) as u64, Access::ALL)
             .map_err(|e| host_err(&e))?;
-        let port = crate::testbed::host_port(Port::start(eal, h, &pool, 1024)?, None, None)
-            .map_err(|e| host_err(&e))?;
+        let port = crate::testbed::host_port(
+            Port::start(eal, h, &pool, 1024)?,
+            None,
+            None,
+            nic::Direction::Tx,
+        )
+        .map_err(|e| host_err(&e))?;
         hosts.push(Host {
             nic: Nic::new(engine, port, cfg.mtu.bytes()),
             mr,

@@ -65,6 +65,32 @@ pub struct PortEntry {
     /// What the port's fault injector did (all zero without faults).
     #[serde(default)]
     pub faults: FaultEntry,
+    /// The non-zero wire drops by reason (`not_ipv4` for IPv6 and other
+    /// EtherTypes, `not_roce` for UDP to other ports, ...).
+    #[serde(default)]
+    pub wire_drop_reasons: Vec<(String, u64)>,
+    /// Every QP's counters summed, closed QPs included.
+    #[serde(default)]
+    pub qp_totals: QpTotalsEntry,
+}
+
+/// The engine's QP counters summed over all QPs it ever had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QpTotalsEntry {
+    pub tx_packets: u64,
+    pub rx_packets: u64,
+    pub retransmitted: u64,
+    pub timeouts: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub naks_sent: [u64; 4],
+    pub naks_received: [u64; 4],
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_received: u64,
+    pub read_replays: u64,
+    pub ignored_responses: u64,
+    pub cnps_sent: u64,
+    pub cnps_received: u64,
 }
 
 /// The fault injector's counters, by reason.
@@ -153,6 +179,30 @@ impl Snapshot {
                 duplicated: f.duplicated,
                 reordered: f.reordered,
                 corrupted: f.corrupted,
+            },
+            wire_drop_reasons: transport::wire::ErrorKind::ALL
+                .iter()
+                .filter(|k| c.wire_drops[k.index()] > 0)
+                .map(|k| (k.name().to_string(), c.wire_drops[k.index()]))
+                .collect(),
+            qp_totals: {
+                let t = e.qp_totals();
+                QpTotalsEntry {
+                    tx_packets: t.tx_packets,
+                    rx_packets: t.rx_packets,
+                    retransmitted: t.retransmitted,
+                    timeouts: t.timeouts,
+                    duplicates: t.duplicates,
+                    out_of_order: t.out_of_order,
+                    naks_sent: t.naks_sent,
+                    naks_received: t.naks_received,
+                    rnr_naks_sent: t.rnr_naks_sent,
+                    rnr_naks_received: t.rnr_naks_received,
+                    read_replays: t.read_replays,
+                    ignored_responses: t.ignored_responses,
+                    cnps_sent: t.cnps_sent,
+                    cnps_received: t.cnps_received,
+                }
             },
         });
         let cc = e.config().cc.name();
@@ -276,6 +326,30 @@ impl Snapshot {
                     p.unknown_qp, p.wrong_state
                 );
             }
+            if !p.wire_drop_reasons.is_empty() {
+                let reasons: Vec<String> = p
+                    .wire_drop_reasons
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "host {} wire drops by reason: {}",
+                    p.host,
+                    reasons.join(", ")
+                );
+            }
+            let t = &p.qp_totals;
+            if t.tx_packets + t.rx_packets > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} all QPs (closed included): tx_pkts {} rx_pkts {} retx {} timeouts {} dups {} out_of_order {} naks_sent {:?} naks_rcvd {:?} rnr_naks sent {} rcvd {} read_replays {} ignored_responses {} cnps sent {} rcvd {}",
+                    p.host, t.tx_packets, t.rx_packets, t.retransmitted, t.timeouts,
+                    t.duplicates, t.out_of_order, t.naks_sent, t.naks_received,
+                    t.rnr_naks_sent, t.rnr_naks_received, t.read_replays,
+                    t.ignored_responses, t.cnps_sent, t.cnps_received
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -386,10 +460,25 @@ mod tests {
             arp_tx: 0,
             tx_unresolved: 0,
             faults: FaultEntry::default(),
+            wire_drop_reasons: vec![("bad_icrc".into(), 1)],
+            qp_totals: QpTotalsEntry {
+                tx_packets: 3,
+                retransmitted: 1,
+                ..QpTotalsEntry::default()
+            },
         });
         s.write(&path).unwrap();
         assert_eq!(Snapshot::read(&path).unwrap(), s);
-        assert!(s.table().contains("icrc_drops"));
+        let table = s.table();
+        assert!(table.contains("icrc_drops"));
+        assert!(
+            table.contains("wire drops by reason: bad_icrc 1"),
+            "{table}"
+        );
+        assert!(
+            table.contains("closed included): tx_pkts 3 rx_pkts 0 retx 1"),
+            "{table}"
+        );
         std::fs::write(&path, "{").unwrap();
         assert!(Snapshot::read(&path)
             .unwrap_err()

@@ -195,9 +195,10 @@ pub fn host_port(
     port: Port,
     faults: Option<FaultConfig>,
     capture: Option<SharedCapture>,
+    direction: Direction,
 ) -> Result<HostPort, nic::faults::BadProbability> {
     let f = FaultInjector::maybe(DpdkLink::Port(port), faults)?;
-    Ok(Tap::new(f, capture, Direction::Tx))
+    Ok(Tap::new(f, capture, direction))
 }
 
 impl Loopback {
@@ -254,12 +255,13 @@ impl Loopback {
             let qpn = engine.create_qp(256, 0)?;
             let port = Port::start_queues(eal, port_id, &pool, 1024, cfg.queues)?;
             let faults = cfg.faults.filter(|f| f.0 == usize::from(i)).map(|f| f.1);
-            let port = host_port(port, faults, capture.clone()).map_err(|source| {
-                TestbedError::Faults {
-                    host: usize::from(i),
-                    source,
-                }
-            })?;
+            let port =
+                host_port(port, faults, capture.clone(), Direction::Tx).map_err(|source| {
+                    TestbedError::Faults {
+                        host: usize::from(i),
+                        source,
+                    }
+                })?;
             Ok(Host {
                 nic: Nic::new(engine, port, cfg.mtu.bytes()),
                 qpn,

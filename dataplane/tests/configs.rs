@@ -60,7 +60,19 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 
 #[test]
 fn check_refuses_each_bad_value_by_key() {
-    let cases: [(String, &[&str]); 10] = [
+    let cases: [(String, &[&str]); 13] = [
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.neighbours]]\nip = \"10.1.2.3\"\nmac = \"02:00:00:00:00\"\n"),
+            &["service.neighbours[0].mac", "02:00:00:00:00"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.neighbours]]\nip = \"10.1.2.300\"\nmac = \"02:00:00:00:00:01\"\n"),
+            &["service.neighbours[0].ip", "10.1.2.300"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\ntap = \"/tmp/t.pcap\"\ntap_frames = 0\n"),
+            &["service.tap_frames", "0"],
+        ),
         (
             format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2\"\n"),
             &["service.devices[0].ip", "10.1.2"],

@@ -52,3 +52,83 @@ fn a_configured_device_has_its_name_address_and_mac() {
     assert_eq!(dev.ip, std::net::Ipv4Addr::new(10, 77, 0, 3));
     assert_eq!(dev.mac, [2, 0x77, 0, 0, 0, 3]);
 }
+
+/// A static neighbour from the config is used without asking ARP, and the
+/// service's pcap tap records what the device sends, closed on SIGTERM.
+#[test]
+fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
+    let out = tempfile::tempdir().unwrap();
+    let pcap = out.path().join("service.pcap");
+    let mut d = daemon_util::start_daemon_with(
+        "static-neighbour",
+        "",
+        &format!(
+            "tap = \"{}\"\n[[service.neighbours]]\nip = \"10.9.9.9\"\nmac = \"02:09:09:09:09:09\"",
+            pcap.display()
+        ),
+    );
+    let dev = verbs::Device::open(&d.socket, "rnic0").unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let mr = pd
+        .alloc_mr(
+            4096,
+            verbs::proto::MrAccess {
+                local_write: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let qp = pd
+        .qp_builder(&cq)
+        .build()
+        .unwrap()
+        .connect(&verbs::Endpoint {
+            qpn: 0x11,
+            psn: 0,
+            ip: "10.9.9.9".parse().unwrap(),
+            mr: None,
+        })
+        .unwrap();
+    let remote = verbs::RemoteMr {
+        va: 0x1000,
+        rkey: 7,
+        len: 64,
+    };
+    qp.post_write(verbs::LocalBuf::of(&mr, 0, 64), &remote, 0, 1, true)
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let port = loop {
+        let s = dataplane::service::query_stats(&d.socket).unwrap();
+        let p = s.ports[0].clone();
+        if p.stats.opackets > 0 || t0.elapsed() > std::time::Duration::from_secs(30) {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(port.stats.opackets > 0, "nothing sent: {port:?}");
+    assert_eq!((port.arp_tx, port.tx_unresolved), (0, 0), "{port:?}");
+    drop(qp);
+    drop(mr);
+    drop(pd);
+    drop(cq);
+    drop(dev);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.child.wait().unwrap().success());
+    let mut r = nic::pcap::Reader::open(&pcap).unwrap();
+    let mut to_peer = 0;
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        if rec.data.starts_with(&[2, 9, 9, 9, 9, 9]) {
+            to_peer += 1;
+        }
+    }
+    assert!(
+        to_peer >= 1,
+        "the WRITE to the static neighbour is in the tap"
+    );
+}

@@ -502,6 +502,23 @@ fn at_most_a_bounded_number_of_unacknowledged_psns() {
 }
 
 #[test]
+fn a_qp_towards_a_standard_peer_keeps_rxes_bounds_128_unacked_psns_ackreq_every_32() {
+    let mut p = Pair::new(Setup::default());
+    p.a.nic
+        .engine_mut()
+        .set_qp_send_limits(p.a.qpn, transport::rc::SendLimits::STANDARD_PEER)
+        .unwrap();
+    p.set_hook(rc_util::cut(Dir::BtoA));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 300 * 1024);
+    p.post(wr);
+    p.run(100_000); // less than one ACK timeout
+    let sent = p.logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req));
+    assert_eq!(sent.len(), 128, "PSNs sent with no ACK back");
+    let flagged: Vec<u32> = sent.iter().filter(|s| s.1).map(|s| s.0).collect();
+    assert_eq!(flagged, [31, 63, 95, 127]);
+}
+
+#[test]
 fn at_most_w_bytes_in_flight_under_hpcc() {
     let mut p = Pair::new(Setup {
         cfg: |mac, ip| {
@@ -595,6 +612,40 @@ fn go_back_n_on_local_ack_timeout() {
         p.logged(Dir::AtoB, |k| k.repr.bth.psn),
         [100, 101, 100, 100, 101]
     );
+    // The NIC-wide totals keep a QP's counters after it is destroyed.
+    let e = p.a.nic.engine_mut();
+    let before = e.qp_totals();
+    assert_eq!((before.timeouts, before.retransmitted), (1, 3));
+    e.destroy_qp(p.a.qpn).unwrap();
+    assert_eq!(e.qp_totals(), before);
+}
+
+#[test]
+fn after_a_timeout_one_packet_goes_and_an_ack_for_all_ends_the_retransmission() {
+    let mut p = Pair::new(Setup::default());
+    let mut acks = 0;
+    p.set_hook(Box::new(move |dir, _, _| {
+        if dir == Dir::BtoA {
+            acks += 1;
+            if acks == 1 {
+                // The one ACK of the message is late (lost here): every
+                // original arrived, only the requester does not know.
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    }));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 16 * 1024);
+    p.post(wr);
+    p.run(10_000_000);
+    assert_eq!(p.completions_a()[0].status, WcStatus::Success);
+    let mut expected: Vec<u32> = (100..116).collect();
+    // Nothing heard before the timeout: the oldest packet goes twice, and
+    // the ACK it brings back covers the whole message.
+    expected.extend([100, 100]);
+    assert_eq!(p.logged(Dir::AtoB, |k| k.repr.bth.psn), expected);
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.timeouts, c.retransmitted), (1, 2));
 }
 
 #[test]

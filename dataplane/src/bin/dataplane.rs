@@ -116,6 +116,14 @@ fn serve(
         }
     })
     .map_err(|e| e.to_string())?;
+    if let (Some((path, _)), Some((written, skipped))) =
+        (&cfg.tap, svc.finish_tap().map_err(|e| e.to_string())?)
+    {
+        println!(
+            "tap: {written} frames written to {} ({skipped} past the limit left out; bench decode reads it)",
+            path.display()
+        );
+    }
     let c = svc.snapshot().service.unwrap_or_default();
     println!(
         "stopped: apps opened {} closed {}, WQEs posted {}, CQEs delivered {}, WQE errors {}",

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use nic::{FaultConfig, Nic};
+use nic::{Direction, FaultConfig, Nic};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer, Producer};
@@ -70,6 +70,11 @@ pub struct ServiceConfig {
     pub queues: u16,
     /// Seeded faults on one host's port: (host, faults).
     pub faults: Option<(usize, FaultConfig)>,
+    /// Static neighbours (IPv4, MAC) of every device.
+    pub neighbours: Vec<(Ipv4Addr, MacAddr)>,
+    /// A pcap of every frame the devices receive and send, and the most
+    /// frames it records.
+    pub tap: Option<(PathBuf, u64)>,
 }
 
 /// One host the daemon runs: a device applications open by name.
@@ -241,6 +246,8 @@ pub struct Service {
     counters: ServiceCounters,
     /// CQs (application, CQ) with CQEs waiting to enter their ring.
     pending: Vec<(ConnId, u32)>,
+    /// The pcap tap's file, when one is configured.
+    capture: Option<nic::SharedCapture>,
 }
 
 impl Service {
@@ -254,6 +261,15 @@ impl Service {
             0,
             frame,
         )?);
+        let capture = match &cfg.tap {
+            Some((path, limit)) => {
+                Some(nic::Capture::create(path, *limit).map_err(|e| DpdkError {
+                    what: "service.tap".into(),
+                    reason: e.to_string(),
+                })?)
+            }
+            None => None,
+        };
         let mut hs = Vec::new();
         for (i, spec) in hosts.iter().enumerate() {
             let port = Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?;
@@ -265,14 +281,21 @@ impl Service {
             ec.cc = cfg.cc;
             let driver = port.driver.clone();
             let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
-            let port = crate::testbed::host_port(port, faults, None).map_err(|e| DpdkError {
-                what: format!("faults of host {i}"),
-                reason: e.to_string(),
-            })?;
+            // Frames between two of the daemon's own devices are
+            // recorded twice: sent by one, received by the other.
+            let port = crate::testbed::host_port(port, faults, capture.clone(), Direction::Both)
+                .map_err(|e| DpdkError {
+                    what: format!("faults of host {i}"),
+                    reason: e.to_string(),
+                })?;
             let engine = Engine::new(ec, AppMemory::default(), 0);
+            let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
+            for &(ip, mac) in &cfg.neighbours {
+                nic.neighbours_mut().add_static(ip, mac);
+            }
             hs.push(Host {
                 spec,
-                nic: Nic::new(engine, port, cfg.max_mtu.bytes()),
+                nic,
                 driver,
                 qps: QpTable::default(),
                 srqs: HashMap::new(),
@@ -287,7 +310,19 @@ impl Service {
             next_pd: 1,
             counters: ServiceCounters::default(),
             pending: Vec::new(),
+            capture,
         })
+    }
+
+    /// Closes the tap's pcap file: the frames it recorded and those it
+    /// left out past its limit (None without a tap).
+    pub fn finish_tap(&mut self) -> Result<Option<(u64, u64)>, nic::pcap::PcapFileError> {
+        let Some(c) = self.capture.take() else {
+            return Ok(None);
+        };
+        let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
+        let written = c.finish()?;
+        Ok(Some((written, c.skipped)))
     }
 
     /// Serves until `stop` is set: control requests, then the data path,

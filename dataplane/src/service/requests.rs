@@ -10,7 +10,9 @@ use std::sync::Arc;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
 use transport::mr::Access;
-use transport::rc::{CcMode, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr};
+use transport::rc::{
+    CcMode, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr, SendLimits,
+};
 use verbs::proto::{
     DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
 };
@@ -869,7 +871,10 @@ impl Service {
     /// A QP on its way to RTR towards a peer that does not speak our
     /// telemetry runs the standard controller instead of the device's
     /// HPCC++ mode (unless the application chose its mode itself): a
-    /// standard RoCEv2 peer never gets a TLM block, probe or notify.
+    /// standard RoCEv2 peer never gets a TLM block, probe or notify. It
+    /// also keeps within rxe's bounds on unacknowledged PSNs
+    /// ([`SendLimits::STANDARD_PEER`]): with no CNPs coming, that window
+    /// is all that keeps a slow peer's input queue from overflowing.
     fn plain_roce_for(
         &mut self,
         host: usize,
@@ -880,6 +885,9 @@ impl Service {
             return Ok(());
         }
         let h = &mut self.hosts[host];
+        h.nic
+            .engine_mut()
+            .set_qp_send_limits(qpn, SendLimits::STANDARD_PEER)?;
         if h.qps.get(&qpn).is_some_and(|r| r.cc_explicit) {
             return Ok(());
         }

@@ -40,6 +40,63 @@ pub struct QpCounters {
     pub last_probe_rtt_ns: u64,
 }
 
+impl QpCounters {
+    /// Adds `other` to these counters (NIC-wide totals); the last probe
+    /// RTT is the latest one seen.
+    pub fn accumulate(&mut self, other: &QpCounters) {
+        let QpCounters {
+            tx_packets,
+            tx_bytes,
+            rx_packets,
+            rx_bytes,
+            retransmitted,
+            naks_sent,
+            naks_received,
+            rnr_naks_received,
+            rnr_naks_sent,
+            timeouts,
+            duplicates,
+            out_of_order,
+            icrc_drops,
+            ignored_responses,
+            read_replays,
+            probes_sent,
+            probe_responses,
+            cnps_sent,
+            cnps_received,
+            notifies_sent,
+            notifies_received,
+            last_probe_rtt_ns,
+        } = *other;
+        self.tx_packets += tx_packets;
+        self.tx_bytes += tx_bytes;
+        self.rx_packets += rx_packets;
+        self.rx_bytes += rx_bytes;
+        self.retransmitted += retransmitted;
+        for i in 0..4 {
+            self.naks_sent[i] += naks_sent[i];
+            self.naks_received[i] += naks_received[i];
+        }
+        self.rnr_naks_received += rnr_naks_received;
+        self.rnr_naks_sent += rnr_naks_sent;
+        self.timeouts += timeouts;
+        self.duplicates += duplicates;
+        self.out_of_order += out_of_order;
+        self.icrc_drops += icrc_drops;
+        self.ignored_responses += ignored_responses;
+        self.read_replays += read_replays;
+        self.probes_sent += probes_sent;
+        self.probe_responses += probe_responses;
+        self.cnps_sent += cnps_sent;
+        self.cnps_received += cnps_received;
+        self.notifies_sent += notifies_sent;
+        self.notifies_received += notifies_received;
+        if last_probe_rtt_ns != 0 {
+            self.last_probe_rtt_ns = last_probe_rtt_ns;
+        }
+    }
+}
+
 /// Engine-wide counters: drops before a QP is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EngineCounters {
@@ -52,6 +109,9 @@ pub struct EngineCounters {
     /// Frames for a QP in a state that takes no packets (RESET, INIT, ERR).
     pub wrong_state: u64,
     pub tx_frames: u64,
+    /// The counters of every QP destroyed or reset so far, summed (the
+    /// live QPs' are added by `Engine::qp_totals`).
+    pub closed_qps: QpCounters,
 }
 
 impl EngineCounters {

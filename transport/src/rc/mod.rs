@@ -39,8 +39,8 @@ pub use qp::{CcMode, UnknownCc};
 pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
-    QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendWr, SgList, Sge, TooManySges,
-    WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
+    QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendLimits, SendWr, SgList, Sge,
+    TooManySges, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -456,6 +456,7 @@ impl<M: Memory> Engine<M> {
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
         let i = self.index(qpn)?;
         let qp = self.qps[i].take().expect("index checked");
+        self.counters.closed_qps.accumulate(&qp.counters);
         if let Some(q) = self.rqs[qp.rq].as_mut() {
             q.users = q.users.saturating_sub(1);
             if !q.shared {
@@ -503,6 +504,15 @@ impl<M: Memory> Engine<M> {
         self.qp_mut(qpn)?.set_cc(&cfg)
     }
 
+    /// Every QP's counters summed, those destroyed or reset included.
+    pub fn qp_totals(&self) -> QpCounters {
+        let mut t = self.counters.closed_qps;
+        for qp in self.qps.iter().flatten() {
+            t.accumulate(&qp.counters);
+        }
+        t
+    }
+
     pub fn qp_counters(&self, qpn: Qpn) -> Result<QpCounters, RcError> {
         let i = self.index(qpn)?;
         Ok(self.qps[i].as_ref().expect("index checked").counters)
@@ -534,8 +544,24 @@ impl<M: Memory> Engine<M> {
 
     /// RTR -> RTS.
     pub fn modify_to_rts(&mut self, qpn: Qpn, attr: RtsAttr) -> Result<(), RcError> {
-        let (window, every) = (self.cfg.max_outstanding_psns, self.cfg.ack_req_every);
-        self.qp_mut(qpn)?.modify_to_rts(attr, window, every)
+        let defaults = SendLimits {
+            max_outstanding_psns: self.cfg.max_outstanding_psns,
+            ack_req_every: self.cfg.ack_req_every,
+        };
+        let qp = self.qp_mut(qpn)?;
+        let limits = qp.send_limits.unwrap_or(defaults);
+        qp.modify_to_rts(attr, limits)
+    }
+
+    /// Gives one QP its own [`SendLimits`] (kept until RESET), applied at
+    /// once when it is connected already.
+    pub fn set_qp_send_limits(&mut self, qpn: Qpn, limits: SendLimits) -> Result<(), RcError> {
+        let qp = self.qp_mut(qpn)?;
+        qp.send_limits = Some(limits);
+        if matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            qp.req.set_limits(limits);
+        }
+        Ok(())
     }
 
     /// RESET -> INIT -> RTR -> RTS in one call: the usual bring-up once
@@ -592,6 +618,7 @@ impl<M: Memory> Engine<M> {
     pub fn reset_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
         let i = self.index(qpn)?;
         let old = self.qps[i].take().expect("index checked");
+        self.counters.closed_qps.accumulate(&old.counters);
         if let Some(q) = self.rqs[old.rq].as_mut().filter(|q| !q.shared) {
             q.drain().for_each(drop);
         }

@@ -14,7 +14,9 @@ use super::counters::QpCounters;
 use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
-use super::types::{QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, WcStatus};
+use super::types::{
+    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
+};
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::packet::frame_len_of;
@@ -128,6 +130,8 @@ pub(crate) struct Qp {
     pub armed: Option<u64>,
     /// In SQD: raise SqDrained once the send queue is empty.
     pub sqd_notify: bool,
+    /// This QP's own bounds on its requester (the engine's otherwise).
+    pub send_limits: Option<SendLimits>,
     pub counters: QpCounters,
 }
 
@@ -191,6 +195,7 @@ impl Qp {
             in_ctrl: false,
             armed: None,
             sqd_notify: false,
+            send_limits: None,
             counters: QpCounters::default(),
         }
     }
@@ -234,12 +239,7 @@ impl Qp {
         Ok(())
     }
 
-    pub fn modify_to_rts(
-        &mut self,
-        a: RtsAttr,
-        max_outstanding_psns: u32,
-        ack_req_every: u32,
-    ) -> Result<(), RcError> {
+    pub fn modify_to_rts(&mut self, a: RtsAttr, limits: SendLimits) -> Result<(), RcError> {
         self.need(QpState::Rtr, "RTR -> RTS")?;
         check_bits("sq_psn", u64::from(a.sq_psn), 0xFF_FFFF)?;
         check_bits("timeout", u64::from(a.timeout), 31)?;
@@ -253,8 +253,7 @@ impl Qp {
             a.retry_cnt,
             a.rnr_retry,
             a.max_rd_atomic,
-            max_outstanding_psns,
-            ack_req_every,
+            limits,
         );
         self.state = QpState::Rts;
         Ok(())

@@ -15,7 +15,8 @@ use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
 use super::sgl::Sge;
 use super::types::{
-    rnr_timer_ns, Cqe, InlineData, Qpn, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
+    rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
+    WrPayload,
 };
 use crate::wire::{AtomicEthRepr, Opcode};
 
@@ -140,6 +141,14 @@ pub(crate) struct Requester {
     repeat_next: bool,
     /// After an RNR NAK: nothing is sent before this time.
     rnr_wait: Option<u64>,
+    /// After a timeout only the packet at this PSN goes (twice when
+    /// nothing was heard) until the peer acknowledges something new,
+    /// answers with a NAK or a READ response, or the timer fires again.
+    /// The originals may only be slow: a peer under load (rxe in a VM)
+    /// can take longer than the timeout to work through a full window, and
+    /// resending all of it would queue a window of duplicates behind them
+    /// (the idea of TCP's F-RTO, RFC 5682).
+    probe_psn: Option<u32>,
     /// Local buffers of queued WRs beyond their first, in queue order;
     /// `extra_front` counts those already released.
     extra: VecDeque<Sge>,
@@ -205,6 +214,7 @@ impl Requester {
             ooo_trigger_psn: 0,
             resend_until: 0,
             heard: false,
+            probe_psn: None,
             stalls: 0,
             repeat_next: false,
             rnr_wait: None,
@@ -225,10 +235,9 @@ impl Requester {
         retry_cnt: u8,
         rnr_retry: u8,
         max_rd: u8,
-        max_outstanding_psns: u32,
-        ack_req_every: u32,
+        limits: SendLimits,
     ) {
-        self.ack_req_every = ack_req_every.clamp(1, ACK_REQ_EVERY);
+        self.set_limits(limits);
         self.mtu = mtu;
         self.next_psn = sq_psn;
         self.una = sq_psn;
@@ -245,7 +254,13 @@ impl Requester {
         self.rnr_retry = rnr_retry;
         self.rnr_left = rnr_retry;
         self.max_rd = u32::from(max_rd.max(1));
-        self.max_outstanding_psns = max_outstanding_psns.clamp(1, 1 << 22);
+    }
+
+    /// New bounds on PSNs outstanding and on packets between AckReqs,
+    /// from the next packet on.
+    pub fn set_limits(&mut self, limits: SendLimits) {
+        self.ack_req_every = limits.ack_req_every.clamp(1, ACK_REQ_EVERY);
+        self.max_outstanding_psns = limits.max_outstanding_psns.clamp(1, 1 << 22);
     }
 
     /// Send WRs it holds at most.
@@ -346,7 +361,7 @@ impl Requester {
     /// The next packet to send, if the PSN window, the READ limit and the
     /// byte window `window` allow one.
     pub fn peek(&self, window: u64) -> Option<TxItem> {
-        if self.rnr_wait.is_some() {
+        if self.rnr_wait.is_some() || self.probe_psn.is_some_and(|p| p != self.tx_psn) {
             return None;
         }
         let e = self.sq.get(self.tx_idx)?;
@@ -525,6 +540,7 @@ impl Requester {
 
     /// Restarts the retransmission timer after progress.
     fn progress(&mut self, now: u64) {
+        self.probe_psn = None;
         self.stalls = 0;
         self.retries_left = self.retry_cnt;
         self.rnr_left = self.rnr_retry;
@@ -643,11 +659,43 @@ impl Requester {
         let before = self.una;
         if let Some(missing) = self.ack_through(psn) {
             self.go_back(missing);
+        } else if self
+            .probe_psn
+            .is_some_and(|p| psn_gt(self.una, psn_add(p, 1)))
+        {
+            // The ACK covers more than the packet resent after the
+            // timeout: the originals are arriving, the timeout was
+            // spurious. Send on after them instead of resending them.
+            self.skip_resends();
         }
         if self.una != before {
             self.progress(now);
         }
         true
+    }
+
+    /// Gives up the go-back-N resends still to go: the next packet is the
+    /// first never sent, and every packet in [una, hi) counts in flight.
+    fn skip_resends(&mut self) {
+        if !psn_gt(self.hi, self.tx_psn) {
+            return;
+        }
+        let (una, hi, mtu) = (self.una, self.hi, self.mtu);
+        let mut inflight = 0;
+        for e in self.sq.iter().filter(|e| !e.done && !e.is_read()) {
+            let k1 = psn_diff(una, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            let k2 = psn_diff(hi, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            if k2 > k1 {
+                inflight += bytes_of(e.len, mtu, k1, k2);
+            }
+        }
+        self.inflight = inflight;
+        self.tx_psn = hi;
+        self.tx_idx = self
+            .sq
+            .iter()
+            .position(|e| e.contains(hi) || psn_gt(e.first_psn, hi))
+            .unwrap_or(self.sq.len());
     }
 
     /// A NAK with `code` (low 5 bits of the syndrome) for `psn`.
@@ -687,6 +735,7 @@ impl Requester {
             self.rnr_left -= 1;
         }
         self.go_back(missing.unwrap_or(psn));
+        self.probe_psn = None;
         self.timer = None;
         self.rnr_wait = Some(now + rnr_timer_ns(code));
         Ok(true)
@@ -750,6 +799,7 @@ impl Requester {
         if !self.ooo_retry_done || !psn_gt(psn, self.ooo_trigger_psn) {
             self.ooo_retry_done = true;
             self.go_back(expected);
+            self.probe_psn = None;
         }
         self.ooo_trigger_psn = psn;
     }
@@ -808,6 +858,7 @@ impl Requester {
             self.repeat_next = true;
         }
         self.go_back(self.una);
+        self.probe_psn = Some(self.tx_psn);
         self.timer = Some(now + self.rto_ns);
         Ok(true)
     }
@@ -845,6 +896,7 @@ impl Requester {
         self.tx_idx = 0;
         self.timer = None;
         self.rnr_wait = None;
+        self.probe_psn = None;
         self.inflight = 0;
         self.rd_outstanding = 0;
     }
@@ -910,6 +962,55 @@ pub(crate) fn cqe(qpn: Qpn, wr: &Done, status: WcStatus) -> Cqe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rc::types::WrPayload;
+
+    #[test]
+    fn an_ack_past_the_packet_resent_after_a_timeout_skips_the_other_resends() {
+        let mut r = Requester::new(4);
+        let limits = SendLimits {
+            max_outstanding_psns: 1 << 16,
+            ack_req_every: 64,
+        };
+        r.configure(1024, 100, 8, 7, 7, 1, limits);
+        let sge = [Sge {
+            va: 0,
+            len: 16 * 1024,
+            lkey: 1,
+        }];
+        let wr = WrParts {
+            head: WrHead {
+                wr_id: 1,
+                op: WrOp::Write,
+                rkey: 2,
+                remote_va: 0,
+                signaled: true,
+                fence: false,
+            },
+            payload: WrPayload::Sges(&sge),
+        };
+        r.post(&wr, None);
+        let mut now = 0;
+        let send = |r: &mut Requester, now: u64| -> Vec<u32> {
+            let mut psns = Vec::new();
+            while let Some(item) = r.peek(u64::MAX) {
+                r.sent(&item, now);
+                psns.push(item.psn);
+            }
+            psns
+        };
+        assert_eq!(send(&mut r, now), (100..116).collect::<Vec<_>>());
+        now += r.rto_ns;
+        assert_eq!(r.on_timer(now), Ok(true));
+        // Nothing heard: the oldest packet goes twice, then nothing more.
+        assert_eq!(send(&mut r, now), [100, 100]);
+        // The peer was only slow: its ACK reaches past the resent packet.
+        assert!(r.on_ack(107, now + 1));
+        assert_eq!(send(&mut r, now + 1), Vec::<u32>::new());
+        assert_eq!(r.inflight, 8 * 1024, "PSNs 108..116 are still in flight");
+        assert!(r.on_ack(115, now + 2));
+        assert!(r.pop_completed().is_some());
+        assert_eq!(r.inflight, 0);
+    }
 
     #[test]
     fn bytes_of_packet_ranges() {

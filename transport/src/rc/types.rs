@@ -127,6 +127,27 @@ pub struct RtsAttr {
     pub max_rd_atomic: u8,
 }
 
+/// How far a QP's requester runs ahead of the peer's ACKs: PSNs sent and
+/// not yet acknowledged at most, and an AckReq at least every this many
+/// packets of a message. The engine's defaults suit our own NIC; a
+/// standard peer is given rxe's bounds (128 unacknowledged PSNs), so that a
+/// slow peer is not flooded past its input queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendLimits {
+    pub max_outstanding_psns: u32,
+    pub ack_req_every: u32,
+}
+
+impl SendLimits {
+    /// What a QP towards a standard RoCEv2 peer gets: rxe's 128
+    /// unacknowledged PSNs (RXE_MAX_UNACKED_PSNS) and four AckReqs per
+    /// window, so that ACKs keep coming while the window is full.
+    pub const STANDARD_PEER: SendLimits = SendLimits {
+        max_outstanding_psns: 128,
+        ack_req_every: 32,
+    };
+}
+
 /// The far end of an RC connection, as exchanged out of band (perftest
 /// exchanges these over TCP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
