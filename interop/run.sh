@@ -260,11 +260,23 @@ check_pcap() { # FILE
   dec=$(target/release/bench decode "$f" | tail -1)
   echo "bench decode: $dec"
   case "$dec" in *" icrc_bad=0 other="*" errors=0") ;; *) echo "interop pcap FAIL: bench decode found bad frames"; failed=$((failed + 1)) ;; esac
-  ts=$(tshark -r "$f" -d udp.port==4791,infiniband -T fields -e frame.protocols 2>&1 | sort | uniq -c | sed 's/^ */    /')
+  # SEND payloads are application bytes: Wireshark's RPC-over-RDMA
+  # heuristic would read them as its own headers and call them malformed.
+  local tsh=(tshark -r "$f" -d udp.port==4791,infiniband --disable-protocol rpcordma)
+  ts=$("${tsh[@]}" -T fields -e frame.protocols 2>/dev/null | sort | uniq -c | sed 's/^ */    /')
   echo "tshark (frames by protocol stack):"
   echo "$ts"
-  if tshark -r "$f" -d udp.port==4791,infiniband -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | grep -q .; then
-    echo "interop pcap FAIL: tshark finds malformed frames"; failed=$((failed + 1))
+  local ib roce
+  ib=$(echo "$ts" | awk '/:infiniband/ {n += $1} END {print n + 0}')
+  roce=$(echo "$dec" | sed -n 's/.* roce=\([0-9]*\) .*/\1/p')
+  if [ "$ib" != "$roce" ]; then
+    echo "interop pcap FAIL: tshark reads $ib InfiniBand frames, bench decode $roce RoCEv2 frames"
+    failed=$((failed + 1))
+  fi
+  if "${tsh[@]}" -Y '_ws.malformed || _ws.expert.severity >= error' -T fields -e frame.number 2>/dev/null | grep -q .; then
+    echo "interop pcap FAIL: tshark finds malformed frames:"
+    "${tsh[@]}" -Y '_ws.malformed || _ws.expert.severity >= error' 2>/dev/null | head -5
+    failed=$((failed + 1))
   fi
   python3 "$root/interop/icrc_check.py" "$f" || { echo "interop pcap FAIL: ICRC"; failed=$((failed + 1)); }
 }
