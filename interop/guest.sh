@@ -2,7 +2,8 @@
 # Runs inside the interop VM (virtme-ng, the host's root filesystem read
 # only): brings up the NIC with 10.77.0.2, makes rxe0 on it, then runs the
 # guest side of each step of the plan file ($1), one line each:
-#   server|client PROGRAM ARGS...
+#   server|client|local PROGRAM ARGS...
+# (local: server and client both on this VM's rxe0, over rxe's loopback)
 # A client retries until the host's server listens. Each step ends with a
 # line "GUEST-STEP <n> rc=<rc>" on the console, which the host reads.
 PLAN=$1
@@ -22,7 +23,16 @@ n=0
 while read -r role prog args; do
   [ -z "$role" ] && continue
   n=$((n + 1))
-  if [ "$role" = client ]; then
+  if [ "$role" = local ]; then
+    # shellcheck disable=SC2086
+    timeout 300 $prog $args > /tmp/server.out 2>&1 &
+    server=$!
+    sleep 1
+    # shellcheck disable=SC2086
+    timeout 300 $prog $args 10.77.0.2
+    rc=$?
+    wait $server || rc=$?
+  elif [ "$role" = client ]; then
     # The host's server may not listen yet: perftest and rc_pingpong exit
     # at once when the connection is refused.
     tries=0

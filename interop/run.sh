@@ -5,7 +5,7 @@
 # each test with the server in the VM and the client on our NIC, then the
 # other way round. See ../../shared/spec/interop.md for the recipe.
 #
-#   interop/run.sh [--quick] [--phases P,...] [--keep DIR] [TEST ...] [-- PERFTEST FLAGS]
+#   interop/run.sh [--quick | --bench] [--phases P,...] [--keep DIR] [TEST ...] [-- PERFTEST FLAGS]
 #
 # TEST: ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw
 # ib_read_bw ib_send_bw ibv_rc_pingpong (default: all).
@@ -17,6 +17,9 @@
 # directions at MTU 1024, ib_write_bw and the pingpong again lossy).
 # With PERFTEST FLAGS: those flags instead of the sizes, phase mtu1024.
 # --keep DIR: keep the pcaps, the daemon's and the VM's logs there.
+# --bench: the benchmark instead: ib_write_lat (64 B) and ib_write_bw
+# (64 KiB) between rxe and our NIC both ways and between two rxe QPs in
+# the VM (rxe's loopback), interleaved over 3 rounds, medians at the end.
 #
 # One line per test and direction: "interop TEST rxe->ours ok" or "...
 # FAIL <why>", both programs' output above it; after each phase the pcap
@@ -25,21 +28,33 @@
 # all passed. Everything it sets up (netns, tap, daemon, VM) goes away on
 # exit, also on failure or Ctrl-C.
 set -euo pipefail
+# The whole script is one block, read before it runs: editing the file
+# while a run goes on cannot change that run.
+{
 cd "$(dirname "$0")/.."
 root=$PWD
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'interop: %s\n' "$*" >&2; exit 1; }
+# What this machine cannot do: with --quick (./x test) the run is skipped,
+# exit 77; otherwise it fails.
+unable() {
+  [ "$quick" = 1 ] || die "$*"
+  printf 'interop: skipped: %s\n' "$*"
+  exit 77
+}
 
 tests=()
 extra=()
 quick=0
+bench=0
 phases=
 keep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
     --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy)" ;;
@@ -48,6 +63,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong)
+if [ $bench = 1 ]; then
+  [ ${#tests[@]} -eq 0 ] && tests=(ib_write_lat ib_write_bw)
+  phases=bench
+fi
 [ ${#tests[@]} -eq 0 ] && tests=("${all[@]}")
 for t in "${tests[@]}"; do
   [[ " ${all[*]} " == *" $t "* ]] || die "unknown test $t (one of: ${all[*]})"
@@ -60,11 +79,13 @@ if [ -z "$phases" ]; then
 fi
 IFS=, read -r -a phase_list <<< "$phases"
 for p in "${phase_list[@]}"; do
-  case "$p" in mtu1024|mtu4096|lossy) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy)" ;; esac
+  case "$p" in mtu1024|mtu4096|lossy|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy)" ;; esac
 done
 
-[ "$(id -u)" -eq 0 ] || die "needs root (network namespace, tap device, VM)"
-[ -e /dev/net/tun ] || die "no /dev/net/tun: cannot make the tap device"
+[ "$(id -u)" -eq 0 ] || unable "needs root (network namespace, tap device, VM)"
+[ -e /dev/net/tun ] || unable "no /dev/net/tun: cannot make the tap device"
+command -v apt-get > /dev/null || command -v qemu-system-x86_64 > /dev/null \
+  || unable "no apt-get to install QEMU and a kernel"
 kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 pkgs=(qemu-system-x86 linux-image-amd64 busybox-static rdma-core python3-venv ibverbs-utils perftest iproute2 tshark)
 need=()
@@ -74,22 +95,20 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
-  kernel=$(ls /boot/vmlinuz-* | sort -V | tail -1)
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
+    || unable "apt-get install ${need[*]} failed"
+  kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 fi
-[ -n "$kernel" ] || die "no kernel in /boot (apt-get install linux-image-amd64)"
+[ -n "$kernel" ] || unable "no kernel in /boot (apt-get install linux-image-amd64)"
 venv=$root/target/interop/venv
 if [ ! -x "$venv/bin/vng" ]; then
   say "installing virtme-ng into $venv (PyPI)"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q virtme-ng
+  { python3 -m venv "$venv" && "$venv/bin/pip" install -q virtme-ng; } \
+    || { rm -rf "$venv"; unable "could not install virtme-ng from PyPI"; }
 fi
 export PATH=$venv/bin:$PATH
-if [ ! -x target/release/dataplane ] || [ ! -x target/release/bench ] \
-  || [ ! -e target/release/ibverbs/libibverbs.so.1 ]; then
-  say "building (release)"
-  ./x build >/dev/null
-fi
+say "building (release; up to date in seconds after ./x build)"
+./x build > target/interop-build.log 2>&1 || { tail -20 target/interop-build.log; die "the build failed"; }
 
 ns=rnic-interop-$$
 tap=rnictap0
@@ -120,9 +139,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say "network namespace $ns, tap $tap (10.77.0.1 the namespace's kernel, for perftest's TCP exchange)"
-ip netns add "$ns"
+ip netns add "$ns" || unable "cannot make a network namespace"
 ip netns exec "$ns" ip link set lo up
-ip netns exec "$ns" ip tuntap add dev $tap mode tap
+ip netns exec "$ns" ip tuntap add dev $tap mode tap || unable "cannot make a tap device"
 ip netns exec "$ns" ip addr add 10.77.0.1/24 dev $tap
 ip netns exec "$ns" ip link set $tap mtu 9000
 ip netns exec "$ns" ip link set $tap up
@@ -168,9 +187,17 @@ CFG
 # moves some MB/s).
 steps=$work/steps
 : > "$steps"
+rounds=1
+[ $bench = 1 ] && rounds=3
 for phase in "${phase_list[@]}"; do
+  for round in $(seq $rounds); do
   for t in "${tests[@]}"; do
-    if [ ${#extra[@]} -gt 0 ]; then
+    if [ $bench = 1 ]; then
+      case "$t" in
+        *_lat) sizes=("-s 64 -n 500 ${extra[*]:-}") ;;
+        *) sizes=("-s 65536 -n 500 ${extra[*]:-}") ;;
+      esac
+    elif [ ${#extra[@]} -gt 0 ]; then
       sizes=("${extra[*]}")
     elif [ $quick = 1 ]; then
       case "$phase:$t" in
@@ -192,6 +219,7 @@ for phase in "${phase_list[@]}"; do
     fi
     for s in "${sizes[@]}"; do echo "$phase $t $s" >> "$steps"; done
   done
+  done
 done
 
 args_of() { # TEST DEVICE PHASE SIZE-ARGS
@@ -210,6 +238,8 @@ plan=$work/plan
 while read -r phase t s; do
   echo "server $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
   echo "client $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
+  # The benchmark's floor: rxe against rxe (its loopback) in the VM.
+  [ "$phase" = bench ] && echo "local $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
 done < "$steps"
 
 say "booting the VM (pure emulation; rxe0 on 10.77.0.2, MTU 9000)"
@@ -227,7 +257,10 @@ wait_vm() {
     sleep 0.5
   done
 }
-wait_vm GUEST-READY 240 || { tail -30 "$work/vm.log"; die "the VM did not bring rxe0 up"; }
+if ! wait_vm GUEST-READY 300; then
+  tail -30 "$work/vm.log"
+  unable "the VM did not boot and bring rxe0 up (log above)"
+fi
 
 ours() { # runs a verbs program in the namespace over our library
   ip netns exec "$ns" env LD_LIBRARY_PATH="$root/target/release/ibverbs" RNIC_SOCKET="$work/rnic.sock" "$@"
@@ -241,9 +274,19 @@ seen=0
 guest_output() {
   local lines
   lines=$(wc -l < "$work/vm.log")
-  sed -n "$((seen + 1)),${lines}p" "$work/vm.log" | sed 's/^/  [rxe] /'
+  sed -n "$((seen + 1)),${lines}p" "$work/vm.log" > "$work/guest.out"
+  sed 's/^/  [rxe] /' "$work/guest.out"
   seen=$lines
 }
+# The benchmark's figure in a perftest output: t_typical (us) of a latency
+# test, BW average (MB/s) of a bandwidth test, from its results line.
+figure() { # TEST FILE
+  local col=5
+  case "$1" in *_bw) col=4 ;; esac
+  awk -v c=$col '$1 ~ /^[0-9]+$/ && NF >= 5 && $2 ~ /^[0-9]+$/ {v = $c} END {print v}' "$2"
+}
+results=$work/results
+: > "$results"
 report() { # NAME DIRECTION HOST_RC GUEST_RC OUTPUT
   total=$((total + 1))
   if [ "$3" -eq 0 ] && [ "$4" = 0 ]; then
@@ -314,6 +357,7 @@ while read -r p t s <&3; do
   sed 's/^/  [ours] /' "$work/host.out"
   grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
   report "$name" "ours->rxe" "$rc" "${grc:-none}" "$work/host.out"
+  [ "$p" = bench ] && echo "$t ours->rxe $(figure "$t" "$work/host.out")" >> "$results"
   # Our NIC serves, rxe is the client.
   n=$((n + 1))
   # shellcheck disable=SC2046
@@ -323,6 +367,16 @@ while read -r p t s <&3; do
   sed 's/^/  [ours] /' "$work/host.out"
   grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
   report "$name" "rxe->ours" "$rc" "${grc:-none}" "$work/host.out"
+  if [ "$p" = bench ]; then
+    # The server's side (ours here) prints the same table as the client.
+    echo "$t rxe->ours $(figure "$t" "$work/host.out")" >> "$results"
+    n=$((n + 1))
+    wait_vm "GUEST-STEP $n " 600 || true
+    guest_output
+    grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
+    report "$name" "rxe<->rxe" 0 "${grc:-none}" "$work/guest.out"
+    echo "$t rxe<->rxe $(figure "$t" "$work/guest.out")" >> "$results"
+  fi
 done 3< "$steps"
 end_phase "$phase"
 wait_vm GUEST-DONE 60 || true
@@ -330,8 +384,20 @@ say "rxe's counters in the VM (all phases)"
 sed -n '/GUEST-STATS/,/GUEST-DONE/p' "$work/vm.log" | grep -v GUEST
 wait $vm 2>/dev/null || true
 vm=
+if [ $bench = 1 ]; then
+  say "benchmark: median of 3 interleaved rounds (t_typical us for _lat, BW average MB/s for _bw; rxe<->rxe: both QPs on rxe0 in the VM)"
+  for t in "${tests[@]}"; do
+    for d in "ours->rxe" "rxe->ours" "rxe<->rxe"; do
+      vals=$(awk -v t="$t" -v d="$d" '$1 == t && $2 == d && $3 != "" {print $3}' "$results" | sort -g | tr '\n' ' ')
+      med=$(echo "$vals" | awk '{n = split($0, a, " "); print (n ? a[int((n + 1) / 2)] : "none")}')
+      printf '  %-14s %-10s median %-10s (rounds: %s)\n' "$t" "$d" "$med" "$vals"
+    done
+  done
+fi
 if [ $failed -gt 0 ]; then
   echo "interop: $failed failed (of $total runs and the pcap checks)"
   exit 1
 fi
 echo "interop: all $total passed"
+exit 0
+}

@@ -160,7 +160,20 @@ fn a_receiver_answers_ce_marked_frames_with_cnps_in_every_cc_mode() {
         CcMode::RxHpcc { maxhop: 3 },
         CcMode::Dcqcn,
     ] {
-        let mut p = Pair::new(setup(mode));
+        let mut s = setup(mode);
+        if mode == CcMode::None {
+            // A sender without a controller sends Not-ECT, which a switch
+            // never marks: here A runs DCQCN, B (the receiver) none.
+            s.cfg = |m, i| EngineConfig {
+                cc: if m == rc_util::MAC_A {
+                    CcMode::Dcqcn
+                } else {
+                    CcMode::None
+                },
+                ..EngineConfig::new(m, i, LINE)
+            };
+        }
+        let mut p = Pair::new(s);
         p.set_hook(Box::new(|dir, k, _| {
             if dir == Dir::AtoB && !k.payload.is_empty() {
                 Fate::MarkCe
@@ -179,6 +192,23 @@ fn a_receiver_answers_ce_marked_frames_with_cnps_in_every_cc_mode() {
         let a = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
         assert!(b.cnps_sent >= 1, "{mode:?}: no CNP");
         assert_eq!(a.cnps_received, b.cnps_sent, "{mode:?}");
+    }
+}
+
+#[test]
+fn packets_are_ect0_when_a_controller_reacts_and_not_ect_without_one() {
+    for (mode, ecn) in [
+        (CcMode::None, 0),
+        (CcMode::Dcqcn, 2),
+        (CcMode::HpccInband { maxhop: 3 }, 2),
+    ] {
+        let mut p = Pair::new(setup(mode));
+        let wr = p.wr(1, WrOp::Write, 0, 0, 4096);
+        p.post(wr);
+        p.run(10_000_000);
+        let seen = p.logged(Dir::AtoB, |k| k.repr.ip.ecn);
+        assert!(!seen.is_empty());
+        assert!(seen.iter().all(|&e| e == ecn), "{mode:?}: {seen:?}");
     }
 }
 

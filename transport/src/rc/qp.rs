@@ -582,7 +582,10 @@ impl Qp {
         r.ip.src = cfg.ip;
         r.ip.dst = rtr.dest_ip;
         r.ip.dscp = cfg.dscp;
-        r.ip.ecn = 2; // ECT(0): switches may mark CE
+        // ECT(0) when a controller acts on congestion (DCQCN on the CNPs
+        // that CE marks bring, HPCC++ on telemetry); with none, Not-ECT,
+        // as rxe sends by default: nothing would react to a mark.
+        r.ip.ecn = if self.mode == CcMode::None { 0 } else { 2 };
         r.ip.ident = ident;
         r.udp.src_port = udp::entropy_port(self.qpn);
         r
