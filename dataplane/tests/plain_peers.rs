@@ -7,6 +7,20 @@
 
 mod daemon_util;
 
+/// A QP connected (RTS) to QPN 0x11 at `ip`.
+fn qp_to(pd: &verbs::Pd, cq: &verbs::Cq, ip: &str) -> verbs::Qp {
+    pd.qp_builder(cq)
+        .build()
+        .unwrap()
+        .connect(&verbs::Endpoint {
+            qpn: 0x11,
+            psn: 0,
+            ip: ip.parse().unwrap(),
+            mr: None,
+        })
+        .unwrap()
+}
+
 #[test]
 fn qps_towards_peers_without_our_telemetry_run_the_standard_controller() {
     let d = daemon_util::start_daemon_with(
@@ -19,17 +33,7 @@ fn qps_towards_peers_without_our_telemetry_run_the_standard_controller() {
     let cq = dev.create_cq(64).unwrap();
     let mut modes = Vec::new();
     for ip in ["10.0.0.2", "10.9.9.9", "10.8.1.1"] {
-        let qp = pd
-            .qp_builder(&cq)
-            .build()
-            .unwrap()
-            .connect(&verbs::Endpoint {
-                qpn: 0x11,
-                psn: 0,
-                ip: ip.parse().unwrap(),
-                mr: None,
-            })
-            .unwrap();
+        let qp = qp_to(&pd, &cq, ip);
         modes.push(qp.query().unwrap().cc);
     }
     assert_eq!(modes, ["hpcc", "dcqcn", "hpcc"]);
@@ -79,17 +83,7 @@ fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
             },
         )
         .unwrap();
-    let qp = pd
-        .qp_builder(&cq)
-        .build()
-        .unwrap()
-        .connect(&verbs::Endpoint {
-            qpn: 0x11,
-            psn: 0,
-            ip: "10.9.9.9".parse().unwrap(),
-            mr: None,
-        })
-        .unwrap();
+    let qp = qp_to(&pd, &cq, "10.9.9.9");
     let remote = verbs::RemoteMr {
         va: 0x1000,
         rkey: 7,
