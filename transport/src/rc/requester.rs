@@ -149,6 +149,10 @@ pub(crate) struct Requester {
     /// resending all of it would queue a window of duplicates behind them
     /// (the idea of TCP's F-RTO, RFC 5682).
     probe_psn: Option<u32>,
+    /// READ responses beyond the expected one came since the last timeout:
+    /// the responder is still sending an earlier answer, and the request
+    /// asking again from the gap waits behind it at the responder.
+    responses_streaming: bool,
     /// Local buffers of queued WRs beyond their first, in queue order;
     /// `extra_front` counts those already released.
     extra: VecDeque<Sge>,
@@ -215,6 +219,7 @@ impl Requester {
             resend_until: 0,
             heard: false,
             probe_psn: None,
+            responses_streaming: false,
             stalls: 0,
             repeat_next: false,
             rnr_wait: None,
@@ -769,6 +774,7 @@ impl Requester {
         }
         if psn != expected || !kind_ok {
             if psn_gt(psn, expected) {
+                self.responses_streaming = true;
                 self.gap(psn, expected);
             }
             return None;
@@ -845,6 +851,18 @@ impl Requester {
             self.timer = None;
             return Ok(false);
         }
+        if std::mem::take(&mut self.responses_streaming) {
+            // Asking once more would only queue another replay behind the
+            // answer still coming (rxe answers READs one after another):
+            // wait a timeout more, as a stall.
+            self.heard = false;
+            self.stalls += 1;
+            if self.stalls > MAX_STALLS {
+                return Err(Fatal::Fail(WcStatus::RetryExcErr));
+            }
+            self.timer = Some(now + self.rto_ns);
+            return Ok(false);
+        }
         if std::mem::take(&mut self.heard) {
             self.stalls += 1;
             if self.stalls > MAX_STALLS {
@@ -897,6 +915,7 @@ impl Requester {
         self.timer = None;
         self.rnr_wait = None;
         self.probe_psn = None;
+        self.responses_streaming = false;
         self.inflight = 0;
         self.rd_outstanding = 0;
     }
@@ -964,8 +983,8 @@ mod tests {
     use super::*;
     use crate::rc::types::WrPayload;
 
-    #[test]
-    fn an_ack_past_the_packet_resent_after_a_timeout_skips_the_other_resends() {
+    /// A requester with one WR of `len` bytes posted, PSNs from 100.
+    fn with_wr(op: WrOp, len: u32) -> Requester {
         let mut r = Requester::new(4);
         let limits = SendLimits {
             max_outstanding_psns: 1 << 16,
@@ -974,13 +993,13 @@ mod tests {
         r.configure(1024, 100, 8, 7, 7, 1, limits);
         let sge = [Sge {
             va: 0,
-            len: 16 * 1024,
+            len,
             lkey: 1,
         }];
         let wr = WrParts {
             head: WrHead {
                 wr_id: 1,
-                op: WrOp::Write,
+                op,
                 rkey: 2,
                 remote_va: 0,
                 signaled: true,
@@ -989,14 +1008,51 @@ mod tests {
             payload: WrPayload::Sges(&sge),
         };
         r.post(&wr, None);
+        r
+    }
+
+    /// Sends what the requester lets go at `now`: the PSNs and RETHs.
+    fn send(r: &mut Requester, now: u64) -> Vec<(u32, Option<(u64, u32, u32)>)> {
+        let mut out = Vec::new();
+        while let Some(item) = r.peek(u64::MAX) {
+            r.sent(&item, now);
+            out.push((item.psn, item.reth));
+        }
+        out
+    }
+
+    #[test]
+    fn a_timeout_while_an_earlier_read_answer_still_streams_asks_nothing_again() {
+        let mut r = with_wr(WrOp::Read, 100 * 1024);
+        assert_eq!(send(&mut r, 0), [(100, Some((0, 2, 100 * 1024)))]);
+        let mid = Opcode::RdmaReadResponseMiddle;
+        assert!(r
+            .on_read_response(100, Opcode::RdmaReadResponseFirst, 1024)
+            .is_some());
+        r.read_landed(100, 1);
+        // 101 is lost: 102 shows the gap, the READ is asked again from 101.
+        assert!(r.on_read_response(102, mid, 1024).is_none());
+        assert_eq!(send(&mut r, 2), [(101, Some((1024, 2, 99 * 1024)))]);
+        // The rest of the first answer keeps coming, out of order, past a
+        // timeout: nothing is asked again, the timer waits once more.
+        assert!(r.on_read_response(150, mid, 1024).is_none());
+        let t = r.timer().unwrap();
+        assert_eq!(r.on_timer(t), Ok(false));
+        assert_eq!(send(&mut r, t), []);
+        // A timeout with nothing at all heard asks again (twice, as after
+        // any silent timeout).
+        let t = r.timer().unwrap();
+        assert_eq!(r.on_timer(t), Ok(true));
+        let again = (101, Some((1024, 2, 99 * 1024)));
+        assert_eq!(send(&mut r, t), [again, again]);
+    }
+
+    #[test]
+    fn an_ack_past_the_packet_resent_after_a_timeout_skips_the_other_resends() {
+        let mut r = with_wr(WrOp::Write, 16 * 1024);
         let mut now = 0;
         let send = |r: &mut Requester, now: u64| -> Vec<u32> {
-            let mut psns = Vec::new();
-            while let Some(item) = r.peek(u64::MAX) {
-                r.sent(&item, now);
-                psns.push(item.psn);
-            }
-            psns
+            send(r, now).into_iter().map(|(psn, _)| psn).collect()
         };
         assert_eq!(send(&mut r, now), (100..116).collect::<Vec<_>>());
         now += r.rto_ns;
