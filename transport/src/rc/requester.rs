@@ -1011,8 +1011,11 @@ mod tests {
         r
     }
 
-    /// Sends what the requester lets go at `now`: the PSNs and RETHs.
-    fn send(r: &mut Requester, now: u64) -> Vec<(u32, Option<(u64, u32, u32)>)> {
+    /// A packet sent: its PSN and RETH (VA, R_Key, DMA length).
+    type Sent = (u32, Option<(u64, u32, u32)>);
+
+    /// Sends what the requester lets go at `now`.
+    fn send(r: &mut Requester, now: u64) -> Vec<Sent> {
         let mut out = Vec::new();
         while let Some(item) = r.peek(u64::MAX) {
             r.sent(&item, now);
