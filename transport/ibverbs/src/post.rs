@@ -200,10 +200,7 @@ pub unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: verbs' contract: a live QP of ours.
-    let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-        return libc::EINVAL;
-    };
-    let Some(ctx) = q.ctx() else {
+    let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
         return libc::EINVAL;
     };
     // SAFETY: the live QP's state field, which ibv_modify_qp rewrites.
@@ -273,10 +270,7 @@ pub unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: verbs' contract: a live QP of ours.
-    let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-        return libc::EINVAL;
-    };
-    let Some(ctx) = q.ctx() else {
+    let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
         return libc::EINVAL;
     };
     if ctx.is_dead() {

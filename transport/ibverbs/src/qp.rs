@@ -49,6 +49,17 @@ impl Qp {
         // SAFETY: a QP's context outlives it.
         unsafe { Ctx::from_ptr(self.ibv.context) }
     }
+
+    /// The QP behind `p` and its context (None for NULL or a QP without
+    /// one).
+    ///
+    /// # Safety
+    /// As [`Qp::from_ptr`].
+    pub unsafe fn with_ctx<'a>(p: *mut ibv_qp) -> Option<(&'a Qp, &'a Ctx)> {
+        // SAFETY: the caller's contract.
+        let q = unsafe { Qp::from_ptr(p) }?;
+        Some((q, q.ctx()?))
+    }
 }
 
 fn fail<T>(errno: i32, why: &str, v: T) -> T {
@@ -189,10 +200,7 @@ pub unsafe extern "C" fn ibv_create_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a live QP of ours or NULL.
-        let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-            return libc::EINVAL;
-        };
-        let Some(ctx) = q.ctx() else {
+        let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
             return libc::EINVAL;
         };
         if let Err(e) = ctx.device.call(Request::DestroyQp { qpn: q.ibv.qp_num }) {
@@ -558,10 +566,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 ) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a live QP of ours or NULL.
-        let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-            return libc::EINVAL;
-        };
-        let Some(ctx) = q.ctx() else {
+        let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
             return libc::EINVAL;
         };
         if attr.is_null() || init_attr.is_null() {

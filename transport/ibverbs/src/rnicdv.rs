@@ -35,10 +35,7 @@ fn refuse(errno: c_int, why: &str) -> c_int {
 pub unsafe extern "C" fn rnicdv_set_qp_cc(qp: *mut ibv_qp, cc: *const c_char) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a live QP of ours or NULL.
-        let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-            return libc::EINVAL;
-        };
-        let Some(ctx) = q.ctx() else {
+        let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
             return libc::EINVAL;
         };
         if cc.is_null() {
@@ -63,10 +60,7 @@ pub unsafe extern "C" fn rnicdv_set_qp_cc(qp: *mut ibv_qp, cc: *const c_char) ->
 pub unsafe extern "C" fn rnicdv_query_qp_cc(qp: *mut ibv_qp, out: *mut RnicdvQpCc) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: a live QP of ours or NULL.
-        let Some(q) = (unsafe { Qp::from_ptr(qp) }) else {
-            return libc::EINVAL;
-        };
-        let Some(ctx) = q.ctx() else {
+        let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
             return libc::EINVAL;
         };
         if out.is_null() {
