@@ -19,6 +19,7 @@
 
 mod counters;
 mod qp;
+mod read_recovery;
 mod recv;
 mod requester;
 mod responder;

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
+use super::read_recovery::{ReadRecovery, Seen};
 use super::sgl::Sge;
 use super::types::{
     rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
@@ -43,7 +44,8 @@ pub(crate) struct SqEntry {
     pub npsn: u32,
     /// Message length (bytes of the local buffers).
     pub len: u32,
-    /// READ or atomic: response packets received in order.
+    /// READ or atomic: response packets received in order (more may have
+    /// landed beyond, see [`ReadRecovery`]).
     pub rd_got: u32,
     /// READ: PSN of the last request sent (responses are numbered from it).
     pub rd_req_psn: u32,
@@ -125,10 +127,9 @@ pub(crate) struct Requester {
     pub inflight: u64,
     /// AckReq at least every this many packets of a message.
     ack_req_every: u32,
-    /// One go-back per burst of out-of-order READ responses (or implied
-    /// NAK episode); `ooo_trigger_psn` is the last out-of-order PSN seen.
-    ooo_retry_done: bool,
-    ooo_trigger_psn: u32,
+    /// Which responses of the oldest incomplete READ landed, and when to
+    /// ask for the missing ones again.
+    rd_recovery: ReadRecovery,
     /// Packets below this PSN were sent before (retransmissions).
     resend_until: u32,
     /// Something (an ACK, NAK or response, even a stale one) came from the
@@ -214,8 +215,7 @@ impl Requester {
             rd_outstanding: 0,
             inflight: 0,
             ack_req_every: ACK_REQ_EVERY,
-            ooo_retry_done: false,
-            ooo_trigger_psn: 0,
+            rd_recovery: ReadRecovery::default(),
             resend_until: 0,
             heard: false,
             probe_psn: None,
@@ -472,6 +472,10 @@ impl Requester {
                 e.rd_requested = true;
                 self.rd_outstanding += 1;
             }
+            if item.retransmit {
+                let k = psn_diff(item.psn, e.first_psn).max(0) as u32;
+                self.rd_recovery.asked(e.first_psn, k);
+            }
             e.rd_req_psn = item.psn;
             self.tx_psn = psn_add(e.first_psn, e.npsn);
             self.tx_idx += 1;
@@ -583,7 +587,8 @@ impl Requester {
     /// Marks everything up to and including `psn` acknowledged (cumulative
     /// ACK), stopping at a READ that is not complete. When the ACK passes
     /// that READ's last PSN its responses were lost (implied NAK): returns
-    /// the READ's first missing PSN, once per episode.
+    /// the READ's first missing PSN, unless a request asked again for it
+    /// still waits for its answer.
     fn ack_through(&mut self, psn: u32) -> Option<u32> {
         let mut implied_nak = None;
         let mut new_una = self.una;
@@ -596,7 +601,7 @@ impl Requester {
             }
             if e.is_read() {
                 if psn_ge(psn, e.last_psn()) && e.rd_requested {
-                    implied_nak = Some(psn_add(e.first_psn, e.rd_got));
+                    implied_nak = Some((e.first_psn, psn_add(e.first_psn, e.rd_got)));
                 }
                 break;
             }
@@ -609,11 +614,8 @@ impl Requester {
             }
         }
         self.advance_una(new_una);
-        if implied_nak.is_some() && !self.ooo_retry_done {
-            self.ooo_retry_done = true;
-            return implied_nak;
-        }
-        None
+        let (read_psn, missing) = implied_nak?;
+        (!self.rd_recovery.waiting(read_psn)).then_some(missing)
     }
 
     /// Moves `una` forward, dropping acknowledged bytes from `inflight` and
@@ -748,8 +750,9 @@ impl Requester {
 
     /// A READ response or atomic acknowledgement (whose `len` is the 8
     /// bytes of its original value). Returns the local buffers and the
-    /// message offset to write the `len` bytes to when the packet is the
-    /// next expected one (the caller checks and copies, then calls
+    /// message offset to write the `len` bytes to when the packet belongs to
+    /// the oldest incomplete READ and has not landed yet, in order or not
+    /// (the caller checks and copies, then calls
     /// [`Requester::read_landed`]); `None` to drop it.
     pub fn on_read_response(
         &mut self,
@@ -758,35 +761,50 @@ impl Requester {
         len: usize,
     ) -> Option<(Payload<'_>, u64)> {
         let mtu = self.mtu;
-        // Responses arrive in PSN order: only the oldest incomplete READ may
-        // take one; anything later means responses were lost.
+        // Responses answer the oldest incomplete READ; anything else is an
+        // earlier answer still streaming or a later READ's.
         let idx = self.sq.iter().position(|e| !e.done && e.is_read())?;
-        let e = &self.sq[idx];
+        let e = self.sq[idx];
         if !e.rd_requested {
             return None;
         }
-        let expected = psn_add(e.first_psn, e.rd_got);
         // A response of the wrong kind for this request is a stale one.
-        let kind_ok = (opcode == Opcode::AtomicAcknowledge) == e.wr.op.is_atomic();
-        if kind_ok {
-            // Even a stale response says the peer is alive.
-            self.heard = true;
-        }
-        if psn != expected || !kind_ok {
-            if psn_gt(psn, expected) {
-                self.responses_streaming = true;
-                self.gap(psn, expected);
-            }
+        if (opcode == Opcode::AtomicAcknowledge) != e.wr.op.is_atomic() {
             return None;
         }
-        let e = &self.sq[idx];
-        if e.wr.op.is_atomic() {
-            return (len == 8).then(|| (self.local(e), 0));
+        // Even a stale response says the peer is alive.
+        self.heard = true;
+        let k = psn_diff(psn, e.first_psn);
+        if k < 0 {
+            // An answer to an earlier request, still streaming: a request
+            // asked again now would only wait behind it.
+            self.responses_streaming = true;
+            return None;
         }
-        // Data lands by PSN, so any response carrying the expected PSN and
-        // length is good, whichever request (the first or a retry) it
+        let k = k as u32;
+        let seen = if k >= e.npsn {
+            Seen {
+                fresh: false,
+                ask_again: self.rd_recovery.overtaken(e.first_psn, e.rd_got, e.npsn),
+            }
+        } else {
+            self.rd_recovery.response(e.first_psn, k, e.rd_got, e.npsn)
+        };
+        if seen.ask_again {
+            // The stream went past a response that is still missing.
+            self.go_back(psn_add(e.first_psn, e.rd_got));
+            self.probe_psn = None;
+        }
+        if !seen.fresh {
+            self.responses_streaming = true;
+            return None;
+        }
+        if e.wr.op.is_atomic() {
+            return (len == 8).then(|| (self.local(&e), 0));
+        }
+        // Data lands by PSN, so any response carrying a PSN and length of
+        // this READ is good, whichever request (the first or a retry) it
         // answers; only the end of the READ must be marked as such.
-        let k = e.rd_got;
         let last = k + 1 == e.npsn;
         let ends = matches!(
             opcode,
@@ -795,20 +813,9 @@ impl Requester {
         if last != ends || bytes_of(e.len, mtu, k, k + 1) != len as u64 {
             return None;
         }
-        Some((self.local(e), u64::from(k) * u64::from(mtu)))
+        Some((self.local(&e), u64::from(k) * u64::from(mtu)))
     }
 
-    /// A response beyond the `expected` PSN: ask again from the first
-    /// missing one, once per burst of responses (a new burst starts at or
-    /// below the last trigger).
-    fn gap(&mut self, psn: u32, expected: u32) {
-        if !self.ooo_retry_done || !psn_gt(psn, self.ooo_trigger_psn) {
-            self.ooo_retry_done = true;
-            self.go_back(expected);
-            self.probe_psn = None;
-        }
-        self.ooo_trigger_psn = psn;
-    }
     /// The response for `psn` (accepted by `on_read_response`) was copied.
     pub fn read_landed(&mut self, psn: u32, now: u64) {
         let Some(idx) = self.sq.iter().position(|e| !e.done && e.is_read()) else {
@@ -822,13 +829,16 @@ impl Requester {
             e.done = true;
         }
         let e = &mut self.sq[idx];
-        e.rd_got += 1;
-        self.ooo_retry_done = false;
+        let k = psn_diff(psn, e.first_psn) as u32;
+        e.rd_got = self.rd_recovery.land(k, e.rd_got, e.npsn);
         if e.rd_got == e.npsn {
             e.done = true;
             self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
+            self.rd_recovery.clear();
         }
-        self.advance_una(psn_add(psn, 1));
+        let una = psn_add(e.first_psn, e.rd_got);
+        self.advance_una(una);
+        // New data, in order or not: the responder is getting through.
         self.progress(now);
     }
 
@@ -916,6 +926,7 @@ impl Requester {
         self.rnr_wait = None;
         self.probe_psn = None;
         self.responses_streaming = false;
+        self.rd_recovery.clear();
         self.inflight = 0;
         self.rd_outstanding = 0;
     }
@@ -1024,21 +1035,60 @@ mod tests {
         out
     }
 
+    /// Delivers READ response `psn` of a READ starting at 100; whether it
+    /// landed.
+    fn respond(r: &mut Requester, psn: u32, npsn: u32, now: u64) -> bool {
+        let op = match psn - 100 {
+            0 => Opcode::RdmaReadResponseFirst,
+            k if k + 1 == npsn => Opcode::RdmaReadResponseLast,
+            _ => Opcode::RdmaReadResponseMiddle,
+        };
+        let landed = r.on_read_response(psn, op, 1024).is_some();
+        if landed {
+            r.read_landed(psn, now);
+        }
+        landed
+    }
+
+    #[test]
+    fn read_responses_land_out_of_order_and_one_replay_fills_every_hole() {
+        let mut r = with_wr(WrOp::Read, 10 * 1024);
+        assert_eq!(send(&mut r, 0), [(100, Some((0, 2, 10 * 1024)))]);
+        // 102 and 105 are lost; the others land where their PSN says.
+        for psn in [100, 101, 103, 104] {
+            assert!(respond(&mut r, psn, 10, 1));
+        }
+        assert_eq!(send(&mut r, 1), [], "103 and 104 may only be early");
+        assert!(respond(&mut r, 106, 10, 1));
+        // The stream is past 102 by more than reordering explains: asked
+        // again from there, once.
+        assert_eq!(send(&mut r, 1), [(102, Some((2048, 2, 8 * 1024)))]);
+        for psn in 107..110 {
+            assert!(respond(&mut r, psn, 10, 2));
+        }
+        assert_eq!(send(&mut r, 2), []);
+        // The replay: 102 and 105 fill the holes, the rest are duplicates.
+        let landed: Vec<bool> = (102..110).map(|psn| respond(&mut r, psn, 10, 3)).collect();
+        assert_eq!(
+            landed,
+            [true, false, false, true, false, false, false, false]
+        );
+        assert!(r.pop_completed().is_some());
+        assert_eq!(send(&mut r, 3), []);
+    }
+
     #[test]
     fn a_timeout_while_an_earlier_read_answer_still_streams_asks_nothing_again() {
         let mut r = with_wr(WrOp::Read, 100 * 1024);
         assert_eq!(send(&mut r, 0), [(100, Some((0, 2, 100 * 1024)))]);
-        let mid = Opcode::RdmaReadResponseMiddle;
-        assert!(r
-            .on_read_response(100, Opcode::RdmaReadResponseFirst, 1024)
-            .is_some());
-        r.read_landed(100, 1);
-        // 101 is lost: 102 shows the gap, the READ is asked again from 101.
-        assert!(r.on_read_response(102, mid, 1024).is_none());
+        for psn in (100..110).filter(|&p| p != 101) {
+            respond(&mut r, psn, 100, 1);
+        }
         assert_eq!(send(&mut r, 2), [(101, Some((1024, 2, 99 * 1024)))]);
-        // The rest of the first answer keeps coming, out of order, past a
-        // timeout: nothing is asked again, the timer waits once more.
-        assert!(r.on_read_response(150, mid, 1024).is_none());
+        // Only duplicates come past a timeout (the responder is replaying
+        // an older request): nothing is asked again, the timer waits once
+        // more.
+        assert!(!respond(&mut r, 105, 100, 3));
         let t = r.timer().unwrap();
         assert_eq!(r.on_timer(t), Ok(false));
         assert_eq!(send(&mut r, t), []);
