@@ -342,6 +342,8 @@ end_phase() { # PHASE
   ip netns exec "$ns" target/release/dataplane stats --socket "$work/rnic.sock" || true
   stop_daemon
   say "phase $1: our port's pcap"
+  # How many frames it holds, and how many the tap_frames limit left out.
+  grep '^tap:' "$work/daemon-$1.log" || true
   check_pcap "$work/$1.pcap"
 }
 phase=
