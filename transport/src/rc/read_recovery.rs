@@ -63,12 +63,11 @@ impl ReadRecovery {
         self.asked = None;
     }
 
-    fn has(&self, k: u32, got: u32) -> bool {
-        k < got
-            || self
-                .landed
-                .get(k as usize / 64)
-                .is_some_and(|w| w >> (k % 64) & 1 == 1)
+    /// Response `k` landed out of order.
+    fn bit(&self, k: u32) -> bool {
+        self.landed
+            .get(k as usize / 64)
+            .is_some_and(|w| w >> (k % 64) & 1 == 1)
     }
 
     /// A request of the READ at `read_psn` went out again, asking from
@@ -88,9 +87,16 @@ impl ReadRecovery {
     }
 
     /// Response `k` of the READ at `read_psn` (of `npsn` responses, the
-    /// first `got` of which landed in order) arrived.
+    /// first `got` of which landed in order) arrived; `k >= npsn`: a later
+    /// READ's response, so this READ's stream is over.
     pub fn response(&mut self, read_psn: u32, k: u32, got: u32, npsn: u32) -> Seen {
         self.track(read_psn);
+        if k >= npsn {
+            return Seen {
+                fresh: false,
+                ask_again: self.passed_missing(npsn, got, npsn),
+            };
+        }
         let new_stream = match self.prev {
             None => true,
             Some(p) => k < p && (k + NEW_STREAM_DROP < p || self.asked.is_some_and(|a| k <= a)),
@@ -99,18 +105,11 @@ impl ReadRecovery {
             self.asked = None;
         }
         self.prev = Some(k);
-        let fresh = k < npsn && !self.has(k, got);
+        let fresh = k >= got && !self.bit(k);
         Seen {
             fresh,
             ask_again: self.passed_missing(k, got, npsn),
         }
-    }
-
-    /// A response of a later READ came while this one (`got` of `npsn`
-    /// landed) is incomplete: its stream is over.
-    pub fn overtaken(&mut self, read_psn: u32, got: u32, npsn: u32) -> bool {
-        self.track(read_psn);
-        self.passed_missing(npsn, got, npsn)
     }
 
     /// The stream, now at response `k`, went past the first missing one
@@ -138,7 +137,7 @@ impl ReadRecovery {
             return got;
         }
         let mut got = got + 1;
-        while got < npsn && self.has(got, 0) {
+        while got < npsn && self.bit(got) {
             got += 1;
         }
         got
@@ -228,8 +227,8 @@ mod tests {
         let mut r = ReadRecovery::default();
         let mut got = 0;
         assert_eq!(feed(&mut r, &mut got, 3, &[0, 1]), Vec::<u32>::new());
-        assert!(r.overtaken(7, got, 3));
-        assert!(!r.overtaken(7, got, 3), "once per stream");
+        assert!(r.response(7, 3, got, 3).ask_again);
+        assert!(!r.response(7, 4, got, 3).ask_again, "once per stream");
         assert!(r.waiting(7));
         assert!(!r.waiting(8));
     }

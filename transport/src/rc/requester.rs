@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 
-use super::read_recovery::{ReadRecovery, Seen};
+use super::read_recovery::ReadRecovery;
 use super::sgl::Sge;
 use super::types::{
     rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
@@ -47,8 +47,6 @@ pub(crate) struct SqEntry {
     /// READ or atomic: response packets received in order (more may have
     /// landed beyond, see [`ReadRecovery`]).
     pub rd_got: u32,
-    /// READ: PSN of the last request sent (responses are numbered from it).
-    pub rd_req_psn: u32,
     pub rd_requested: bool,
     pub done: bool,
     /// Fails with this status once every WR before it has completed (a bad
@@ -355,7 +353,6 @@ impl Requester {
             npsn,
             len,
             rd_got: 0,
-            rd_req_psn: self.next_psn,
             rd_requested: false,
             done: false,
             fail,
@@ -476,7 +473,6 @@ impl Requester {
                 let k = psn_diff(item.psn, e.first_psn).max(0) as u32;
                 self.rd_recovery.asked(e.first_psn, k);
             }
-            e.rd_req_psn = item.psn;
             self.tx_psn = psn_add(e.first_psn, e.npsn);
             self.tx_idx += 1;
         } else {
@@ -782,14 +778,7 @@ impl Requester {
             return None;
         }
         let k = k as u32;
-        let seen = if k >= e.npsn {
-            Seen {
-                fresh: false,
-                ask_again: self.rd_recovery.overtaken(e.first_psn, e.rd_got, e.npsn),
-            }
-        } else {
-            self.rd_recovery.response(e.first_psn, k, e.rd_got, e.npsn)
-        };
+        let seen = self.rd_recovery.response(e.first_psn, k, e.rd_got, e.npsn);
         if seen.ask_again {
             // The stream went past a response that is still missing.
             self.go_back(psn_add(e.first_psn, e.rd_got));
@@ -866,18 +855,12 @@ impl Requester {
             // answer still coming (rxe answers READs one after another):
             // wait a timeout more, as a stall.
             self.heard = false;
-            self.stalls += 1;
-            if self.stalls > MAX_STALLS {
-                return Err(Fatal::Fail(WcStatus::RetryExcErr));
-            }
+            self.stall()?;
             self.timer = Some(now + self.rto_ns);
             return Ok(false);
         }
         if std::mem::take(&mut self.heard) {
-            self.stalls += 1;
-            if self.stalls > MAX_STALLS {
-                return Err(Fatal::Fail(WcStatus::RetryExcErr));
-            }
+            self.stall()?;
         } else {
             if self.retries_left == 0 {
                 return Err(Fatal::Fail(WcStatus::RetryExcErr));
@@ -889,6 +872,15 @@ impl Requester {
         self.probe_psn = Some(self.tx_psn);
         self.timer = Some(now + self.rto_ns);
         Ok(true)
+    }
+
+    /// One more timeout without progress while the peer is alive.
+    fn stall(&mut self) -> Result<(), Fatal> {
+        self.stalls += 1;
+        if self.stalls > MAX_STALLS {
+            return Err(Fatal::Fail(WcStatus::RetryExcErr));
+        }
+        Ok(())
     }
 
     /// Completed WRs at the front, in post order.
