@@ -88,6 +88,9 @@ fn describe(s: &mut String, p: &Packet<'_>) {
         p.pad,
         p.payload.len(),
     );
+    if let Some(t) = r.eth.vlan {
+        let _ = write!(s, " vlan={} pcp={}", t.vid, t.pcp);
+    }
     if !p.icrc_ok() {
         let _ = write!(
             s,
@@ -219,6 +222,21 @@ mod tests {
                 errors: 0
             }
         );
+    }
+
+    #[test]
+    fn a_tagged_frame_is_roce_with_its_vlan_and_priority() {
+        let mut s = samples::standard().swap_remove(6);
+        s.repr.eth.vlan = Some(transport::wire::VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        });
+        let mut sum = Summary::default();
+        let line = sum.decode(1, &rec(s.frame()));
+        assert!(line.contains(" icrc=ok "), "{line}");
+        assert!(line.contains(" vlan=100 pcp=3"), "{line}");
+        assert_eq!(sum.roce, 1);
     }
 
     #[test]

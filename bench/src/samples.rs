@@ -53,7 +53,11 @@ fn packet(op: Opcode, to_b: bool, psn: u32) -> PacketRepr {
     } else {
         (MAC_B, MAC_A, IP_B, IP_A)
     };
-    r.eth = EthernetRepr { src, dst };
+    r.eth = EthernetRepr {
+        src,
+        dst,
+        vlan: None,
+    };
     r.ip.src = sip;
     r.ip.dst = dip;
     r.ip.ecn = 2; // ECT(0), so switches can mark CE

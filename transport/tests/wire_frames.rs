@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use transport::wire::{
     AethRepr, AtomicEthRepr, ErrorKind, EthernetRepr, HopRecord, Layer, MacAddr, NotifyRepr,
-    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, WireError,
+    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, VlanTag, WireError,
 };
 
 const CX4_CNP: &str = "e41d2dab2bc2 7cfe90643b32 0800 \
@@ -30,6 +30,7 @@ fn sample(op: Opcode, tlm_slots: u8) -> PacketRepr {
     r.eth = EthernetRepr {
         src: MacAddr([2, 0, 0, 0, 0, 1]),
         dst: MacAddr([2, 0, 0, 0, 0, 2]),
+        vlan: None,
     };
     r.ip.src = Ipv4Addr::new(10, 0, 0, 1);
     r.ip.dst = Ipv4Addr::new(10, 0, 0, 2);
@@ -343,6 +344,35 @@ fn frame_len_of_an_opcode_is_the_built_frames_length() {
                     "{op} tlm {slots} payload {n}"
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn an_8021q_tag_adds_four_bytes_in_front_of_ip_and_leaves_the_icrc_unchanged() {
+    let tag = VlanTag {
+        pcp: 3,
+        dei: false,
+        vid: 100,
+    };
+    for op in Opcode::ALL {
+        for slots in [0u8, 5] {
+            let plain = sample(op, slots);
+            let mut tagged = plain;
+            tagged.eth.vlan = Some(tag);
+            let len = if op.layout().payload { 1021 } else { 0 };
+            let payload = vec![0xa5u8; len];
+            let (u, t) = (emit(&plain, &payload), emit(&tagged, &payload));
+            assert_eq!(t.len(), u.len() + 4, "{op}");
+            assert_eq!(tagged.header_len(), plain.header_len() + 4, "{op}");
+            assert_eq!(&t[12..16], &[0x81, 0x00, 0x60, 0x64], "{op}");
+            assert_eq!(&t[..12], &u[..12]);
+            // From the inner EtherType on, the frames are the same bytes:
+            // the ICRC covers IP and up, not the Ethernet header.
+            assert_eq!(&t[16..], &u[12..], "{op}");
+            let p = Packet::parse(&t).unwrap_or_else(|e| panic!("{op}: {e}"));
+            assert_eq!(p.repr, tagged, "{op}");
+            assert_eq!(p.payload, &payload[..]);
         }
     }
 }

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use proptest::prelude::*;
 use transport::wire::{
     AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, HopRecord, Ipv4Repr, MacAddr, NotifyRepr,
-    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr,
+    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr, VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -67,12 +67,14 @@ fn outer() -> impl Strategy<Value = (EthernetRepr, Ipv4Repr, UdpRepr)> {
         any::<u8>(),
         any::<bool>(),
         any::<u16>(),
+        prop::option::of((0u8..8, any::<bool>(), 0u16..4096)),
     )
-        .prop_map(|(s, d, ips, ipd, dscp, ecn, ident, ttl, df, sport)| {
+        .prop_map(|(s, d, ips, ipd, dscp, ecn, ident, ttl, df, sport, tag)| {
             (
                 EthernetRepr {
                     src: MacAddr(s),
                     dst: MacAddr(d),
+                    vlan: tag.map(|(pcp, dei, vid)| VlanTag { pcp, dei, vid }),
                 },
                 Ipv4Repr {
                     src: Ipv4Addr::from(ips),

@@ -33,14 +33,14 @@
 use transport::mr::Memory;
 use transport::rc::{Cqe, Engine};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
-use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
+use transport::wire::{check_vlan, EthernetFrame, Ipv4Packet, MacAddr};
 
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
 
 use crate::port::{Frame, FramePort};
 
-/// Longest headers the engine puts around a payload (Ethernet, IPv4,
-/// UDP, BTH, RETH, a full TLM block, ICRC), rounded up.
+/// Longest headers the engine puts around a payload (Ethernet with an
+/// 802.1Q tag, IPv4, UDP, BTH, RETH, a full TLM block, ICRC), rounded up.
 pub const MAX_HEADERS: usize = 512;
 
 /// Frames per RX and TX burst by default.
@@ -85,7 +85,8 @@ pub struct NicCounters {
     /// RX instead of the port (local loopback; counted in `rx_frames`
     /// too when received, never in `tx_frames`).
     pub looped_frames: u64,
-    /// ARP frames received (every one; malformed ones in `arp_bad`).
+    /// ARP frames received on the device's VLAN (malformed ones in
+    /// `arp_bad`; another VLAN's are the engine's `wrong_vlan` drops).
     pub arp_rx: u64,
     pub arp_bad: u64,
     /// ARP requests and replies sent.
@@ -245,6 +246,10 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// Answers a request for our address; learns the sender's MAC when
     /// the message is for us or comes from a peer the table holds.
     fn on_arp(&mut self, now: u64, frame: &[u8]) {
+        if let Err(e) = check_vlan(frame, self.engine.config().vlan.map(|t| t.vid)) {
+            self.engine.count_wire_drop(e);
+            return;
+        }
         self.counters.arp_rx += 1;
         let Ok(a) = ArpRepr::parse(frame) else {
             self.counters.arp_bad += 1;
@@ -308,12 +313,13 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             let Some(a) = self.arp_out.pop() else {
                 break;
             };
-            let mut bytes = [0u8; arp::MIN_FRAME_LEN];
+            let mut bytes = [0u8; arp::MIN_TAGGED_FRAME_LEN];
             let Some(mut f) = self.spare.take().or_else(|| self.port.alloc()) else {
                 self.counters.tx_no_buffer += 1;
                 continue;
             };
-            if a.emit(&mut bytes).is_ok() && f.set(&bytes) {
+            let emitted = a.emit_tagged(self.engine.config().vlan, &mut bytes);
+            if emitted.is_ok_and(|n| f.set(&bytes[..n])) {
                 self.counters.arp_tx += 1;
                 self.tx.push(f);
             } else {

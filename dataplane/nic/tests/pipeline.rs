@@ -9,15 +9,24 @@ use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
     ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WcStatus, WrOp,
 };
-use transport::wire::MacAddr;
+use transport::wire::{ErrorKind, EthernetFrame, MacAddr, VlanTag};
 
 const BASE: u64 = 0x1000;
 const LEN: usize = 1 << 20;
 
 fn engine(i: u8) -> (Engine<VecMemory>, MrKeys, u32) {
+    engine_on(i, None)
+}
+
+/// Engine `i` on 802.1Q VLAN `vlan` (None: untagged).
+fn engine_on(i: u8, vlan: Option<VlanTag>) -> (Engine<VecMemory>, MrKeys, u32) {
     let mut mem = VecMemory::new();
     mem.add(BASE, LEN);
-    let mut e = Engine::new(EngineConfig::new(mac(i), ip(i), 100_000_000_000), mem, 0);
+    let cfg = EngineConfig {
+        vlan,
+        ..EngineConfig::new(mac(i), ip(i), 100_000_000_000)
+    };
+    let mut e = Engine::new(cfg, mem, 0);
     let mr = e.register_mr(BASE, LEN as u64, Access::ALL).unwrap();
     let q = e.create_qp(64, 0).unwrap();
     (e, mr, q)
@@ -286,15 +295,30 @@ fn a_qp_connected_to_a_qp_of_the_same_nic_is_served_by_local_loopback() {
     assert_eq!(c.rx_frames, c.looped_frames);
 }
 
+/// A's port, recording what it sends and receives when given a capture.
+type TappedPort = nic::Tap<MemPort>;
+
 /// Two NICs whose QPs were connected without their peer's MAC: the
 /// pipeline resolves it with ARP. Returns A's completions and the NICs.
 fn unresolved_pair(
     peer_ip_of_a: Ipv4Addr,
     retry_cnt: u8,
-) -> (Vec<WcStatus>, Nics<MemPort, MemPort>) {
+) -> (Vec<WcStatus>, Nics<TappedPort, MemPort>) {
+    unresolved_pair_on(peer_ip_of_a, retry_cnt, [None, None], None)
+}
+
+/// [`unresolved_pair`] with A and B on the given VLANs, A's port tapped
+/// into `capture`.
+fn unresolved_pair_on(
+    peer_ip_of_a: Ipv4Addr,
+    retry_cnt: u8,
+    vlans: [Option<VlanTag>; 2],
+    capture: Option<nic::SharedCapture>,
+) -> (Vec<WcStatus>, Nics<TappedPort, MemPort>) {
     let (pa, pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
-    let (mut ea, ka, qa) = engine(0);
-    let (mut eb, kb, qb) = engine(1);
+    let pa = nic::Tap::new(pa, capture, Direction::Both);
+    let (mut ea, ka, qa) = engine_on(0, vlans[0]);
+    let (mut eb, kb, qb) = engine_on(1, vlans[1]);
     let p = ConnectParams {
         timeout: 4,
         retry_cnt,
@@ -393,4 +417,63 @@ fn an_arp_request_queued_in_a_pass_is_sent_in_the_next_without_waiting_for_a_tim
     assert_eq!(nic.next_wakeup(0), Some(0), "the ARP request is due now");
     nic.poll(0, &mut Completions::default());
     assert_eq!(nic.counters().arp_tx, 1);
+}
+
+const VLAN_100: VlanTag = VlanTag {
+    pcp: 5,
+    dei: false,
+    vid: 100,
+};
+
+#[test]
+fn on_a_vlan_arp_and_roce_frames_carry_the_tag_and_the_write_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vlan.pcap");
+    let cap = nic::Capture::create(&path, u64::MAX).unwrap();
+    let vlans = [Some(VLAN_100), Some(VLAN_100)];
+    let (st, (na, nb)) = unresolved_pair_on(ip(1), 7, vlans, Some(cap.clone()));
+    assert_eq!(st, [WcStatus::Success]);
+    let (a, b) = (na.counters(), nb.counters());
+    assert!(a.arp_tx >= 1 && b.arp_rx >= 1 && b.arp_tx >= 1 && a.arp_rx >= 1);
+    let (ma, mb) = (na.engine().mem(), nb.engine().mem());
+    assert_eq!(ma.slice(BASE, 10_000), mb.slice(BASE + 4096 * 4, 10_000));
+    let written = cap.lock().unwrap().finish().unwrap();
+    let mut r = nic::pcap::Reader::open(&path).unwrap();
+    let (mut arp, mut roce) = (0, 0);
+    while let Some(rec) = r.next_record() {
+        let rec = rec.unwrap();
+        let e = EthernetFrame::new_checked(&rec.data[..]).unwrap();
+        assert_eq!(e.vlan(), Some(VLAN_100), "{:02x?}", &rec.data[..18]);
+        if transport::wire::arp::is_arp(&rec.data) {
+            assert_eq!(rec.data.len(), 64, "ARP padded to the tagged minimum");
+            arp += 1;
+        } else {
+            transport::wire::Packet::parse(&rec.data).unwrap();
+            roce += 1;
+        }
+    }
+    assert_eq!(arp + roce, written);
+    assert!(arp >= 2 && roce >= 10, "arp {arp} roce {roce}");
+}
+
+#[test]
+fn frames_of_another_vlan_are_counted_as_wrong_vlan_and_never_answered() {
+    for vlans in [
+        [Some(VLAN_100), None],
+        [
+            Some(VLAN_100),
+            Some(VlanTag {
+                vid: 200,
+                ..VLAN_100
+            }),
+        ],
+    ] {
+        let (st, (na, nb)) = unresolved_pair_on(ip(1), 2, vlans, None);
+        assert_eq!(st, [WcStatus::RetryExcErr], "{vlans:?}");
+        let wrong = nb.engine().counters().wire_drops[ErrorKind::WrongVlan.index()];
+        // A's frames never got past ARP: B saw only A's requests.
+        assert_eq!(wrong, na.counters().arp_tx, "{vlans:?}");
+        assert_eq!(nb.counters().arp_rx, 0, "{vlans:?}");
+        assert_eq!(nb.counters().arp_tx, 0, "{vlans:?}");
+    }
 }

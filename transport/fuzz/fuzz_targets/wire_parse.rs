@@ -4,13 +4,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use transport::wire::{ArpRepr, Packet};
+use transport::wire::{ArpRepr, EthernetFrame, Packet};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(a) = ArpRepr::parse(data) {
-        let mut out = [0u8; 60];
-        a.emit(&mut out).expect("a parsed ARP message emits");
-        assert_eq!(ArpRepr::parse(&out), Ok(a));
+        let vlan = EthernetFrame::new_checked(data).ok().and_then(|e| e.vlan());
+        let mut out = [0u8; 64];
+        let n = a
+            .emit_tagged(vlan, &mut out)
+            .expect("a parsed ARP message emits");
+        assert_eq!(ArpRepr::parse(&out[..n]), Ok(a));
+        let back = EthernetFrame::new_checked(&out[..n]).map(|e| e.vlan());
+        assert_eq!(back, Ok(vlan));
     }
     let _ = Packet::parse(data);
     if let Ok(p) = Packet::parse_unverified(data) {
@@ -21,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
             .emit(p.payload, &mut out)
             .expect("a parsed frame emits");
         let q = Packet::parse(&out[..n]).expect("an emitted frame parses");
+        assert_eq!(q.repr.eth, p.repr.eth);
         assert_eq!(q.repr.bth, p.repr.bth);
         assert_eq!(q.repr.tlm, p.repr.tlm);
         assert_eq!(q.repr.reth, p.repr.reth);

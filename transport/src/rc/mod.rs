@@ -45,7 +45,7 @@ pub use types::{
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
-use crate::wire::{MacAddr, Packet, WireError};
+use crate::wire::{check_vlan, MacAddr, Packet, VlanTag, WireError};
 use qp::Qp;
 use recv::RecvQueue;
 
@@ -132,6 +132,9 @@ pub struct EngineConfig {
     pub ack_req_every: u32,
     /// DSCP of every packet.
     pub dscp: u8,
+    /// The 802.1Q tag of every frame sent (its PCP is the priority); frames
+    /// received must carry the same VLAN id. None: untagged.
+    pub vlan: Option<VlanTag>,
 }
 
 impl EngineConfig {
@@ -152,6 +155,7 @@ impl EngineConfig {
             max_outstanding_psns: 1 << 16,
             ack_req_every: requester::ACK_REQ_EVERY,
             dscp: 26,
+            vlan: None,
         }
     }
 
@@ -776,7 +780,7 @@ impl<M: Memory> Engine<M> {
         if qp.take_drained() {
             self.events.push_back(AsyncEvent::SqDrained(qpn));
         }
-        let size = qp.next_paced_size();
+        let size = qp.next_paced_size(&self.cfg);
         self.sched.set_rate(qp.flow, qp.cc.rate_bps(), now);
         self.sched.set_next_packet(qp.flow, size, now);
         if qp.has_ctrl() {
@@ -818,10 +822,13 @@ impl<M: Memory> Engine<M> {
     /// Handles one received frame at `now`.
     pub fn handle_packet(&mut self, now: u64, frame: &[u8]) {
         self.counters.rx_frames += 1;
-        let p = match Packet::parse(frame) {
+        // Another VLAN's frame is not ours: counted as that, whatever else
+        // it holds.
+        let vlan = check_vlan(frame, self.cfg.vlan.map(|t| t.vid));
+        let p = match vlan.and_then(|()| Packet::parse(frame)) {
             Ok(p) => p,
             Err(e) => {
-                self.count_drop(e);
+                self.count_wire_drop(e);
                 if let WireError::BadIcrc { .. } = e {
                     self.count_icrc_drop(frame);
                 }
@@ -876,7 +883,9 @@ impl<M: Memory> Engine<M> {
         }
     }
 
-    fn count_drop(&mut self, e: WireError) {
+    /// Counts a frame dropped for `e` (the pipeline charges the ARP frames
+    /// it refuses here too, so every reason is in one place).
+    pub fn count_wire_drop(&mut self, e: WireError) {
         self.counters.wire_drops[e.kind().index()] += 1;
     }
 

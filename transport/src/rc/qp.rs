@@ -19,6 +19,7 @@ use super::types::{
 };
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
+use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
     tlm, udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome,
@@ -579,6 +580,7 @@ impl Qp {
         let mut r = PacketRepr::new(op, rtr.dest_qpn, psn);
         r.eth.src = cfg.mac;
         r.eth.dst = rtr.dest_mac;
+        r.eth.vlan = cfg.vlan;
         r.ip.src = cfg.ip;
         r.ip.dst = rtr.dest_ip;
         r.ip.dscp = cfg.dscp;
@@ -621,20 +623,21 @@ impl Qp {
 
     /// Size on the wire of the next paced packet (READ responses first,
     /// then requests), if any.
-    pub fn next_paced_size(&self) -> Option<u32> {
+    pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return None;
         }
         // Sized from the opcode alone: no headers are built per packet here.
+        let tag = cfg.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
         if let Some(r) = self.resp.peek_response() {
-            return Some(frame_len_of(r.opcode, 0, r.len as usize) as u32);
+            return Some((tag + frame_len_of(r.opcode, 0, r.len as usize)) as u32);
         }
         if !self.state.sends() {
             return None;
         }
         let t = self.req.peek(self.cc.window_bytes())?;
         let tlm = self.data_tlm_maxhop().map_or(0, tlm::block_len);
-        Some(frame_len_of(t.opcode, tlm, t.len as usize) as u32)
+        Some((tag + frame_len_of(t.opcode, tlm, t.len as usize)) as u32)
     }
 
     /// Slots of the TLM block data packets carry, if they carry one.

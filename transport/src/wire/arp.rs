@@ -7,7 +7,7 @@
 use core::net::Ipv4Addr;
 
 use super::bytes::{check_len, get_u16, set_u16};
-use super::ethernet::{EthernetFrame, HEADER_LEN};
+use super::ethernet::{self, EthernetFrame, VlanTag, VLAN_TAG_LEN};
 use super::{Layer, MacAddr, WireError};
 
 /// EtherType of ARP.
@@ -16,6 +16,9 @@ pub const ETHERTYPE_ARP: u16 = 0x0806;
 pub const MESSAGE_LEN: usize = 28;
 /// Shortest Ethernet frame without FCS: ARP frames are padded to it.
 pub const MIN_FRAME_LEN: usize = 60;
+/// An ARP frame with an 802.1Q tag: the minimum plus the tag, as a bridge
+/// that adds a tag to a minimum frame makes it.
+pub const MIN_TAGGED_FRAME_LEN: usize = MIN_FRAME_LEN + VLAN_TAG_LEN;
 
 const HTYPE_ETHERNET: u16 = 1;
 const PTYPE_IPV4: u16 = 0x0800;
@@ -97,26 +100,31 @@ impl ArpRepr {
         }
     }
 
-    /// Writes the whole frame (Ethernet header, message, zero padding to
-    /// [`MIN_FRAME_LEN`]) into `buf`: a request is broadcast, a reply goes
-    /// to its target. Returns the frame's length.
+    /// Writes the whole untagged frame (Ethernet header, message, zero
+    /// padding to [`MIN_FRAME_LEN`]) into `buf`: a request is broadcast, a
+    /// reply goes to its target. Returns the frame's length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        if buf.len() < MIN_FRAME_LEN {
+        self.emit_tagged(None, buf)
+    }
+
+    /// [`emit`](Self::emit), with an 802.1Q tag when `vlan` is set (then
+    /// padded to [`MIN_TAGGED_FRAME_LEN`]).
+    pub fn emit_tagged(&self, vlan: Option<VlanTag>, buf: &mut [u8]) -> Result<usize, WireError> {
+        let len = MIN_FRAME_LEN + vlan.map_or(0, |_| VLAN_TAG_LEN);
+        if buf.len() < len {
             return Err(WireError::BufferTooSmall {
-                need: MIN_FRAME_LEN,
+                need: len,
                 have: buf.len(),
             });
         }
-        let f = &mut buf[..MIN_FRAME_LEN];
+        let f = &mut buf[..len];
         f.fill(0);
         let dst = match self.op {
             ArpOp::Request => MacAddr([0xff; 6]),
             ArpOp::Reply => self.target_mac,
         };
-        f[0..6].copy_from_slice(&dst.0);
-        f[6..12].copy_from_slice(&self.sender_mac.0);
-        set_u16(f, 12, ETHERTYPE_ARP);
-        let b = &mut f[HEADER_LEN..HEADER_LEN + MESSAGE_LEN];
+        let at = ethernet::emit_header(f, dst, self.sender_mac, vlan, ETHERTYPE_ARP)?;
+        let b = &mut f[at..at + MESSAGE_LEN];
         set_u16(b, 0, HTYPE_ETHERNET);
         set_u16(b, 2, PTYPE_IPV4);
         b[4] = 6;
@@ -133,7 +141,7 @@ impl ArpRepr {
         b[14..18].copy_from_slice(&self.sender_ip.octets());
         b[18..24].copy_from_slice(&self.target_mac.0);
         b[24..28].copy_from_slice(&self.target_ip.octets());
-        Ok(MIN_FRAME_LEN)
+        Ok(len)
     }
 }
 
@@ -162,6 +170,27 @@ mod tests {
             (back.sender_mac, back.sender_ip),
             (B, Ipv4Addr::new(10, 77, 0, 2))
         );
+    }
+
+    #[test]
+    fn a_tagged_request_carries_its_tag_and_is_padded_to_64_bytes() {
+        let tag = VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        };
+        let req = ArpRepr::request(A, Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2));
+        let mut buf = [0xaa; 80];
+        assert_eq!(req.emit_tagged(Some(tag), &mut buf), Ok(64));
+        assert_eq!(&buf[12..18], &[0x81, 0x00, 0x60, 0x64, 0x08, 0x06]);
+        assert!(buf[46..64].iter().all(|&b| b == 0), "zero padding");
+        assert!(is_arp(&buf[..64]));
+        assert_eq!(
+            EthernetFrame::new_checked(&buf[..]).unwrap().vlan(),
+            Some(tag)
+        );
+        assert_eq!(ArpRepr::parse(&buf[..64]), Ok(req));
+        assert!(req.emit_tagged(Some(tag), &mut [0; 63]).is_err());
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub enum WireError {
     /// ARP other than an IPv4-over-Ethernet request or reply.
     #[error("ARP that is not an IPv4-over-Ethernet request or reply")]
     UnsupportedArp,
+    /// The frame's 802.1Q VLAN is not the device's (0: untagged or VLAN id
+    /// 0).
+    #[error("VLAN {0} is not this device's (0: untagged)")]
+    WrongVlan(u16),
 }
 
 /// Fieldless reason for counting drops; one counter per variant.
@@ -146,11 +150,12 @@ pub enum ErrorKind {
     BadTlm,
     NotArp,
     UnsupportedArp,
+    WrongVlan,
 }
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::Truncated,
         ErrorKind::NotIpv4,
         ErrorKind::BadIpVersion,
@@ -170,6 +175,7 @@ impl ErrorKind {
         ErrorKind::BadTlm,
         ErrorKind::NotArp,
         ErrorKind::UnsupportedArp,
+        ErrorKind::WrongVlan,
     ];
 
     /// Index into a counter array of length `ErrorKind::ALL.len()`.
@@ -199,6 +205,7 @@ impl ErrorKind {
             ErrorKind::BadTlm => "bad_tlm",
             ErrorKind::NotArp => "not_arp",
             ErrorKind::UnsupportedArp => "unsupported_arp",
+            ErrorKind::WrongVlan => "wrong_vlan",
         }
     }
 }
@@ -226,6 +233,7 @@ impl WireError {
             WireError::BadTlm(_) => ErrorKind::BadTlm,
             WireError::NotArp(_) => ErrorKind::NotArp,
             WireError::UnsupportedArp => ErrorKind::UnsupportedArp,
+            WireError::WrongVlan(_) => ErrorKind::WrongVlan,
         }
     }
 }

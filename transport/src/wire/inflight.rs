@@ -24,10 +24,9 @@ pub struct RoceFrame<T> {
     udp_at: usize,
     bth_at: usize,
     tlm_len: usize,
+    ip_at: usize,
     ip_end: usize,
 }
-
-const IP_AT: usize = ethernet::HEADER_LEN;
 
 impl<T: AsRef<[u8]>> RoceFrame<T> {
     /// Checks the headers of an IPv4/UDP frame to port 4791 with room for a
@@ -55,12 +54,14 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
         if l4.len() < bth::HEADER_LEN + tlm_len + icrc::ICRC_LEN {
             return Err(WireError::Truncated(Layer::Icrc));
         }
-        let udp_at = IP_AT + ip.header_len();
+        let ip_at = eth.header_len();
+        let udp_at = ip_at + ip.header_len();
         Ok(RoceFrame {
             udp_at,
             bth_at: udp_at + udp::HEADER_LEN,
             tlm_len,
-            ip_end: IP_AT + usize::from(ip.total_len()),
+            ip_at,
+            ip_end: ip_at + usize::from(ip.total_len()),
             buffer,
         })
     }
@@ -70,7 +71,7 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
     }
 
     fn ip(&self) -> Ipv4Packet<&[u8]> {
-        Ipv4Packet::new_unchecked(&self.b()[IP_AT..self.ip_end])
+        Ipv4Packet::new_unchecked(&self.b()[self.ip_at..self.ip_end])
     }
 
     fn bth(&self) -> Bth<&[u8]> {
@@ -114,7 +115,7 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
 
     /// The bytes the ICRC covers: the IPv4 packet, ICRC included.
     pub fn icrc_covered(&self) -> Range<usize> {
-        IP_AT..self.ip_end
+        self.ip_at..self.ip_end
     }
 
     /// Whether the byte at `at` (from the start of the frame) is one that
@@ -123,7 +124,7 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
     /// masks exactly these.
     pub fn rewritten_in_flight(&self, at: usize) -> bool {
         let tlm_at = self.bth_at + bth::HEADER_LEN;
-        matches!(at.wrapping_sub(IP_AT), 1 | 8 | 10 | 11)
+        matches!(at.wrapping_sub(self.ip_at), 1 | 8 | 10 | 11)
             || (self.udp_at + 6..self.udp_at + 8).contains(&at)
             || at == self.bth_at + 4
             || (tlm_at..tlm_at + self.tlm_len).contains(&at)
@@ -143,8 +144,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RoceFrame<T> {
     /// Marks an ECN-capable frame Congestion Experienced and refreshes the
     /// IPv4 checksum; false (frame unchanged) when it is not ECN-capable.
     pub fn mark_ce(&mut self) -> bool {
-        let end = self.ip_end;
-        let mut ip = Ipv4Packet::new_unchecked(&mut self.buffer.as_mut()[IP_AT..end]);
+        let (start, end) = (self.ip_at, self.ip_end);
+        let mut ip = Ipv4Packet::new_unchecked(&mut self.buffer.as_mut()[start..end]);
         if ip.ecn() == 0 {
             return false;
         }
@@ -162,10 +163,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RoceFrame<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Opcode, Packet, PacketRepr, RethRepr, TlmRepr};
+    use crate::wire::{Opcode, Packet, PacketRepr, RethRepr, TlmRepr, VlanTag};
+
+    const TAG: VlanTag = VlanTag {
+        pcp: 3,
+        dei: false,
+        vid: 100,
+    };
 
     fn frame(tlm: bool) -> Vec<u8> {
+        frame_on(tlm, None)
+    }
+
+    fn frame_on(tlm: bool, vlan: Option<VlanTag>) -> Vec<u8> {
         let mut r = PacketRepr::new(Opcode::RdmaWriteOnly, 0x12, 7);
+        r.eth.vlan = vlan;
         r.ip.dst = Ipv4Addr::new(10, 0, 0, 9);
         r.ip.ecn = 2;
         r.udp.src_port = 0xC0DE;
@@ -182,20 +194,29 @@ mod tests {
 
     #[test]
     fn reads_what_a_switch_needs() {
-        let f = frame(true);
-        let v = RoceFrame::new_checked(&f[..]).unwrap();
-        assert_eq!(v.dst_ip(), Ipv4Addr::new(10, 0, 0, 9));
-        assert_eq!(v.entropy(), 0xC0DE);
-        assert_eq!(v.dest_qp(), 0x12);
-        assert_eq!(v.opcode_raw(), Opcode::RdmaWriteOnly as u8);
-        assert_eq!(v.tlm().unwrap().maxhop(), 2);
-        assert_eq!(v.icrc_covered(), 14..f.len());
+        for (vlan, ip_at) in [(None, 14), (Some(TAG), 18)] {
+            let f = frame_on(true, vlan);
+            let v = RoceFrame::new_checked(&f[..]).unwrap();
+            assert_eq!(v.dst_ip(), Ipv4Addr::new(10, 0, 0, 9));
+            assert_eq!(v.entropy(), 0xC0DE);
+            assert_eq!(v.dest_qp(), 0x12);
+            assert_eq!(v.opcode_raw(), Opcode::RdmaWriteOnly as u8);
+            assert_eq!(v.tlm().unwrap().maxhop(), 2);
+            assert_eq!(v.icrc_covered(), ip_at..f.len());
+        }
     }
 
     #[test]
     fn bytes_rewritten_in_flight_are_exactly_those_the_icrc_masks() {
-        let f = frame(true);
+        for vlan in [None, Some(TAG)] {
+            rewritten_bytes_are_masked(vlan);
+        }
+    }
+
+    fn rewritten_bytes_are_masked(vlan: Option<VlanTag>) {
+        let f = frame_on(true, vlan);
         let v = RoceFrame::new_checked(&f[..]).unwrap();
+        let ip_at = v.icrc_covered().start;
         for at in v.icrc_covered() {
             for bit in 0..8 {
                 let mut g = f.clone();
@@ -207,7 +228,7 @@ mod tests {
                 // and the hop counts, move where the TLM block ends).
                 if masked {
                     let p = Packet::parse_unverified(&g);
-                    let layout = at >= 14 + 20 + 8;
+                    let layout = at >= ip_at + 20 + 8;
                     assert!(p.is_err() || icrc_ok || layout, "byte {at} bit {bit}");
                 } else {
                     assert!(!icrc_ok, "byte {at} bit {bit} went unnoticed");
@@ -218,11 +239,12 @@ mod tests {
 
     #[test]
     fn marks_ce_and_pushes_hops_in_place() {
-        let mut f = frame(true);
+        let mut f = frame_on(true, Some(TAG));
         let mut v = RoceFrame::new_checked(&mut f[..]).unwrap();
         assert!(v.mark_ce());
         assert!(v.tlm_mut().unwrap().push_hop(&Default::default()));
         let p = Packet::parse(&f).unwrap();
+        assert_eq!(p.repr.eth.vlan, Some(TAG));
         assert_eq!(p.repr.ip.ecn, 3);
         assert_eq!(p.repr.tlm.unwrap().nhop, 1);
         let mut g = frame(false);

@@ -35,7 +35,7 @@ pub use atomic::{AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
 pub use cnp::Cnp;
 pub use error::{ErrorKind, Layer, WireError};
-pub use ethernet::{EthernetFrame, EthernetRepr, MacAddr};
+pub use ethernet::{check_vlan, EthernetFrame, EthernetRepr, MacAddr, VlanTag};
 pub use immdt::ImmDt;
 pub use inflight::RoceFrame;
 pub use ipv4::{Ipv4Packet, Ipv4Repr};

@@ -13,7 +13,8 @@ use super::{
     UdpPacket, UdpRepr, WireError,
 };
 
-/// Bytes of Ethernet + IPv4 + UDP in front of BTH in frames we emit.
+/// Bytes of Ethernet + IPv4 + UDP in front of BTH in untagged frames we
+/// emit (an 802.1Q tag adds [`ethernet::VLAN_TAG_LEN`]).
 pub const OUTER_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
 
 /// Every header of a RoCEv2 frame. The `Option`s present must be exactly
@@ -68,12 +69,13 @@ impl<'a> Packet<'a> {
     }
 
     fn parse_inner(frame: &'a [u8], verify: bool) -> Result<Self, WireError> {
-        let eth = EthernetRepr::parse(&EthernetFrame::new_checked(frame)?)?;
-        let ip_view = Ipv4Packet::new_checked(&frame[ethernet::HEADER_LEN..])?;
+        let eth_view = EthernetFrame::new_checked(frame)?;
+        let eth = EthernetRepr::parse(&eth_view)?;
+        let ip_at = eth_view.header_len();
+        let ip_view = Ipv4Packet::new_checked(&frame[ip_at..])?;
         let ip = Ipv4Repr::parse(&ip_view)?;
         // The IP packet ends at its total length (Ethernet may pad after it).
-        let ip_bytes: &'a [u8] =
-            &frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + usize::from(ip_view.total_len())];
+        let ip_bytes: &'a [u8] = &frame[ip_at..ip_at + usize::from(ip_view.total_len())];
         let udp_bytes = &ip_bytes[ip_view.header_len()..];
         let udp = UdpRepr::parse(&UdpPacket::new_checked(udp_bytes)?)?;
 
@@ -240,11 +242,17 @@ impl PacketRepr {
 
     /// Length of the whole frame with `payload_len` bytes of payload.
     pub fn frame_len(&self, payload_len: usize) -> usize {
-        frame_len_of(
-            self.bth.opcode,
-            self.tlm.map_or(0, |t| t.block_len()),
-            payload_len,
-        )
+        self.tag_len()
+            + frame_len_of(
+                self.bth.opcode,
+                self.tlm.map_or(0, |t| t.block_len()),
+                payload_len,
+            )
+    }
+
+    /// Bytes the 802.1Q tag adds (0 untagged).
+    fn tag_len(&self) -> usize {
+        self.eth.header_len() - ethernet::HEADER_LEN
     }
 }
 
@@ -266,9 +274,10 @@ pub fn transport_header_len(op: Opcode, tlm_len: usize) -> usize {
     }
 }
 
-/// Length of a whole frame of `op` with a TLM block of `tlm_len` bytes and
-/// `payload_len` bytes of payload, without building its headers (what a
-/// pacer asks for every packet).
+/// Length of a whole untagged frame of `op` with a TLM block of `tlm_len`
+/// bytes and `payload_len` bytes of payload, without building its headers
+/// (what a pacer asks for every packet; a tag adds
+/// [`ethernet::VLAN_TAG_LEN`]).
 pub fn frame_len_of(op: Opcode, tlm_len: usize, payload_len: usize) -> usize {
     OUTER_LEN
         + transport_header_len(op, tlm_len)
@@ -280,7 +289,7 @@ pub fn frame_len_of(op: Opcode, tlm_len: usize, payload_len: usize) -> usize {
 impl PacketRepr {
     /// Bytes from the start of the frame up to the payload.
     pub fn header_len(&self) -> usize {
-        OUTER_LEN + self.transport_header_len()
+        OUTER_LEN + self.tag_len() + self.transport_header_len()
     }
 
     /// Checks that the headers match the opcode and the frame fits IPv4.
@@ -306,7 +315,7 @@ impl PacketRepr {
         if payload_len > 0 && !l.payload {
             return Err(WireError::LengthMismatch(Layer::Payload));
         }
-        if self.frame_len(payload_len) - ethernet::HEADER_LEN > usize::from(u16::MAX) {
+        if self.frame_len(payload_len) - self.eth.header_len() > usize::from(u16::MAX) {
             return Err(WireError::LengthMismatch(Layer::Ipv4));
         }
         Ok(())
@@ -335,13 +344,12 @@ impl PacketRepr {
             });
         }
         let frame = &mut buf[..need];
-        let ip_at = ethernet::HEADER_LEN;
+        let ip_at = self.eth.header_len();
         let udp_at = ip_at + ipv4::HEADER_LEN;
         let bth_at = udp_at + udp::HEADER_LEN;
         let pad = pad_for(payload_len);
 
-        self.eth
-            .emit(&mut EthernetFrame::new_checked(&mut frame[..])?);
+        self.eth.emit(frame)?;
         self.ip.emit(&mut frame[ip_at..], need - udp_at);
         self.udp.emit(&mut frame[udp_at..], need - bth_at);
         self.bth.emit(&mut frame[bth_at..], pad, self.tlm.is_some());
