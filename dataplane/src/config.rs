@@ -10,7 +10,7 @@ use nic::{Direction, FaultConfig};
 use pacer::HpccSettings;
 use serde::Deserialize;
 use transport::rc::{CcMode, PathMtu};
-use transport::wire::MacAddr;
+use transport::wire::{MacAddr, VlanTag};
 
 use crate::incast::IncastConfig;
 use crate::service::{HostSpec, ServiceConfig};
@@ -168,6 +168,12 @@ pub struct DeviceSection {
     pub ip: String,
     /// Its MAC [default: the port's own].
     pub mac: Option<String>,
+    /// 802.1Q VLAN id (1..4094) of every frame it sends; it takes only
+    /// frames of this VLAN [default: untagged].
+    pub vlan: Option<i64>,
+    /// Priority (802.1Q PCP, 0..7) of its frames; needs `vlan`, the tag
+    /// carries it [default: 0].
+    pub priority: Option<i64>,
 }
 
 /// A configuration that cannot be used, naming the file, the key and the
@@ -550,11 +556,38 @@ impl ServiceSection {
                     )
                 })?,
             };
+            let vlan = match (d.vlan, d.priority) {
+                (None, None) => None,
+                (None, Some(p)) => {
+                    return Err(c.bad(
+                        &key("priority"),
+                        p,
+                        "needs vlan: the priority travels in the 802.1Q tag",
+                    ))
+                }
+                (Some(v), p) => {
+                    let vid = u16::try_from(v)
+                        .ok()
+                        .filter(|v| (1..=4094).contains(v))
+                        .ok_or_else(|| c.bad(&key("vlan"), v, "a VLAN id from 1 to 4094"))?;
+                    let pcp = p.unwrap_or(0);
+                    let pcp = u8::try_from(pcp)
+                        .ok()
+                        .filter(|p| *p <= 7)
+                        .ok_or_else(|| c.bad(&key("priority"), pcp, "a priority from 0 to 7"))?;
+                    Some(VlanTag {
+                        pcp,
+                        dei: false,
+                        vid,
+                    })
+                }
+            };
             devices.push(HostSpec {
                 name: d.name.clone(),
                 mac,
                 ip,
                 port: d.port,
+                vlan,
             });
         }
         let mut neighbours = Vec::new();

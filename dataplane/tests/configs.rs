@@ -60,7 +60,24 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 
 #[test]
 fn check_refuses_each_bad_value_by_key() {
-    let cases: [(String, &[&str]); 13] = [
+    let device = "[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2.3\"\n";
+    let cases: [(String, &[&str]); 17] = [
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}vlan = 4095\n"),
+            &["service.devices[0].vlan", "4095", "1 to 4094"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}vlan = 0\n"),
+            &["service.devices[0].vlan", "= 0", "1 to 4094"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}vlan = 100\npriority = 8\n"),
+            &["service.devices[0].priority", "8", "0 to 7"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}priority = 3\n"),
+            &["service.devices[0].priority", "3", "needs vlan"],
+        ),
         (
             format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n[[service.neighbours]]\nip = \"10.1.2.3\"\nmac = \"02:00:00:00:00\"\n"),
             &["service.neighbours[0].mac", "02:00:00:00:00"],

@@ -57,21 +57,27 @@ fn a_configured_device_has_its_name_address_and_mac() {
     assert_eq!(dev.mac, [2, 0x77, 0, 0, 0, 3]);
 }
 
-/// A static neighbour from the config is used without asking ARP, and the
-/// service's pcap tap records what the device sends, closed on SIGTERM.
-#[test]
-fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
+/// What the device `dev` of a daemon started with `eal` and `service`
+/// (plus a tap and the static neighbour 10.9.9.9 at 02:09:09:09:09:09)
+/// sent when an application WRITEs to that neighbour: the port's counters
+/// and the frames of the tap (closed on SIGTERM) addressed to it.
+fn frames_to_static_neighbour(
+    name: &str,
+    eal: &str,
+    service: &str,
+    dev: &str,
+) -> (dataplane::stats::PortEntry, Vec<Vec<u8>>) {
     let out = tempfile::tempdir().unwrap();
     let pcap = out.path().join("service.pcap");
     let mut d = daemon_util::start_daemon_with(
-        "static-neighbour",
-        "",
+        name,
+        eal,
         &format!(
-            "tap = \"{}\"\n[[service.neighbours]]\nip = \"10.9.9.9\"\nmac = \"02:09:09:09:09:09\"",
+            "tap = \"{}\"\n{service}\n[[service.neighbours]]\nip = \"10.9.9.9\"\nmac = \"02:09:09:09:09:09\"",
             pcap.display()
         ),
     );
-    let dev = verbs::Device::open(&d.socket, "rnic0").unwrap();
+    let dev = verbs::Device::open(&d.socket, dev).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
     let mr = pd
@@ -100,8 +106,6 @@ fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    assert!(port.stats.opackets > 0, "nothing sent: {port:?}");
-    assert_eq!((port.arp_tx, port.tx_unresolved), (0, 0), "{port:?}");
     drop(qp);
     drop(mr);
     drop(pd);
@@ -114,15 +118,49 @@ fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
     .unwrap();
     assert!(d.child.wait().unwrap().success());
     let mut r = nic::pcap::Reader::open(&pcap).unwrap();
-    let mut to_peer = 0;
+    let mut to_peer = Vec::new();
     while let Some(rec) = r.next_record() {
         let rec = rec.unwrap();
         if rec.data.starts_with(&[2, 9, 9, 9, 9, 9]) {
-            to_peer += 1;
+            to_peer.push(rec.data);
         }
     }
+    (port, to_peer)
+}
+
+/// A static neighbour from the config is used without asking ARP, and the
+/// service's pcap tap records what the device sends, closed on SIGTERM.
+#[test]
+fn a_static_neighbour_needs_no_arp_and_the_tap_records_the_frames() {
+    let (port, to_peer) = frames_to_static_neighbour("static-neighbour", "", "", "rnic0");
+    assert!(port.stats.opackets > 0, "nothing sent: {port:?}");
+    assert_eq!((port.arp_tx, port.tx_unresolved), (0, 0), "{port:?}");
     assert!(
-        to_peer >= 1,
+        !to_peer.is_empty(),
         "the WRITE to the static neighbour is in the tap"
     );
+}
+
+/// A device with `vlan` and `priority` in the config tags every frame it
+/// sends with them (802.1Q TCI = priority << 13 | vlan).
+#[test]
+fn a_device_on_a_vlan_tags_its_frames_with_the_vlan_and_priority() {
+    let (port, to_peer) = frames_to_static_neighbour(
+        "vlan-device",
+        ", \"--vdev=net_null0,no-rx=1\"",
+        "[[service.devices]]\nname = \"roce0\"\nport = 0\nip = \"10.9.0.3\"\nmac = \"02:77:00:00:00:03\"\nvlan = 100\npriority = 5",
+        "roce0",
+    );
+    assert!(port.stats.opackets > 0, "nothing sent: {port:?}");
+    assert!(!to_peer.is_empty(), "the WRITE is in the tap");
+    for f in &to_peer {
+        assert_eq!(
+            &f[12..18],
+            &[0x81, 0x00, 0xa0, 0x64, 0x08, 0x00],
+            "{f:02x?}"
+        );
+        let p = transport::wire::Packet::parse(f)
+            .unwrap_or_else(|e| panic!("{e}: {} {f:02x?}", f.len()));
+        assert_eq!(p.repr.ip.src, std::net::Ipv4Addr::new(10, 9, 0, 3));
+    }
 }

@@ -88,6 +88,7 @@ fn serve(
                 mac: dataplane::testbed::host_mac(i as u8),
                 ip: dataplane::testbed::host_ip(i as u8),
                 port,
+                vlan: None,
             })
             .collect()
     } else {
@@ -99,8 +100,12 @@ fn serve(
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal {sig}: {e}"))?;
     }
     for h in &hosts {
+        let vlan = h
+            .vlan
+            .map(|t| format!(" vlan {} priority {}", t.vid, t.pcp))
+            .unwrap_or_default();
         println!(
-            "device {} ip {} mac {} port {}",
+            "device {} ip {} mac {} port {}{vlan}",
             h.name, h.ip, h.mac, h.port
         );
     }

@@ -33,7 +33,7 @@ use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer, Producer};
 use transport::rc::{CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
-use transport::wire::MacAddr;
+use transport::wire::{MacAddr, VlanTag};
 use verbs::shm::Segment;
 
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
@@ -84,6 +84,8 @@ pub struct HostSpec {
     pub mac: MacAddr,
     pub ip: Ipv4Addr,
     pub port: u16,
+    /// The 802.1Q tag of its frames (VLAN id and priority); None: untagged.
+    pub vlan: Option<VlanTag>,
 }
 
 /// Counters of the service itself.
@@ -279,6 +281,7 @@ impl Service {
             }
             let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
             ec.cc = cfg.cc;
+            ec.vlan = spec.vlan;
             let driver = port.driver.clone();
             let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
             // Frames between two of the daemon's own devices are
