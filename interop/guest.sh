@@ -1,6 +1,8 @@
 #!/bin/sh
 # Runs inside the interop VM (virtme-ng, the host's root filesystem read
-# only): brings up the NIC with 10.77.0.2, makes rxe0 on it, then runs the
+# only): brings up the NIC with 10.77.0.2, makes rxe0 on it (and, when the
+# plan asks for @vlan_gid@, a VLAN 100 interface with 10.77.100.2: rxe0 gets
+# a GID for it, whose index replaces @vlan_gid@), then runs the
 # guest side of each step of the plan file ($1), one line each:
 #   server|client|local PROGRAM ARGS...
 # (local: server and client both on this VM's rxe0, over rxe's loopback)
@@ -16,6 +18,25 @@ ip link set "$IF" mtu 9000 2>/dev/null
 ip link set "$IF" up
 modprobe rdma_rxe || { echo "GUEST-FATAL no rdma_rxe module"; exit 1; }
 rdma link add rxe0 type rxe netdev "$IF" || { echo "GUEST-FATAL rdma link add"; exit 1; }
+VGID=none
+if grep -q '@vlan_gid@' "$PLAN"; then
+  # rxe refuses a VLAN device as its netdev; it serves the VLANs on top of
+  # its own: the VLAN interface's address becomes one more GID of rxe0,
+  # and frames sent from that GID go out tagged.
+  ip link add link "$IF" name "$IF.100" type vlan id 100 2>&1 \
+    && ip addr add 10.77.100.2/24 dev "$IF.100" 2>&1 \
+    && ip link set "$IF.100" up 2>&1 \
+    || { echo "GUEST-FATAL VLAN interface $IF.100"; exit 1; }
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+      [ "$(cat "$g")" = 0000:0000:0000:0000:0000:ffff:0a4d:6402 ] && VGID=${g##*/}
+    done
+    [ "$VGID" != none ] && break
+    sleep 1
+  done
+  [ "$VGID" != none ] || { echo "GUEST-FATAL no GID of rxe0 for 10.77.100.2"; exit 1; }
+  echo "rxe0 GID $VGID: ::ffff:10.77.100.2 on $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/"$VGID"), $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/"$VGID")"
+fi
 # rxe's own reasons for refusing a QP attribute go to the kernel log.
 mount -t debugfs none /sys/kernel/debug 2>/dev/null
 # (rxe_qp.c only: the other files log every packet.)
@@ -25,6 +46,7 @@ echo "GUEST-READY"
 n=0
 while read -r role prog args; do
   [ -z "$role" ] && continue
+  args=$(echo "$args" | sed "s/@vlan_gid@/$VGID/g")
   n=$((n + 1))
   if [ "$role" = local ]; then
     # shellcheck disable=SC2086
@@ -59,7 +81,7 @@ while read -r role prog args; do
   if [ $rc -ne 0 ]; then
     echo "rxe's kernel log and neighbours after the failure:"
     dmesg | tail -20
-    ip neigh show dev "$IF"
+    ip neigh show
   fi
   dmesg -c > /dev/null 2>&1
   echo "GUEST-STEP $n rc=$rc"

@@ -10,9 +10,13 @@
 # TEST: ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw
 # ib_read_bw ib_send_bw ibv_rc_pingpong (default: all).
 # Phases: mtu1024 and mtu4096 (path MTU, loss-free), lossy (MTU 1024, our
-# port losing 1% and reordering 0.1% of the frames it sends and receives);
-# default all three. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
-# pingpong 1 B and 1 MiB with its data checked (-c).
+# port losing 1% and reordering 0.1% of the frames it sends and receives),
+# vlan (MTU 1024, RoCE over 802.1Q VLAN 100: ours with priority 3 on
+# 10.77.100.3, rxe0 from the GID of the VM's VLAN interface 10.77.100.2;
+# the pcap must show every frame we send tagged VLAN 100, priority 3);
+# default all
+# four. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the pingpong 1 B and
+# 1 MiB with its data checked (-c); in vlan 1 B and 64 KiB.
 # --quick: the short set `./x test` runs (a few sizes, every test in both
 # directions at MTU 1024, ib_write_bw and the pingpong again lossy).
 # With PERFTEST FLAGS: those flags instead of the sizes, phase mtu1024.
@@ -57,7 +61,7 @@ while [ $# -gt 0 ]; do
     --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
-    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy)" ;;
+    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy,vlan)" ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) tests+=("$1"); shift ;;
   esac
@@ -73,13 +77,13 @@ for t in "${tests[@]}"; do
 done
 if [ -z "$phases" ]; then
   if [ ${#extra[@]} -gt 0 ]; then phases=mtu1024
-  elif [ $quick = 1 ]; then phases=mtu1024,lossy
-  else phases=mtu1024,mtu4096,lossy
+  elif [ $quick = 1 ]; then phases=mtu1024,lossy,vlan
+  else phases=mtu1024,mtu4096,lossy,vlan
   fi
 fi
 IFS=, read -r -a phase_list <<< "$phases"
 for p in "${phase_list[@]}"; do
-  case "$p" in mtu1024|mtu4096|lossy|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy)" ;; esac
+  case "$p" in mtu1024|mtu4096|lossy|vlan|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy, vlan)" ;; esac
 done
 
 [ "$(id -u)" -eq 0 ] || unable "needs root (network namespace, tap device, VM)"
@@ -151,10 +155,14 @@ ip netns exec "$ns" ip link set $tap up
 # its PMD finds frame i at i * framesz, so a block holds whole frames only:
 # 8 frames of 4608 bytes in a 36864-byte block.
 start_daemon() { # PHASE
-  local faults=
+  local faults= address='ip = "10.77.0.3"'
   if [ "$1" = lossy ]; then
     faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7'
   fi
+  # perftest's TCP exchange stays untagged, between the namespace's kernel
+  # (10.77.0.1) and the VM's NIC (10.77.0.2); RoCE goes over VLAN 100.
+  [ "$1" = vlan ] && address=$'ip = "10.77.100.3"\nvlan = 100\npriority = 3'
+
   cat > "$work/cfg.toml" <<CFG
 [eal]
 args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning", "--vdev=net_af_packet0,iface=$tap,blocksz=36864,framesz=4608,framecnt=512"]
@@ -172,7 +180,7 @@ tap_frames = 4000000
 [[service.devices]]
 name = "roce0"
 port = 0
-ip = "10.77.0.3"
+$address
 mac = "02:77:00:00:00:03"
 CFG
   rm -f "$work/rnic.sock"
@@ -202,6 +210,9 @@ for phase in "${phase_list[@]}"; do
       sizes=("${extra[*]}")
     elif [ $quick = 1 ]; then
       case "$phase:$t" in
+        vlan:ib_write_bw) sizes=("-s 65536 -n 20") ;;
+        vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5") ;;
+        vlan:*) sizes=() ;;
         lossy:ib_write_bw) sizes=("-s 65536 -n 50") ;;
         lossy:ibv_rc_pingpong) sizes=("-s 65536 -n 50") ;;
         lossy:*) sizes=() ;;
@@ -211,10 +222,12 @@ for phase in "${phase_list[@]}"; do
         *) sizes=("-s 65536 -n 20") ;;
       esac
     else
-      case "$t" in
-        ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 1048576 -n 5") ;;
-        ib_atomic_lat) sizes=("-n 50") ;;
-        *_lat) sizes=("-s 1 -n 20" "-a -n 5") ;;
+      case "$phase:$t" in
+        vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        vlan:ib_atomic_lat) sizes=("-n 20") ;;
+        vlan:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
+        *:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 1048576 -n 5") ;;
+        *:ib_atomic_lat) sizes=("-n 50") ;;
         *) sizes=("-s 1 -n 20" "-a -n 5") ;;
       esac
     fi
@@ -223,12 +236,12 @@ for phase in "${phase_list[@]}"; do
   done
 done
 
-args_of() { # TEST DEVICE PHASE SIZE-ARGS
-  local mtu=1024
+args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
+  local mtu=1024 gid=${5:-1}
   [ "$3" = mtu4096 ] && mtu=4096
   case "$1" in
-    ibv_rc_pingpong) echo "-d $2 -g 1 -c -m $mtu $4" ;;
-    *) echo "-d $2 -x 1 -m $mtu $4" ;;
+    ibv_rc_pingpong) echo "-d $2 -g $gid -c -m $mtu $4" ;;
+    *) echo "-d $2 -x $gid -m $mtu $4" ;;
   esac
 }
 
@@ -237,13 +250,16 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS
 plan=$work/plan
 : > "$plan"
 while read -r phase t s; do
-  echo "server $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
-  echo "client $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
+  # The guest finds the index of rxe0's GID on its VLAN interface.
+  ggid=1
+  [ "$phase" = vlan ] && ggid=@vlan_gid@
+  echo "server $t $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
+  echo "client $t $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
   # The benchmark's floor: rxe against rxe (its loopback) in the VM.
   [ "$phase" = bench ] && echo "local $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
 done < "$steps"
 
-say "booting the VM (pure emulation; rxe0 on 10.77.0.2, MTU 9000)"
+say "booting the VM (pure emulation; rxe0 on 10.77.0.2, MTU 9000; and on VLAN 100, 10.77.100.2, when a phase needs it)"
 ip netns exec "$ns" vng -r "$kernel" --disable-kvm --memory 1G --cpus 1 \
   --qemu-opts="-netdev tap,id=n1,ifname=$tap,script=no,downscript=no -device virtio-net-pci,netdev=n1,mac=52:54:00:77:00:02,host_mtu=9000" \
   --exec "$root/interop/guest.sh $plan" > "$work/vm.log" 2>&1 &
@@ -335,6 +351,21 @@ check_pcap() { # FILE
   python3 "$root/interop/icrc_check.py" "$f" || { echo "interop pcap FAIL: ICRC"; failed=$((failed + 1)); }
 }
 
+# The vlan phase's pcap: every frame our device sent (RoCE and ARP, from
+# its MAC) carries VLAN 100 with priority 3, and no RoCE frame either way
+# is untagged.
+check_vlan_pcap() { # FILE
+  local f=$1 ours wrong untagged
+  ours=$(tshark -r "$f" -Y 'eth.src == 02:77:00:00:00:03' -T fields -e frame.number 2>/dev/null | wc -l)
+  wrong=$(tshark -r "$f" -Y 'eth.src == 02:77:00:00:00:03 && !(vlan.id == 100 && vlan.priority == 3)' -T fields -e frame.number 2>/dev/null | wc -l)
+  untagged=$(tshark -r "$f" -d udp.port==4791,infiniband -Y 'infiniband && !vlan' -T fields -e frame.number 2>/dev/null | wc -l)
+  echo "vlan: $ours frames from our device, $wrong of them not VLAN 100 priority 3; $untagged untagged RoCE frames"
+  if [ "$ours" -eq 0 ] || [ "$wrong" -ne 0 ] || [ "$untagged" -ne 0 ]; then
+    echo "interop pcap FAIL: frames outside VLAN 100 priority 3"
+    failed=$((failed + 1))
+  fi
+}
+
 # Ends a phase: our counters, the daemon stopped (which closes the pcap),
 # the pcap checked.
 end_phase() { # PHASE
@@ -345,6 +376,8 @@ end_phase() { # PHASE
   # How many frames it holds, and how many the tap_frames limit left out.
   grep '^tap:' "$work/daemon-$1.log" || true
   check_pcap "$work/$1.pcap"
+  [ "$1" = vlan ] && check_vlan_pcap "$work/$1.pcap"
+  return 0
 }
 phase=
 while read -r p t s <&3; do
