@@ -33,7 +33,7 @@
 use transport::mr::Memory;
 use transport::rc::{Cqe, Engine};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
-use transport::wire::{check_vlan, EthernetFrame, Ipv4Packet, MacAddr};
+use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
 
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
 
@@ -246,8 +246,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// Answers a request for our address; learns the sender's MAC when
     /// the message is for us or comes from a peer the table holds.
     fn on_arp(&mut self, now: u64, frame: &[u8]) {
-        if let Err(e) = check_vlan(frame, self.engine.config().vlan.map(|t| t.vid)) {
-            self.engine.count_wire_drop(e);
+        if !self.engine.on_own_vlan(frame) {
             return;
         }
         self.counters.arp_rx += 1;

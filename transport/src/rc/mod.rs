@@ -822,13 +822,13 @@ impl<M: Memory> Engine<M> {
     /// Handles one received frame at `now`.
     pub fn handle_packet(&mut self, now: u64, frame: &[u8]) {
         self.counters.rx_frames += 1;
-        // Another VLAN's frame is not ours: counted as that, whatever else
-        // it holds.
-        let vlan = check_vlan(frame, self.cfg.vlan.map(|t| t.vid));
-        let p = match vlan.and_then(|()| Packet::parse(frame)) {
+        if !self.on_own_vlan(frame) {
+            return;
+        }
+        let p = match Packet::parse(frame) {
             Ok(p) => p,
             Err(e) => {
-                self.count_wire_drop(e);
+                self.count_drop(e);
                 if let WireError::BadIcrc { .. } = e {
                     self.count_icrc_drop(frame);
                 }
@@ -883,9 +883,20 @@ impl<M: Memory> Engine<M> {
         }
     }
 
-    /// Counts a frame dropped for `e` (the pipeline charges the ARP frames
-    /// it refuses here too, so every reason is in one place).
-    pub fn count_wire_drop(&mut self, e: WireError) {
+    /// Whether `frame` belongs to this engine's VLAN. Another VLAN's frame
+    /// (or an untagged one on a VLAN device) is counted as `wrong_vlan`,
+    /// whatever else it holds; the pipeline asks this of ARP frames too.
+    pub fn on_own_vlan(&mut self, frame: &[u8]) -> bool {
+        match check_vlan(frame, self.cfg.vlan.map(|t| t.vid)) {
+            Ok(()) => true,
+            Err(e) => {
+                self.count_drop(e);
+                false
+            }
+        }
+    }
+
+    fn count_drop(&mut self, e: WireError) {
         self.counters.wire_drops[e.kind().index()] += 1;
     }
 
