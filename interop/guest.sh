@@ -23,19 +23,28 @@ if grep -q '@vlan_gid@' "$PLAN"; then
   # rxe refuses a VLAN device as its netdev; it serves the VLANs on top of
   # its own: the VLAN interface's address becomes one more GID of rxe0,
   # and frames sent from that GID go out tagged.
+  # When this fails, the VLAN steps fail (perftest refuses GID "none"),
+  # not the others.
   ip link add link "$IF" name "$IF.100" type vlan id 100 2>&1 \
     && ip addr add 10.77.100.2/24 dev "$IF.100" 2>&1 \
     && ip link set "$IF.100" up 2>&1 \
-    || { echo "GUEST-FATAL VLAN interface $IF.100"; exit 1; }
+    || echo "GUEST-WARNING no VLAN interface $IF.100: the vlan steps will fail"
+  port=/sys/class/infiniband/rxe0/ports/1
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
-      [ "$(cat "$g")" = 0000:0000:0000:0000:0000:ffff:0a4d:6402 ] && VGID=${g##*/}
+    i=0
+    while [ $i -lt 32 ] && [ "$VGID" = none ]; do
+      [ "$(cat $port/gids/$i 2>/dev/null)" = 0000:0000:0000:0000:0000:ffff:0a4d:6402 ] \
+        && [ "$(cat $port/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && VGID=$i
+      i=$((i + 1))
     done
     [ "$VGID" != none ] && break
     sleep 1
   done
-  [ "$VGID" != none ] || { echo "GUEST-FATAL no GID of rxe0 for 10.77.100.2"; exit 1; }
-  echo "rxe0 GID $VGID: ::ffff:10.77.100.2 on $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/"$VGID"), $(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/"$VGID")"
+  if [ "$VGID" = none ]; then
+    echo "GUEST-WARNING rxe0 has no RoCE v2 GID for 10.77.100.2: the vlan steps will fail"
+  else
+    echo "rxe0 GID $VGID: ::ffff:10.77.100.2 on $(cat $port/gid_attrs/ndevs/$VGID), $(cat $port/gid_attrs/types/$VGID)"
+  fi
 fi
 # rxe's own reasons for refusing a QP attribute go to the kernel log.
 mount -t debugfs none /sys/kernel/debug 2>/dev/null

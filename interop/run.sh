@@ -236,12 +236,15 @@ for phase in "${phase_list[@]}"; do
   done
 done
 
+# perftest times itself with the CPU's cycle counter, calibrated at start;
+# on noisy or emulated cores that can fail (r^2 < 0.9), and without -F it
+# then exits 1 in the middle of a run instead of printing its table.
 args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
   local mtu=1024 gid=${5:-1}
   [ "$3" = mtu4096 ] && mtu=4096
   case "$1" in
     ibv_rc_pingpong) echo "-d $2 -g $gid -c -m $mtu $4" ;;
-    *) echo "-d $2 -x $gid -m $mtu $4" ;;
+    *) echo "-d $2 -x $gid -m $mtu -F $4" ;;
   esac
 }
 
@@ -308,12 +311,6 @@ report() { # NAME DIRECTION HOST_RC GUEST_RC OUTPUT
   total=$((total + 1))
   if [ "$3" -eq 0 ] && [ "$4" = 0 ]; then
     echo "interop $1 $2 ok"
-  elif [ "$3" -eq 0 ] && grep -q "Can't produce a report" "$work/guest.out" \
-    && ! grep -qi "error\|couldn't\|failed" "$work/guest.out"; then
-    # perftest times itself with the CPU's cycle counter, calibrated at
-    # start; under emulation that can fail (r^2 < 0.9) and it then exits
-    # 1 after the transfer instead of printing its table.
-    echo "interop $1 $2 ok (rxe's perftest printed no figures: its clock calibration failed under emulation; the transfer completed, ours reported it)"
   else
     echo "interop $1 $2 FAIL ours rc=$3, rxe rc=$4: $(grep -m1 -i 'error\|fail\|couldn\|mismatch' "$5" || echo 'see above')"
     failed=$((failed + 1))

@@ -885,7 +885,8 @@ impl<M: Memory> Engine<M> {
 
     /// Whether `frame` belongs to this engine's VLAN. Another VLAN's frame
     /// (or an untagged one on a VLAN device) is counted as `wrong_vlan`,
-    /// whatever else it holds; the pipeline asks this of ARP frames too.
+    /// whatever else it holds; the pipeline asks this of ARP frames too
+    /// (which are not in `rx_frames`: the NIC's own counters have them).
     pub fn on_own_vlan(&mut self, frame: &[u8]) -> bool {
         match check_vlan(frame, self.cfg.vlan.map(|t| t.vid)) {
             Ok(()) => true,

@@ -55,9 +55,11 @@ impl VlanTag {
 }
 
 /// Whether a frame belongs to a device on VLAN `want` (`None`: untagged).
-/// A tag with VLAN id 0 (priority only) counts as untagged. Reads only the
-/// TPID and TCI; a frame too short to tell is left to the parser.
+/// VLAN id 0 (a priority-only tag) counts as untagged, on the frame and in
+/// `want`. Reads only the TPID and TCI; a frame too short to tell is left
+/// to the parser.
 pub fn check_vlan(frame: &[u8], want: Option<u16>) -> Result<(), WireError> {
+    let want = want.filter(|&v| v != 0);
     let found = match EthernetFrame::new_checked(frame) {
         Ok(f) => f.vlan().map(|t| t.vid).filter(|&v| v != 0),
         Err(_) => return Ok(()),
@@ -130,9 +132,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
         self.buffer.as_mut()[6..12].copy_from_slice(&a.0);
     }
 
-    /// Writes the tag (or not) and the EtherType after it; the buffer must
-    /// hold the header of that length.
-    pub fn set_vlan_and_ethertype(&mut self, vlan: Option<VlanTag>, ethertype: u16) {
+    /// Writes the tag (or not) and the EtherType after it; the caller has
+    /// checked that the buffer holds a header of that length.
+    fn set_vlan_and_ethertype(&mut self, vlan: Option<VlanTag>, ethertype: u16) {
         let b = self.buffer.as_mut();
         match vlan {
             Some(t) => {
@@ -297,6 +299,7 @@ mod tests {
             check_vlan(&tagged(0), Some(100)),
             Err(WireError::WrongVlan(0))
         );
+        assert_eq!(check_vlan(&untagged, Some(0)), Ok(()));
         assert_eq!(
             check_vlan(&untagged, Some(100)),
             Err(WireError::WrongVlan(0))
