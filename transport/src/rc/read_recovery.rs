@@ -20,8 +20,9 @@
 /// missing one counts as lost (TCP's three duplicate ACKs).
 pub const REORDER_SLACK: u32 = 3;
 
-/// A response this far below the one before it starts a new stream (a
-/// reordered response arrives late by a few packets at most).
+/// A replay whose first responses are lost begins up to this many after
+/// the response asked for; a drop back to there from further beyond than
+/// this starts a new stream.
 pub const NEW_STREAM_DROP: u32 = 8;
 
 #[derive(Debug, Default)]
@@ -97,9 +98,19 @@ impl ReadRecovery {
                 ask_again: self.passed_missing(npsn, got, npsn),
             };
         }
+        // Only a request starts a stream, so only a drop back to where one
+        // asked from is a new stream; a response that comes late (however
+        // late: a reordering link may hold one for dozens of packets) is
+        // not, or each would ask again and queue a replay of the rest of
+        // the READ behind the one coming.
         let new_stream = match self.prev {
             None => true,
-            Some(p) => k < p && (k + NEW_STREAM_DROP < p || self.asked.is_some_and(|a| k <= a)),
+            Some(p) => {
+                k < p
+                    && self.asked.is_some_and(|a| {
+                        k <= a || (k <= a + NEW_STREAM_DROP && k + NEW_STREAM_DROP < p)
+                    })
+            }
         };
         if new_stream {
             self.asked = None;
@@ -208,6 +219,23 @@ mod tests {
         let rest: Vec<u32> = [31, 32, 30].into_iter().chain(33..40).collect();
         assert_eq!(feed(&mut r, &mut got, 40, &rest), Vec::<u32>::new());
         assert_eq!(got, 10, "10 still missing, asked once");
+    }
+
+    #[test]
+    fn a_response_reordered_far_after_an_ask_is_not_a_new_stream() {
+        let mut r = ReadRecovery::default();
+        let mut got = 0;
+        let first: Vec<u32> = (0..300).filter(|&k| k != 60 && k != 250).collect();
+        assert_eq!(feed(&mut r, &mut got, 400, &first), [60]);
+        r.asked(7, 60);
+        // 250 arrives 50 packets late, long after the ask went out: the
+        // stream goes on and nothing more is asked before the replay.
+        let rest: Vec<u32> = [250].into_iter().chain(300..400).collect();
+        assert_eq!(feed(&mut r, &mut got, 400, &rest), Vec::<u32>::new());
+        assert!(r.waiting(7));
+        let replay: Vec<u32> = (60..400).collect();
+        assert_eq!(feed(&mut r, &mut got, 400, &replay), Vec::<u32>::new());
+        assert_eq!(got, 400);
     }
 
     #[test]
