@@ -204,6 +204,34 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
             .unwrap_or_else(|| panic!("no {name} line in:\n{t}"));
         assert!(line.ends_with("rounds=10"), "{line}");
     }
+
+    // --breakdown: every stage of every traced trip is found in the
+    // daemon's trace (both directions for WRITE), and each one-way total
+    // is no less than its first stage.
+    for (test, trips, stages) in [("write-lat", 200.0, 13), ("read-lat", 100.0, 12)] {
+        let t = ok(&bench(
+            &[test, "--loopback", "-s", "64", "-n", "100", "--breakdown"],
+            sock,
+        ));
+        let rows: Vec<Vec<&str>> = t
+            .lines()
+            .skip_while(|l| !l.starts_with(" stage "))
+            .skip(1)
+            .take_while(|l| !l.starts_with(" traced run"))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), stages, "{t}");
+        let num = |r: &Vec<&str>, back: usize| -> f64 { r[r.len() - back].parse().unwrap() };
+        for r in &rows {
+            assert_eq!(num(r, 1), trips, "every trip traced: {r:?}");
+        }
+        let (first, total) = (
+            &rows[0],
+            rows.iter().find(|r| r[0] == "one" || r[0] == "round"),
+        );
+        let total = total.unwrap_or_else(|| panic!("no total row in:\n{t}"));
+        assert!(num(total, 3) >= num(first, 3), "{first:?} {total:?}");
+    }
 }
 
 fn client_and_server_in_two_processes(sock: &Path) {
@@ -238,6 +266,11 @@ fn bad_flags_are_refused_by_name() {
     for (args, says) in [
         (vec!["write-lat", "--loopback", "-q", "0"], "-q 0"),
         (vec!["write-lat", "--compare"], "--compare needs --loopback"),
+        (
+            vec!["write-bw", "--loopback", "--breakdown"],
+            "--breakdown traces",
+        ),
+        (vec!["read-lat", "--breakdown"], "--breakdown traces"),
         (vec!["write-lat", "--loopback", "-s", "0"], "-s 0"),
         (vec!["write-bw", "--loopback", "-m", "1000"], "-m 1000"),
         (

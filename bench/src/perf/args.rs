@@ -112,6 +112,12 @@ pub struct PerfArgs {
     /// --loopback.
     #[arg(long)]
     pub compare: bool,
+    /// After the sizes, run the (last) size again with the daemon's
+    /// latency trace on and print where the time goes, stage by stage
+    /// (median and p99 over every trip). Latency tests, one-packet
+    /// messages, --loopback.
+    #[arg(long)]
+    pub breakdown: bool,
     /// Rounds of --compare (at least 10).
     #[arg(long, default_value_t = 10)]
     pub rounds: u32,
@@ -158,6 +164,11 @@ impl PerfArgs {
         }
         if self.compare && !self.loopback {
             return Err("--compare needs --loopback".into());
+        }
+        if self.breakdown && !(self.loopback && test.is_latency()) {
+            return Err(
+                "--breakdown traces write-lat and read-lat with --loopback (both ends here)".into(),
+            );
         }
         if self.compare && self.rounds < 10 {
             return Err(format!("--rounds {}: at least 10", self.rounds));

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use dataplane::dpdk::rdtsc;
 use hdrhistogram::Histogram;
 use verbs::{Completion, Cq, WcStatus};
 
@@ -81,9 +82,9 @@ fn spin_cq(side: &Side, buf: &mut [Completion]) -> Result<(), String> {
     }
 }
 
-fn post_write(from: &Side, qp: usize, size: u32) -> Result<(), String> {
+fn post_write(from: &Side, qp: usize, size: u32, wr_id: u64) -> Result<(), String> {
     from.qps[qp]
-        .post_write(from.send_buf(size), &from.remote, 0, 0, true)
+        .post_write(from.send_buf(size), &from.remote, 0, wr_id, true)
         .map_err(|e| e.to_string())
 }
 
@@ -92,7 +93,14 @@ fn set_marker(side: &mut Side, size: u32, marker: u8) {
     side.mr.as_mut_slice()[half + size as usize - 1] = marker;
 }
 
-/// Runs `iters` (or `-D` seconds of) round trips at `size`.
+/// The application's TSC stamps of one traced round trip (`--breakdown`).
+/// WRITE: the client posts, the server sees the data, the server posts,
+/// the client sees the data. READ: the client posts, the client sees the
+/// completion (the last two are 0).
+pub type AppStamps = [u64; 4];
+
+/// Runs `iters` (or `-D` seconds of) round trips at `size`; with `app`,
+/// stamps each one there (WR ids are the iteration's number either way).
 pub fn run(
     test: Test,
     a: &PerfArgs,
@@ -100,6 +108,7 @@ pub fn run(
     size: u32,
     iters: u64,
     started: Instant,
+    mut app: Option<&mut Vec<AppStamps>>,
 ) -> Result<LatResult, String> {
     let (deadline, iters) = conn.begin_size(a, size, iters, started)?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
@@ -116,7 +125,7 @@ pub fn run(
                 let marker = (i % 255) as u8 + 1;
                 spin_byte(s, last, marker, &mut buf)?;
                 set_marker(s, size, marker);
-                post_write(s, i as usize % q, size)?;
+                post_write(s, i as usize % q, size, i)?;
             }
         }
         conn.sync("size done")?;
@@ -133,27 +142,39 @@ pub fn run(
     while i < iters && deadline.is_none_or(|d| Instant::now() < d) {
         let qp = i as usize % q;
         let marker = (i % 255) as u8 + 1;
+        let stamp = |on: bool| if on { rdtsc() } else { 0 };
+        let traced = app.is_some();
+        let mut st: AppStamps = [0; 4];
         let t0 = Instant::now();
         match test {
             Test::WriteLat => {
                 let c = conn.client.as_mut().expect("client");
                 set_marker(c, size, marker);
-                post_write(c, qp, size)?;
+                st[0] = stamp(traced);
+                post_write(c, qp, size, i)?;
                 if let Some(s) = conn.server.as_mut() {
                     spin_byte(s, last, marker, &mut buf)?;
+                    st[1] = stamp(traced);
                     set_marker(s, size, marker);
-                    post_write(s, qp, size)?;
+                    st[2] = stamp(traced);
+                    post_write(s, qp, size, i)?;
                 }
                 let c = conn.client.as_ref().expect("client");
                 spin_byte(c, last, marker, &mut buf)?;
+                st[3] = stamp(traced);
             }
             _ => {
                 let c = conn.client.as_ref().expect("client");
+                st[0] = stamp(traced);
                 c.qps[qp]
                     .post_read(c.send_buf(size), &c.remote, 0, i, true)
                     .map_err(|e| e.to_string())?;
                 spin_cq(c, &mut buf)?;
+                st[1] = stamp(traced);
             }
+        }
+        if let Some(v) = app.as_deref_mut() {
+            v.push(st);
         }
         let rtt = t0.elapsed().as_nanos() as u64;
         let v = if test == Test::WriteLat { rtt / 2 } else { rtt };

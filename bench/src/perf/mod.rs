@@ -9,11 +9,13 @@
 //! - [`conn`]: devices, regions, QPs and the endpoint exchange;
 //! - [`lat`], [`bw`]: our measurements;
 //! - [`baseline`]: the raw DPDK and kernel UDP loops;
+//! - [`breakdown`]: `--breakdown`, where a small message's time goes;
 //! - [`daemon`]: the daemon `--loopback` starts when none serves;
 //! - [`report`]: tables, histograms, ratios and JSON.
 
 pub mod args;
 pub mod baseline;
+pub mod breakdown;
 pub mod bw;
 pub mod conn;
 pub mod daemon;
@@ -41,7 +43,7 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
     for &size in &sizes {
         let started = Instant::now();
         if test.is_latency() {
-            let r = lat::run(test, a, &mut conn, size, a.iterations(test), started)?;
+            let r = lat::run(test, a, &mut conn, size, a.iterations(test), started, None)?;
             report::lat_row(a, &r);
             json.lat(&r);
         } else {
@@ -49,6 +51,17 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
             report::bw_row(a, &r);
             json.bw(&r);
         }
+    }
+    if a.breakdown {
+        let size = *sizes.last().expect("at least one size");
+        let iters = a.iterations(test).min(100_000);
+        let (rows, traced) = breakdown::run(test, a, &mut conn, size, iters)?;
+        breakdown::print(test, size, &rows);
+        println!(
+            " traced run: median {:.0} ns ({} iterations); the untraced one above is t_typical",
+            traced, iters
+        );
+        json.breakdown(&rows);
     }
     if a.compare {
         let size = *sizes.last().expect("at least one size");
@@ -88,7 +101,7 @@ fn compare(
         let t0 = Instant::now();
         if test.is_latency() {
             // Round trips, ours as the engine sees them (not halved).
-            let ours = lat::run(test, a, conn, size, iters, t0)?.typical_rtt_ns();
+            let ours = lat::run(test, a, conn, size, iters, t0, None)?.typical_rtt_ns();
             let echo = floor.echo_rtt_ns(size, conn.mtu, iters)?;
             let u = udp.ping_pong_rtt_ns(size, iters)?;
             r_dpdk.push(ours / echo);

@@ -235,6 +235,16 @@ impl Json {
             .collect();
     }
 
+    pub fn breakdown(&mut self, rows: &[super::breakdown::Row]) {
+        self.0["breakdown"] = rows
+            .iter()
+            .map(|r| {
+                json!({"stage": r.name, "median_ns": r.median_ns, "p99_ns": r.p99_ns,
+                       "samples": r.samples})
+            })
+            .collect();
+    }
+
     pub fn write(&self, path: &Path) -> Result<(), String> {
         if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;

@@ -13,6 +13,7 @@
 //!   duplication, reordering, delay, bit flips; or a per-frame script).
 //! - [`tap`]: a wrapper that mirrors a port's frames into a pcap capture.
 //! - [`pcap`]: classic pcap files in and out.
+//! - [`stage`]: the trace points of the pipeline and the key of a frame.
 //!
 //! No `unsafe`, no clock: time is passed in as nanoseconds.
 #![forbid(unsafe_code)]
@@ -23,6 +24,7 @@ pub mod neighbour;
 pub mod pcap;
 pub mod pipeline;
 pub mod port;
+pub mod stage;
 pub mod tap;
 
 pub use faults::{Direction, Fault, FaultConfig, FaultCounters, FaultInjector};
@@ -30,4 +32,5 @@ pub use link::{mem_link, MemPort};
 pub use neighbour::{NeighbourConfig, NeighbourCounters, NeighbourTable, Resolution};
 pub use pipeline::{Completions, Host, Nic, NicCounters, BURST, MAX_HEADERS};
 pub use port::{copy_frame, Frame, FramePort, TooSmall};
+pub use stage::{FrameKey, Stage};
 pub use tap::{Capture, SharedCapture, Tap};

@@ -38,6 +38,7 @@ use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
 
 use crate::port::{Frame, FramePort};
+use crate::stage::{FrameKey, Stage};
 
 /// Longest headers the engine puts around a payload (Ethernet with an
 /// 802.1Q tag, IPv4, UDP, BTH, RETH, a full TLM block, ICRC), rounded up.
@@ -57,6 +58,24 @@ pub trait Host<M: Memory> {
 
     /// One completion of the engine.
     fn completion(&mut self, engine: &mut Engine<M>, cqe: Cqe);
+
+    /// Whether the host wants [`Host::stamp`] called at every stage of
+    /// every frame (a latency trace); asked once per burst.
+    fn tracing(&self) -> bool {
+        false
+    }
+
+    /// The frame `key` reached `stage` now (the host reads its clock).
+    fn stamp(&mut self, _stage: Stage, _key: FrameKey) {}
+}
+
+/// Stamps every RoCEv2 frame of `frames` at `stage`.
+fn stamp_all<M: Memory, F: AsRef<[u8]>>(host: &mut impl Host<M>, stage: Stage, frames: &[F]) {
+    for f in frames {
+        if let Some(k) = FrameKey::of(f.as_ref()) {
+            host.stamp(stage, k);
+        }
+    }
 }
 
 /// A host that keeps completions for the caller to read.
@@ -119,6 +138,8 @@ pub struct Nic<P: FramePort, M: Memory> {
     /// The last pass stopped at the burst limit with more to send.
     tx_more: bool,
     counters: NicCounters,
+    /// Keys of the frames of a traced TX burst (empty unless tracing).
+    trace_keys: Vec<Option<FrameKey>>,
 }
 
 impl<P: FramePort, M: Memory> Nic<P, M> {
@@ -140,6 +161,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             burst: BURST,
             tx_more: false,
             counters: NicCounters::default(),
+            trace_keys: Vec::new(),
         }
     }
 
@@ -207,12 +229,12 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     /// One pass of the pipeline at `now`; returns whether anything moved.
     pub fn poll(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
-        let mut moved = self.receive(now);
+        let mut moved = self.receive(now, host);
         // Cheap when nothing is due (a peek at the timer heap); pacing
         // deadlines are the TX pipe's, below.
         self.engine.handle_timeout(now);
         moved |= host.doorbells(&mut self.engine, now);
-        moved |= self.transmit(now);
+        moved |= self.transmit(now, host);
         while let Some(c) = self.engine.poll_completion() {
             self.counters.completions += 1;
             moved = true;
@@ -221,7 +243,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         moved
     }
 
-    fn receive(&mut self, now: u64) -> bool {
+    fn receive(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
         // Frames this NIC sent to itself first: they left before anything
         // the port holds now arrived.
         std::mem::swap(&mut self.rx, &mut self.looped);
@@ -231,12 +253,19 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             return false;
         }
         self.counters.rx_frames += n as u64;
+        let tracing = host.tracing();
+        if tracing {
+            stamp_all(host, Stage::Received, &self.rx);
+        }
         let mut rx = std::mem::take(&mut self.rx);
         for f in rx.drain(..) {
             if arp::is_arp(f.as_ref()) {
                 self.on_arp(now, f.as_ref());
             } else {
                 self.engine.handle_packet(now, f.as_ref());
+                if tracing {
+                    stamp_all(host, Stage::Handled, &[&f]);
+                }
             }
         }
         self.rx = rx;
@@ -329,7 +358,8 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     /// Builds frames in port buffers while the port takes them, then
     /// bursts them out.
-    fn transmit(&mut self, now: u64) -> bool {
+    fn transmit(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
+        let tracing = host.tracing();
         let room = self.port.tx_ready(now).min(self.burst);
         self.tx_more = false;
         if !self.arp_out.is_empty() {
@@ -354,7 +384,12 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 // Built in place (an mbuf): no copy.
                 let engine = &mut self.engine;
                 match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
-                    Ok(Some(_)) => self.queue(now, f),
+                    Ok(Some(_)) => {
+                        if tracing {
+                            stamp_all(host, Stage::Built, &[&f]);
+                        }
+                        self.queue(now, f)
+                    }
                     Ok(None) => {
                         self.spare = Some(f);
                         break;
@@ -371,6 +406,9 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                     break;
                 };
                 if f.set(&self.scratch[..n]) {
+                    if tracing {
+                        stamp_all(host, Stage::Built, &[&f]);
+                    }
                     self.queue(now, f);
                 } else {
                     self.counters.tx_buffer_too_small += 1;
@@ -384,8 +422,18 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         if self.tx.is_empty() {
             return !self.looped.is_empty();
         }
+        if tracing {
+            self.trace_keys.clear();
+            self.trace_keys
+                .extend(self.tx.iter().map(|f| FrameKey::of(f.as_ref())));
+        }
         let sent = self.port.tx_burst(now, &mut self.tx);
         self.counters.tx_frames += sent as u64;
+        if tracing {
+            for k in self.trace_keys.iter().take(sent).flatten() {
+                host.stamp(Stage::Sent, *k);
+            }
+        }
         sent > 0
     }
 }

@@ -477,3 +477,90 @@ fn frames_of_another_vlan_are_counted_as_wrong_vlan_and_never_answered() {
         assert_eq!(nb.counters().arp_tx, 0, "{vlans:?}");
     }
 }
+
+/// A host that keeps every stamp the pipeline gives it, in order.
+#[derive(Default)]
+struct Traced {
+    stamps: Vec<(nic::Stage, nic::FrameKey)>,
+    done: Completions,
+}
+
+impl nic::Host<VecMemory> for Traced {
+    fn completion(&mut self, e: &mut Engine<VecMemory>, c: transport::rc::Cqe) {
+        nic::Host::completion(&mut self.done, e, c);
+    }
+
+    fn tracing(&self) -> bool {
+        true
+    }
+
+    fn stamp(&mut self, stage: nic::Stage, key: nic::FrameKey) {
+        self.stamps.push((stage, key));
+    }
+}
+
+#[test]
+fn a_traced_write_is_stamped_at_every_stage_on_both_nics_in_order() {
+    use nic::{FrameKey, Stage};
+    use transport::wire::Opcode;
+    let (mut ea, ka, qa) = engine(0);
+    let (mut eb, kb, qb) = engine(1);
+    let p = ConnectParams::new(PathMtu::Mtu1024);
+    let end = |i: u8, qpn, psn| Endpoint {
+        qpn,
+        psn,
+        mac: mac(i),
+        ip: ip(i),
+    };
+    ea.connect_to(qa, 7, &end(1, qb, 0), &p).unwrap();
+    eb.connect_to(qb, 0, &end(0, qa, 7), &p).unwrap();
+    let (pa, pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let (mut na, mut nb) = (Nic::new(ea, pa, 1024), Nic::new(eb, pb, 1024));
+    let buf = Sge {
+        lkey: ka.lkey,
+        va: BASE,
+        len: 64,
+    };
+    let wr = SendWr::new(1, WrOp::Write, buf, kb.rkey, BASE);
+    na.engine_mut().post_send(qa, wr, 0).unwrap();
+    let (mut ha, mut hb) = (Traced::default(), Traced::default());
+    let mut now = 0;
+    loop {
+        na.poll(now, &mut ha);
+        nb.poll(now, &mut hb);
+        if !ha.done.0.is_empty() {
+            break;
+        }
+        now = [na.next_wakeup(now), nb.next_wakeup(now)]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("a WRITE in flight has a next event")
+            .max(now);
+    }
+    let key = |op: Opcode, dest_qp| FrameKey {
+        opcode: op as u8,
+        dest_qp,
+        psn: 7,
+    };
+    let (write, ack) = (key(Opcode::RdmaWriteOnly, qb), key(Opcode::Acknowledge, qa));
+    assert_eq!(
+        ha.stamps,
+        [
+            (Stage::Built, write),
+            (Stage::Sent, write),
+            (Stage::Received, ack),
+            (Stage::Handled, ack),
+        ]
+    );
+    assert_eq!(
+        hb.stamps,
+        [
+            (Stage::Received, write),
+            (Stage::Handled, write),
+            (Stage::Built, ack),
+            (Stage::Sent, ack),
+        ]
+    );
+    assert_eq!(ha.done.0[0].status, WcStatus::Success);
+}

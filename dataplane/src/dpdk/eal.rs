@@ -88,6 +88,11 @@ impl TscClock {
         }
     }
 
+    /// TSC ticks per second.
+    pub fn hz(&self) -> u64 {
+        self.hz
+    }
+
     /// Nanoseconds since the clock was made.
     pub fn now_ns(&self) -> u64 {
         // SAFETY: reads the TSC.
@@ -95,6 +100,14 @@ impl TscClock {
         let d = u128::from(t.wrapping_sub(self.start));
         (d * 1_000_000_000 / u128::from(self.hz)) as u64
     }
+}
+
+/// The CPU's time-stamp counter (the same count in every process of the
+/// machine: traces of the daemon and an application line up). Needs no
+/// EAL; [`TscClock::hz`] converts it.
+pub fn rdtsc() -> u64 {
+    // SAFETY: reads the TSC; no memory is touched.
+    unsafe { dpdk_sys::rnic_rdtsc() }
 }
 
 /// The calling thread registered as a DPDK lcore (so that it gets an lcore

@@ -9,7 +9,7 @@ mod eal;
 mod mbuf;
 pub mod port;
 
-pub use eal::{Eal, LcoreGuard, TscClock};
+pub use eal::{rdtsc, Eal, LcoreGuard, TscClock};
 pub use mbuf::{Mbuf, Mempool};
 pub use port::{ring_pair, Port, PortStats, RxHalf, TxHalf};
 

@@ -21,6 +21,7 @@ pub mod control;
 pub mod memory;
 mod qp_table;
 mod requests;
+pub mod trace;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -28,7 +29,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use nic::{Direction, FaultConfig, Nic};
+use nic::stage::NO_OPCODE;
+use nic::{Direction, FaultConfig, FrameKey, Nic, Stage};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer, Producer};
@@ -250,6 +252,9 @@ pub struct Service {
     pending: Vec<(ConnId, u32)>,
     /// The pcap tap's file, when one is configured.
     capture: Option<nic::SharedCapture>,
+    /// The latency trace, and whether it is taking stamps.
+    trace: trace::Trace,
+    tracing: bool,
 }
 
 impl Service {
@@ -314,6 +319,8 @@ impl Service {
             counters: ServiceCounters::default(),
             pending: Vec::new(),
             capture,
+            trace: trace::Trace::default(),
+            tracing: false,
         })
     }
 
@@ -417,6 +424,8 @@ impl Service {
             apps: &mut self.apps,
             counters: &mut self.counters,
             pending: &mut self.pending,
+            host: h,
+            trace: self.tracing.then_some(&mut self.trace),
         };
         (nic, apps)
     }
@@ -504,6 +513,9 @@ struct Apps<'a> {
     counters: &'a mut ServiceCounters,
     /// CQs (application, CQ) with CQEs waiting to enter their ring.
     pending: &'a mut Vec<(ConnId, u32)>,
+    /// The host's index, and the latency trace when it is on.
+    host: usize,
+    trace: Option<&'a mut trace::Trace>,
 }
 
 impl nic::Host<AppMemory> for Apps<'_> {
@@ -532,6 +544,12 @@ impl nic::Host<AppMemory> for Apps<'_> {
             for _ in 0..n.min(SQ_BUDGET) {
                 rt.sq.peek_used_into(seg, &mut rt.wqe, abi::Wqe::used_len);
                 let wqe = &rt.wqe;
+                // The PSN the WR's first packet gets when nothing is
+                // queued before it (a latency trace's one WR in flight).
+                let psn = self
+                    .trace
+                    .as_ref()
+                    .and_then(|_| engine.qp_snd_nxt(qpn).ok());
                 let status = match wqe.parts() {
                     Err(_) => {
                         let _ = engine.modify_to_err(qpn);
@@ -540,6 +558,14 @@ impl nic::Host<AppMemory> for Apps<'_> {
                     Ok(wr) => match engine.post_send_parts(qpn, &wr, now) {
                         Ok(()) => {
                             self.counters.wqes_posted += 1;
+                            if let (Some(t), Some(psn)) = (self.trace.as_deref_mut(), psn) {
+                                let key = FrameKey {
+                                    opcode: NO_OPCODE,
+                                    dest_qp: qpn,
+                                    psn,
+                                };
+                                t.record(self.host, Stage::Doorbell, key);
+                            }
                             None
                         }
                         Err(RcError::SendQueueFull(_)) => break,
@@ -600,6 +626,16 @@ impl nic::Host<AppMemory> for Apps<'_> {
             },
         );
         self.push_cqe(engine, app, cq, abi::Cqe::from_rc(&c));
+    }
+
+    fn tracing(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    fn stamp(&mut self, stage: Stage, key: FrameKey) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.record(self.host, stage, key);
+        }
     }
 }
 
@@ -745,7 +781,8 @@ impl Apps<'_> {
             let drained = match self.apps.get_mut(&app) {
                 Some(App { cqs, seg, .. }) => match cqs.get_mut(&cq) {
                     Some(q) => {
-                        moved |= drain_backlog(q, seg, self.counters);
+                        let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+                        moved |= drain_backlog(q, seg, self.counters, trace);
                         q.backlog.is_empty()
                     }
                     None => true,
@@ -765,7 +802,12 @@ impl Apps<'_> {
 /// Moves held-back CQEs into the ring while it has room, publishing the
 /// batch with one index store; signals the application's eventfd if it
 /// asked to be woken.
-fn drain_backlog(q: &mut CqRt, seg: &Segment, counters: &mut ServiceCounters) -> bool {
+fn drain_backlog(
+    q: &mut CqRt,
+    seg: &Segment,
+    counters: &mut ServiceCounters,
+    trace: Option<(&mut trace::Trace, usize)>,
+) -> bool {
     // Full, or the application scribbled the consumer index: hold the
     // CQEs until it reads (or overruns).
     let want = u32::try_from(q.backlog.len()).unwrap_or(u32::MAX);
@@ -776,10 +818,21 @@ fn drain_backlog(q: &mut CqRt, seg: &Segment, counters: &mut ServiceCounters) ->
     if n == 0 {
         return false;
     }
-    for c in q.backlog.drain(..n) {
-        q.ring.write(seg, &c);
+    for c in q.backlog.range(..n) {
+        q.ring.write(seg, c);
     }
     q.ring.publish(seg);
+    if let Some((t, host)) = trace {
+        for c in q.backlog.range(..n) {
+            let key = FrameKey {
+                opcode: NO_OPCODE,
+                dest_qp: c.qpn,
+                psn: c.wr_id as u32 & 0xff_ffff,
+            };
+            t.record(host, Stage::CqePublished, key);
+        }
+    }
+    q.backlog.drain(..n);
     counters.cqes_delivered += n as u64;
     if q.ring.take_armed(seg) {
         let _ = q.event.write(1);

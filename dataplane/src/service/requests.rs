@@ -127,6 +127,38 @@ pub(super) struct MrRt {
 }
 
 impl Service {
+    /// `Trace`: a fresh trace of up to `capacity` stamps (0 stops it;
+    /// what it took stays readable).
+    fn start_trace(&mut self, capacity: u32) -> Answer {
+        if capacity > super::trace::MAX_STAMPS {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "trace capacity {capacity}: at most {} stamps",
+                    super::trace::MAX_STAMPS
+                ),
+            ));
+        }
+        if capacity == 0 {
+            self.tracing = false;
+        } else {
+            self.trace = super::trace::Trace::new(capacity);
+            self.tracing = true;
+        }
+        done(Reply::Done)
+    }
+
+    /// `TraceStamps`: a page of the trace from stamp `from` on.
+    fn trace_stamps(&mut self, from: u64) -> Answer {
+        let t = &self.trace;
+        done(Reply::TraceStamps {
+            tsc_hz: self.clock.hz(),
+            total: t.len() as u64,
+            dropped: t.dropped,
+            stamps: t.page(usize::try_from(from).unwrap_or(usize::MAX)),
+        })
+    }
+
     pub(super) fn handle(&mut self, conn: ConnId, req: Request, fds: Vec<OwnedFd>) -> Answer {
         if let Request::OpenDevice {
             abi_version,
@@ -145,6 +177,12 @@ impl Service {
                 .map_err(|e| err(ErrorKind::Malformed, e.to_string()))?;
             return done(Reply::Stats { json });
         }
+        if let Request::Trace { capacity } = req {
+            return self.start_trace(capacity);
+        }
+        if let Request::TraceStamps { from } = req {
+            return self.trace_stamps(from);
+        }
         if !self.apps.contains_key(&conn) {
             return Err(err(
                 ErrorKind::NotOpen,
@@ -152,7 +190,11 @@ impl Service {
             ));
         }
         match req {
-            Request::OpenDevice { .. } | Request::ListDevices | Request::Stats => {
+            Request::OpenDevice { .. }
+            | Request::ListDevices
+            | Request::Stats
+            | Request::Trace { .. }
+            | Request::TraceStamps { .. } => {
                 unreachable!("handled above")
             }
             Request::AllocPd => {

@@ -100,6 +100,11 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
         self.bth().dest_qp()
     }
 
+    /// The BTH PSN.
+    pub fn psn(&self) -> u32 {
+        self.bth().psn()
+    }
+
     /// The BTH opcode byte.
     pub fn opcode_raw(&self) -> u8 {
         self.bth().opcode_raw()

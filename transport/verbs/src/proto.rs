@@ -225,6 +225,15 @@ pub enum Request {
     AsyncEventFd,
     /// The asynchronous events waiting, oldest first (taken).
     AsyncEvents,
+    /// Starts the daemon's latency trace afresh, keeping up to `capacity`
+    /// stamps (0: stops it; the stamps taken stay readable).
+    Trace {
+        capacity: u32,
+    },
+    /// The trace's stamps from stamp `from` on (a page at a time).
+    TraceStamps {
+        from: u64,
+    },
 }
 
 /// An asynchronous event of a connection's objects (ibverbs'
@@ -384,6 +393,15 @@ pub enum Reply {
         json: String,
     },
     AsyncEvents(Vec<AsyncEventMsg>),
+    /// A page of the latency trace: (TSC, packed key) pairs flattened
+    /// (`nic::FrameKey::unpack`), the TSC's rate, the stamps the trace
+    /// holds and those it dropped when full.
+    TraceStamps {
+        tsc_hz: u64,
+        total: u64,
+        dropped: u64,
+        stamps: Vec<u64>,
+    },
 }
 
 /// What kind of error a request met.
