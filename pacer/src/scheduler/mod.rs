@@ -217,7 +217,22 @@ impl FlowScheduler {
     /// New pacing rate, effective for the next decision (credit earned so
     /// far at the old rate is kept).
     pub fn set_rate(&mut self, id: FlowId, rate_bps: u64, now: u64) {
-        self.update(id, now, |f| f.rate_bps = rate_bps);
+        self.set_rate_and_next(id, rate_bps, self.flow(id).and_then(|f| f.pending), now);
+    }
+
+    /// [`FlowScheduler::set_rate`] and [`FlowScheduler::set_next_packet`]
+    /// in one step. When neither changes, nothing moves: the flow keeps its
+    /// place in the round robin and no work is done (callers may say the
+    /// same thing after every event).
+    pub fn set_rate_and_next(&mut self, id: FlowId, rate_bps: u64, bytes: Option<u32>, now: u64) {
+        match self.flow(id) {
+            Some(f) if f.rate_bps == rate_bps && f.pending == bytes => {}
+            Some(_) => self.update(id, now, |f| {
+                f.rate_bps = rate_bps;
+                f.pending = bytes;
+            }),
+            None => {}
+        }
     }
 
     /// New window (bytes in flight allowed).
@@ -228,7 +243,9 @@ impl FlowScheduler {
     /// The size of the flow's next packet, or `None` when it has nothing to
     /// send. Call after each [`PktSend`] of the flow that has more.
     pub fn set_next_packet(&mut self, id: FlowId, bytes: Option<u32>, now: u64) {
-        self.update(id, now, |f| f.pending = bytes);
+        if let Some(rate) = self.flow(id).map(|f| f.rate_bps) {
+            self.set_rate_and_next(id, rate, bytes, now);
+        }
     }
 
     /// `bytes` of the flow were acknowledged (leave the network).

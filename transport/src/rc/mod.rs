@@ -781,8 +781,8 @@ impl<M: Memory> Engine<M> {
             self.events.push_back(AsyncEvent::SqDrained(qpn));
         }
         let size = qp.next_paced_size(&self.cfg);
-        self.sched.set_rate(qp.flow, qp.cc.rate_bps(), now);
-        self.sched.set_next_packet(qp.flow, size, now);
+        self.sched
+            .set_rate_and_next(qp.flow, qp.cc.rate_bps(), size, now);
         if qp.has_ctrl() {
             self.queue_ctrl(i);
         }

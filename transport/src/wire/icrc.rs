@@ -14,6 +14,10 @@ pub const ICRC_LEN: usize = 4;
 const ONES: [u8; 256] = [0xFF; 256];
 const MAX_IP_HEADER: usize = 60;
 
+/// The CRC-32 state after the eight 0xFF bytes every ICRC starts with
+/// (the LRH stand-in), so that no call hashes them again.
+const AFTER_ONES_8: u32 = 0x2144_DF1C;
+
 /// Computes the ICRC of `ip_packet`: the IPv4 packet from its first header
 /// byte up to, not including, the ICRC. `tlm_len` is the length of the TLM
 /// block right after BTH (0 when there is none).
@@ -26,27 +30,22 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
     if ihl < 20 || ip_packet.len() < rest_at || tlm_len > ONES.len() {
         return Err(WireError::Truncated(Layer::Icrc));
     }
-
-    // The masked prefix (ones, headers, the TLM block as ones) goes to the
-    // CRC in one piece and the payload in a second: crc32fast's fast path
-    // wants long inputs.
-    let mut pre = [0xFFu8; 8 + MAX_IP_HEADER + udp::HEADER_LEN + bth::HEADER_LEN + 256];
-    let mut n = 8;
-    pre[n..n + rest_at - tlm_len].copy_from_slice(&ip_packet[..tlm_at]);
-    pre[n + 1] = 0xFF; // TOS
-    pre[n + 8] = 0xFF; // TTL
-    pre[n + 10] = 0xFF; // header checksum
-    pre[n + 11] = 0xFF;
-    n += udp_at;
-    pre[n + 6] = 0xFF; // UDP checksum
-    pre[n + 7] = 0xFF;
-    n += udp::HEADER_LEN;
-    pre[n + 4] = 0xFF; // FECN, BECN, T, reserved
-    n += bth::HEADER_LEN;
-    // The TLM block stays as ones (the buffer's initial value).
-    n += tlm_len;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&pre[..n]);
+    // The headers up to the TLM block, copied to mask the variant fields
+    // (only the bytes used are written), then the TLM block as ones, then
+    // the rest as it is.
+    let mut pre = [0u8; MAX_IP_HEADER + udp::HEADER_LEN + bth::HEADER_LEN];
+    let pre = &mut pre[..tlm_at];
+    pre.copy_from_slice(&ip_packet[..tlm_at]);
+    pre[1] = 0xFF; // TOS
+    pre[8] = 0xFF; // TTL
+    pre[10] = 0xFF; // header checksum
+    pre[11] = 0xFF;
+    pre[udp_at + 6] = 0xFF; // UDP checksum
+    pre[udp_at + 7] = 0xFF;
+    pre[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
+    let mut h = crc32fast::Hasher::new_with_initial(AFTER_ONES_8);
+    h.update(pre);
+    h.update(&ONES[..tlm_len]);
     h.update(&ip_packet[rest_at..]);
     Ok(h.finalize())
 }
@@ -66,6 +65,14 @@ mod tests {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // cnp body
         0x82, 0xfd, 0x00, 0x2a, // icrc
     ];
+
+    #[test]
+    fn the_stored_state_is_that_of_eight_ones() {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[0xFF; 8]);
+        // finalize() of a crc32fast state is the state itself.
+        assert_eq!(h.finalize(), AFTER_ONES_8);
+    }
 
     #[test]
     fn connectx4_cnp_test_vector() {

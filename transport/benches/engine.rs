@@ -1,0 +1,121 @@
+//! CPU per small message in the engine alone (no DPDK, no pipeline, one
+//! thread): a 64 B RDMA WRITE posted, built, received and placed, its ACK
+//! built and handled and its completion taken; and the codec pieces each
+//! packet pays (ICRC, parse). The floor under `bench write-lat`'s
+//! per-stage table.
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use transport::mr::{Access, MrKeys, VecMemory};
+use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WrOp};
+use transport::wire::{icrc, MacAddr, Packet};
+
+const BASE: u64 = 0x10_0000;
+const LEN: usize = 1 << 16;
+
+fn engine(i: u8) -> (Engine<VecMemory>, MrKeys, u32) {
+    let mut mem = VecMemory::new();
+    mem.add(BASE, LEN);
+    let cfg = EngineConfig::new(
+        MacAddr([2, 0, 0, 0, 0, i + 1]),
+        Ipv4Addr::new(10, 0, 0, i + 1),
+        100_000_000_000,
+    );
+    let mut e = Engine::new(cfg, mem, 0);
+    let mr = e.register_mr(BASE, LEN as u64, Access::ALL).unwrap();
+    let q = e.create_qp(256, 0).unwrap();
+    (e, mr, q)
+}
+
+/// Two connected engines: A writes to B.
+struct Pair {
+    a: Engine<VecMemory>,
+    b: Engine<VecMemory>,
+    qa: u32,
+    wr: SendWr,
+    buf: Vec<u8>,
+    now: u64,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let (mut a, ka, qa) = engine(0);
+        let (mut b, kb, qb) = engine(1);
+        let end = |e: &Engine<VecMemory>, qpn| Endpoint {
+            qpn,
+            psn: 0,
+            mac: e.config().mac,
+            ip: e.config().ip,
+        };
+        let p = ConnectParams::new(PathMtu::Mtu1024);
+        let (ea, eb) = (end(&a, qa), end(&b, qb));
+        a.connect_to(qa, 0, &eb, &p).unwrap();
+        b.connect_to(qb, 0, &ea, &p).unwrap();
+        let local = Sge {
+            lkey: ka.lkey,
+            va: BASE,
+            len: 64,
+        };
+        Pair {
+            a,
+            b,
+            qa,
+            wr: SendWr::new(1, WrOp::Write, local, kb.rkey, BASE + 4096),
+            buf: vec![0; 2048],
+            now: 0,
+        }
+    }
+
+    /// One WRITE there and its ACK back; returns the completion count.
+    fn write(&mut self) -> usize {
+        self.now += 1_000;
+        let now = self.now;
+        self.a.post_send(self.qa, self.wr, now).unwrap();
+        let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
+        self.b.handle_packet(now, &self.buf[..n]);
+        let n = self.b.poll_transmit(now, &mut self.buf).expect("its ACK");
+        self.a.handle_packet(now, &self.buf[..n]);
+        let mut done = 0;
+        while self.a.poll_completion().is_some() {
+            done += 1;
+        }
+        done
+    }
+
+    /// The WRITE frame of one post (without sending it on).
+    fn frame(&mut self) -> Vec<u8> {
+        self.now += 1_000;
+        self.a
+            .post_send(self.qa, self.wr, self.now)
+            .unwrap();
+        let n = self.a.poll_transmit(self.now, &mut self.buf).unwrap();
+        self.buf[..n].to_vec()
+    }
+}
+
+fn engine_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine");
+    g.throughput(Throughput::Elements(1));
+    let mut p = Pair::new();
+    g.bench_function("write_64b_with_ack", |b| {
+        b.iter(|| assert_eq!(p.write(), 1))
+    });
+    g.finish();
+}
+
+fn codec(c: &mut Criterion) {
+    let frame = Pair::new().frame();
+    let mut g = c.benchmark_group("codec_64b_write");
+    g.throughput(Throughput::Elements(1));
+    let ip = &frame[14..frame.len() - icrc::ICRC_LEN];
+    g.bench_function("icrc", |b| b.iter(|| icrc::compute(black_box(ip), 0)));
+    g.bench_function("parse", |b| {
+        b.iter(|| Packet::parse(black_box(&frame)).map(|p| p.payload.len()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, engine_write, codec);
+criterion_main!(benches);
