@@ -124,6 +124,11 @@ pub struct ServiceSection {
     pub cc: Option<String>,
     /// Line rate the engines pace at, Gb/s [default: 10].
     pub line_gbps: Option<f64>,
+    /// After a long idle stretch (no frame, doorbell or request for
+    /// 20000 passes), the dataplane sleeps this long between passes so
+    /// that processes sharing its CPU run; 0 busy-polls forever, yielding
+    /// the CPU each pass [default: 50 us].
+    pub idle_sleep_us: Option<u32>,
     /// Subnets (`a.b.c.d/n`) whose peers speak our telemetry, besides the
     /// daemon's own hosts [default: none]. A QP towards any other peer
     /// runs `standard_cc` instead of an HPCC++ mode: a standard RoCEv2
@@ -498,12 +503,23 @@ impl FaultsSection {
     }
 }
 
+/// Longest idle sleep of the service's loop, us.
+const MAX_IDLE_SLEEP_US: u32 = 100_000;
+
 impl ServiceSection {
     fn check(&self, c: &Ctx<'_>, l: &LoopbackConfig) -> Result<ServiceConfig, ConfigError> {
         check_socket(c, "service.socket", &self.socket)?;
         let max_shm_bytes = self.max_shm_bytes.unwrap_or(1 << 30);
         c.positive("service.max_shm_bytes", max_shm_bytes)?;
         let line_rate_bps = c.rate_bps("service.line_gbps", self.line_gbps.unwrap_or(10.0))?;
+        let idle_sleep_us = self.idle_sleep_us.unwrap_or(50);
+        if idle_sleep_us > MAX_IDLE_SLEEP_US {
+            return Err(c.bad(
+                "service.idle_sleep_us",
+                idle_sleep_us,
+                format!("at most {MAX_IDLE_SLEEP_US} (100 ms)"),
+            ));
+        }
         let cc = c.cc(
             "service.cc",
             self.cc.as_deref().unwrap_or("none"),
@@ -625,6 +641,7 @@ impl ServiceSection {
             line_rate_bps,
             max_shm_bytes,
             hugepages: self.hugepages.unwrap_or(true),
+            idle_sleep_us,
             cc,
             queues: l.queues,
             faults: l.faults,

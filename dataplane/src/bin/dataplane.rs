@@ -341,6 +341,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let mut args = checked.eal_args.clone();
+    if let Some(lcores) = floating_lcores(&args) {
+        args.push(lcores);
+    }
     let prefix = cli
         .file_prefix
         .unwrap_or_else(|| format!("rnic-{}", std::process::id()));
@@ -373,4 +376,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Unless the config's EAL arguments name the lcores (`-l`, `-c`,
+/// `--lcores`), the EAL would pin its main lcore (the dataplane's loop) to
+/// CPU 0, where it competes with whatever else the machine pins there;
+/// instead it floats over every online CPU and the scheduler places it.
+fn floating_lcores(args: &[String]) -> Option<String> {
+    let named = args.iter().any(|a| {
+        a == "-l" || a == "-c" || a.starts_with("--lcores") || (a.starts_with("-l") && a.len() > 2)
+    });
+    if named {
+        return None;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let online = online.trim();
+    let ok = !online.is_empty()
+        && online
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '-' || c == ',');
+    ok.then(|| format!("--lcores=0@({online})"))
 }

@@ -59,6 +59,8 @@ pub struct ServiceConfig {
     pub max_shm_bytes: u64,
     /// Try hugepage-backed segments first.
     pub hugepages: bool,
+    /// Sleep between passes after a long idle stretch, us (0: yield).
+    pub idle_sleep_us: u32,
     pub cc: CcMode,
     /// The devices to serve (`[[service.devices]]`); none: the loopback
     /// testbed's two hosts. A zero MAC is the port's own.
@@ -133,6 +135,9 @@ pub struct ServiceCounters {
     #[serde(default)]
     pub async_events_dropped: u64,
 }
+
+/// Passes without work before the loop starts to give the CPU away.
+const IDLE_PASSES: u32 = 20_000;
 
 /// WQEs taken from one SQ per pass.
 const SQ_BUDGET: usize = 32;
@@ -362,8 +367,8 @@ impl Service {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                if idle > 20_000 {
-                    std::thread::yield_now();
+                if idle > IDLE_PASSES {
+                    self.rest();
                 }
             }
             // The report clock, like the control channel, every 64 passes.
@@ -376,6 +381,16 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Gives the CPU away between two idle passes: a sleep (an idle
+    /// daemon costs its neighbours nothing), or with `idle_sleep_us = 0`
+    /// a yield (the next pass as soon as the CPU is free).
+    fn rest(&self) {
+        match self.cfg.idle_sleep_us {
+            0 => std::thread::yield_now(),
+            us => std::thread::sleep(std::time::Duration::from_micros(u64::from(us))),
+        }
     }
 
     fn on_control(&mut self, control: &Control, m: ToDataplane) {
