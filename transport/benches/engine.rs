@@ -87,9 +87,7 @@ impl Pair {
     /// The WRITE frame of one post (without sending it on).
     fn frame(&mut self) -> Vec<u8> {
         self.now += 1_000;
-        self.a
-            .post_send(self.qa, self.wr, self.now)
-            .unwrap();
+        self.a.post_send(self.qa, self.wr, self.now).unwrap();
         let n = self.a.poll_transmit(self.now, &mut self.buf).unwrap();
         self.buf[..n].to_vec()
     }
