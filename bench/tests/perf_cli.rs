@@ -197,13 +197,30 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
         ],
         sock,
     ));
-    for name in ["ours/dpdk-echo", "ours/udp"] {
-        let line = t
-            .lines()
-            .find(|l| l.starts_with(&format!("ratio {name} median=")))
-            .unwrap_or_else(|| panic!("no {name} line in:\n{t}"));
-        assert!(line.ends_with("rounds=10"), "{line}");
-    }
+    assert_ratio_lines(&t, &["ours/dpdk-echo", "ours/udp"]);
+    // A bandwidth test's --compare adds the forwarding packet rate and the
+    // per-byte floor.
+    let t = ok(&bench(
+        &[
+            "write-bw",
+            "--loopback",
+            "-s",
+            "4096",
+            "-n",
+            "1000",
+            "--compare",
+        ],
+        sock,
+    ));
+    assert_ratio_lines(
+        &t,
+        &[
+            "ours/dpdk-fwd",
+            "ours/dpdk-fwd-pps",
+            "ours/byte-floor",
+            "ours/udp",
+        ],
+    );
 
     // --breakdown: every stage of every traced trip is found in the
     // daemon's trace (both directions for WRITE), and each one-way total
@@ -289,4 +306,22 @@ fn bad_flags_are_refused_by_name() {
         !out.status.success() && err.contains("/nonexistent/rnic.sock"),
         "{err}"
     );
+}
+
+/// Every named `ratio NAME median=...` line is printed, over 10 rounds,
+/// with a positive median.
+fn assert_ratio_lines(t: &str, names: &[&str]) {
+    for name in names {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("ratio {name} median=")))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{t}"));
+        assert!(line.ends_with("rounds=10"), "{line}");
+        let median: f64 = line["ratio ".len() + name.len() + " median=".len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("no median in {line}"));
+        assert!(median > 0.0, "{line}");
+    }
 }

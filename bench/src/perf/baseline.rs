@@ -4,7 +4,10 @@
 //!   pair, or a memif server/client pair) in this process's own EAL, one
 //!   lcore driving both — the layout of the loopback testbed. The echo
 //!   sends the frames one message of our size takes, the other port
-//!   bounces them back; forwarding streams MTU-sized frames one way.
+//!   bounces them back; forwarding streams the frames of our messages
+//!   (MTU-sized, or one frame of a small message) one way.
+//! - [`ByteFloor`]: the per-byte work a copying NIC cannot avoid (a copy
+//!   and an ICRC on each side of every frame), in a loop on this core.
 //! - [`Udp`]: what users have without RDMA: two kernel UDP sockets on
 //!   127.0.0.1, busy-polled (non-blocking) from one thread; ping-pong for
 //!   latency, a stream for bandwidth.
@@ -155,11 +158,12 @@ impl Dpdk {
         Ok(median(&mut rtts))
     }
 
-    /// One-way forwarding of MTU-payload frames until `bytes` of payload
-    /// arrived; b/s of payload.
-    pub fn forward_bps(&mut self, mtu: u32, bytes: u64) -> Result<f64, String> {
-        let len = HEADERS + mtu as usize;
-        let frames = bytes.div_ceil(u64::from(mtu)).max(1);
+    /// One-way forwarding of `frames` frames of `payload` bytes each (a
+    /// message's packets, headers around them); returns (b/s of payload,
+    /// frames/s).
+    pub fn forward(&mut self, payload: u32, frames: u64) -> Result<(f64, f64), String> {
+        let len = HEADERS + payload as usize;
+        let frames = frames.max(1);
         let (mut sent, mut recvd) = (0u64, 0u64);
         let mut out = Vec::with_capacity(32);
         let mut got = Vec::with_capacity(32);
@@ -180,7 +184,77 @@ impl Dpdk {
             }
         }
         got.clear();
-        Ok((frames * u64::from(mtu) * 8) as f64 / t0.elapsed().as_secs_f64())
+        let secs = t0.elapsed().as_secs_f64();
+        Ok((
+            (frames * u64::from(payload) * 8) as f64 / secs,
+            frames as f64 / secs,
+        ))
+    }
+}
+
+/// The per-byte floor of a copying software NIC with both ends on one
+/// core: per MTU-sized frame, what cannot be avoided on send (copy the
+/// payload from the application's buffer into the frame, ICRC over the
+/// frame) and on receive (ICRC check, copy the payload into the
+/// destination), with transport's own ICRC. No headers are built or
+/// parsed, no ring is crossed: the loop is the bytes' cost alone.
+pub struct ByteFloor {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+/// Where the payload starts in the floor's frame (the WRITE's headers).
+const FLOOR_PAYLOAD_AT: usize = HEADERS - transport::wire::icrc::ICRC_LEN;
+
+impl ByteFloor {
+    /// Buffers for messages of `size` bytes in frames of `mtu` payload.
+    pub fn new(size: u32, mtu: u32) -> ByteFloor {
+        let mut frame = vec![0u8; HEADERS + mtu as usize];
+        frame[12] = 0x08; // EtherType IPv4
+        frame[14] = 0x45; // IPv4, 20-byte header
+        ByteFloor {
+            src: (0..size).map(|i| i as u8).collect(),
+            dst: vec![0u8; size as usize],
+            frame,
+        }
+    }
+
+    /// Sends and receives messages of the buffers' size in frames of
+    /// `mtu` payload until `bytes` of payload went through; b/s of
+    /// payload.
+    pub fn bps(&mut self, mtu: u32, bytes: u64) -> Result<f64, String> {
+        use transport::wire::icrc;
+        let size = self.src.len();
+        let mtu = (mtu as usize).min(self.frame.len() - HEADERS);
+        let (mut done, mut bad) = (0u64, 0u64);
+        let t0 = Instant::now();
+        while done < bytes.max(1) {
+            let mut off = 0;
+            loop {
+                let p = (size - off).min(mtu);
+                let end = FLOOR_PAYLOAD_AT + p;
+                // Send: the payload into the frame, the ICRC after it.
+                self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&self.src[off..off + p]);
+                let crc = icrc::compute(&self.frame[14..end], 0).map_err(|e| e.to_string())?;
+                self.frame[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+                // Receive: the ICRC checked, the payload out of the frame.
+                let got = icrc::compute(std::hint::black_box(&self.frame[14..end]), 0)
+                    .map_err(|e| e.to_string())?;
+                bad += u64::from(got.to_le_bytes() != self.frame[end..end + 4]);
+                self.dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
+                off += p;
+                if off >= size {
+                    break;
+                }
+            }
+            std::hint::black_box(&self.dst);
+            done += size.max(1) as u64;
+        }
+        if bad > 0 || self.dst != self.src {
+            return Err("the byte floor corrupted its own frames".into());
+        }
+        Ok(done as f64 * 8.0 / t0.elapsed().as_secs_f64())
     }
 }
 
@@ -307,6 +381,15 @@ mod tests {
             frames_of(2049, 1024),
             vec![HEADERS + 1024, HEADERS + 1024, HEADERS + 1]
         );
+    }
+
+    #[test]
+    fn the_byte_floor_moves_every_byte() {
+        for (size, mtu) in [(1, 1024), (64, 1024), (4097, 4096), (65536, 1024)] {
+            let mut f = ByteFloor::new(size, mtu);
+            assert!(f.bps(mtu, 1 << 16).unwrap() > 0.0);
+            assert_eq!(f.dst, f.src, "size {size} mtu {mtu}");
+        }
     }
 
     #[test]

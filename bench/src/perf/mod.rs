@@ -75,6 +75,15 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Messages per `--compare` round of a bandwidth test: `-n`, but at least
+/// 1000 messages and 16 MiB, at most 100 000 messages (a round of small
+/// messages must outlast the pipeline filling up, one of large ones stay
+/// short).
+fn bw_round_iters(iters: u64, size: u32) -> u64 {
+    let enough = (16u64 << 20) / u64::from(size.max(1));
+    iters.clamp(1000, 100_000).max(enough.min(100_000))
+}
+
 /// `--compare`: A B A B rounds of ours and each baseline at one size;
 /// prints and returns the per-round ratio summaries.
 fn compare(
@@ -88,20 +97,16 @@ fn compare(
     }
     let mut floor = baseline::Dpdk::start(&conn.backend)?;
     let mut udp = baseline::Udp::new()?;
-    let iters = a.iterations(test).clamp(1, 1000);
-    let (mut r_dpdk, mut r_udp) = (Vec::new(), Vec::new());
-    println!(
-        " compare: {} rounds of {} iterations at {size} B, interleaved: ours, raw DPDK {} over {}, kernel UDP over loopback",
-        a.rounds,
-        iters,
-        if test.is_latency() { "echo" } else { "forwarding" },
-        conn.backend
-    );
-    for round in 0..a.rounds {
-        let t0 = Instant::now();
-        if test.is_latency() {
+    if test.is_latency() {
+        let iters = a.iterations(test).clamp(1, 1000);
+        let (mut r_dpdk, mut r_udp) = (Vec::new(), Vec::new());
+        println!(
+            " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback",
+            a.rounds, conn.backend
+        );
+        for round in 0..a.rounds {
             // Round trips, ours as the engine sees them (not halved).
-            let ours = lat::run(test, a, conn, size, iters, t0, None)?.typical_rtt_ns();
+            let ours = lat::run(test, a, conn, size, iters, Instant::now(), None)?.typical_rtt_ns();
             let echo = floor.echo_rtt_ns(size, conn.mtu, iters)?;
             let u = udp.ping_pong_rtt_ns(size, iters)?;
             r_dpdk.push(ours / echo);
@@ -112,22 +117,51 @@ fn compare(
                 echo / 1e3,
                 u / 1e3
             );
-        } else {
-            let ours = bw::run(test, a, conn, size, iters, t0)?.avg_bps;
-            let fwd = floor.forward_bps(conn.mtu, u64::from(size) * iters)?;
-            let u = udp.stream_bps(size, u64::from(size) * iters)?;
-            r_dpdk.push(ours / fwd);
-            r_udp.push(ours / u);
-            println!(
-                "   round {round:>2}: ours {:.3} Gb/s  dpdk-forward {:.3} Gb/s  udp {:.3} Gb/s",
-                ours / 1e9,
-                fwd / 1e9,
-                u / 1e9
-            );
         }
+        let ratios = vec![
+            report::Ratio::of("ours/dpdk-echo", &r_dpdk),
+            report::Ratio::of("ours/udp", &r_udp),
+        ];
+        for r in &ratios {
+            println!("{r}");
+        }
+        return Ok(ratios);
+    }
+    let iters = bw_round_iters(a.iterations(test), size);
+    let frames_per_msg = baseline::frames_of(size, conn.mtu).len() as u64;
+    let payload = size.min(conn.mtu);
+    let mut bytes_floor = baseline::ByteFloor::new(size, conn.mtu);
+    let (mut r_fwd, mut r_pps, mut r_floor, mut r_udp) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    println!(
+        " compare: {} rounds of {iters} messages of {size} B, interleaved: ours, raw DPDK forwarding of the same frames over {}, the per-byte floor (copy + ICRC each side, one core), kernel UDP over loopback",
+        a.rounds, conn.backend
+    );
+    for round in 0..a.rounds {
+        let r = bw::run(test, a, conn, size, iters, Instant::now())?;
+        let bytes = u64::from(size) * iters;
+        let (fwd_bps, fwd_pps) = floor.forward(payload, iters * frames_per_msg)?;
+        let floor_bps = bytes_floor.bps(conn.mtu, bytes)?;
+        let u = udp.stream_bps(size, bytes)?;
+        let ours_pps = r.msg_rate * frames_per_msg as f64;
+        r_fwd.push(r.avg_bps / fwd_bps);
+        r_pps.push(ours_pps / fwd_pps);
+        r_floor.push(r.avg_bps / floor_bps);
+        r_udp.push(r.avg_bps / u);
+        println!(
+            "   round {round:>2}: ours {:.3} Gb/s {:.3} Mpps  dpdk-forward {:.3} Gb/s {:.3} Mpps  byte-floor {:.3} Gb/s  udp {:.3} Gb/s",
+            r.avg_bps / 1e9,
+            ours_pps / 1e6,
+            fwd_bps / 1e9,
+            fwd_pps / 1e6,
+            floor_bps / 1e9,
+            u / 1e9
+        );
     }
     let ratios = vec![
-        report::Ratio::of("ours/dpdk-echo", &r_dpdk),
+        report::Ratio::of("ours/dpdk-fwd", &r_fwd),
+        report::Ratio::of("ours/dpdk-fwd-pps", &r_pps),
+        report::Ratio::of("ours/byte-floor", &r_floor),
         report::Ratio::of("ours/udp", &r_udp),
     ];
     for r in &ratios {
