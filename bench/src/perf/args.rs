@@ -78,9 +78,11 @@ pub struct PerfArgs {
     /// server].
     #[arg(short = 'd', long = "ib-dev")]
     pub device: Option<String>,
-    /// Path MTU in bytes (256..4096) [default: 1024].
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
-    pub mtu: u32,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096, at most the
+    /// port's) [default: the largest the port carries, as perftest takes
+    /// the port's active MTU].
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
     /// Bandwidth in Gb/s instead of MB/s.
     #[arg(long = "report_gbits")]
     pub report_gbits: bool,
@@ -135,11 +137,11 @@ impl PerfArgs {
         if self.outs == 0 {
             return Err("-o 0: at least one READ must be allowed outstanding".into());
         }
-        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
-            return Err(format!(
-                "-m {}: MTU must be 256, 512, 1024, 2048 or 4096",
-                self.mtu
-            ));
+        if let Some(m) = self
+            .mtu
+            .filter(|m| ![256, 512, 1024, 2048, 4096].contains(m))
+        {
+            return Err(format!("-m {m}: MTU must be 256, 512, 1024, 2048 or 4096"));
         }
         if self.iters == Some(0) {
             return Err("-n 0: at least one iteration".into());

@@ -83,7 +83,11 @@ impl Dpdk {
             args.push(format!("--vdev=net_memif1,role=client,id=0,socket={sock}"));
         }
         let eal = Eal::init(&args).map_err(|e| e.to_string())?;
-        let pool = Arc::new(Mempool::new(&eal, "bench_pool", 8191, 0).map_err(|e| e.to_string())?);
+        // Mbufs that hold a frame of the largest path MTU in one segment.
+        let pool = Arc::new(
+            Mempool::with_frames(&eal, "bench_pool", 8191, 0, HEADERS + 4096)
+                .map_err(|e| e.to_string())?,
+        );
         let (pa, pb) = if memif {
             (0, 1)
         } else {

@@ -67,6 +67,8 @@ struct Prepared {
     cq: Cq,
     qps: Vec<verbs::PreparedQp>,
     half: u64,
+    /// The QPs' path MTU.
+    mtu: u32,
 }
 
 fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
@@ -82,12 +84,13 @@ fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
     let cq = dev
         .create_cq((depth * a.qps).next_power_of_two().clamp(64, 16384))
         .map_err(e("CQ"))?;
+    let mtu = a.mtu.unwrap_or(dev.info().max_mtu);
     let mut qps = Vec::new();
     for _ in 0..a.qps {
         qps.push(
             pd.qp_builder(&cq)
                 .depth(depth)
-                .mtu(a.mtu)
+                .mtu(mtu)
                 .max_rd_atomic(a.outs)
                 .build()
                 .map_err(e("QP"))?,
@@ -100,6 +103,7 @@ fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
         cq,
         qps,
         half,
+        mtu,
     })
 }
 
@@ -155,6 +159,7 @@ impl Conn {
             let s = prepare(a, "rnic1", half)?;
             let (ce, se) = (c.endpoints(), s.endpoints());
             let info = c.dev.info().clone();
+            let mtu = c.mtu;
             return Ok(Conn {
                 client: Some(c.connect(&se)?),
                 server: Some(s.connect(&ce)?),
@@ -162,7 +167,7 @@ impl Conn {
                 session: None,
                 backend: info.backend,
                 cc: info.cc,
-                mtu: a.mtu,
+                mtu,
                 shm: (info.shm_bytes, info.hugepages),
                 device: info.name,
             });
@@ -171,6 +176,7 @@ impl Conn {
         let default = if client { "rnic0" } else { "rnic1" };
         let p = prepare(a, a.device.as_deref().unwrap_or(default), half)?;
         let info = p.dev.info().clone();
+        let mtu = p.mtu;
         let mut session = match &a.server {
             Some(host) => Session::connect((host.as_str(), a.port), Duration::from_secs(60))
                 .map_err(|e| format!("connect to {host}:{}: {e}", a.port))?,
@@ -197,7 +203,7 @@ impl Conn {
             session: Some(session),
             backend: info.backend,
             cc: info.cc,
-            mtu: a.mtu,
+            mtu,
             shm: (info.shm_bytes, info.hugepages),
             device: info.name,
         }

@@ -242,11 +242,19 @@ fn incast(
     Ok(())
 }
 
+/// Longest frame `replay` reads whole: a 9000-byte jumbo frame with its
+/// Ethernet header and an 802.1Q tag.
+const REPLAY_FRAME: usize = 9022;
+
 fn replay(eal: &Eal, port: u16, out_port: Option<u16>) -> Result<(), String> {
     use dataplane::dpdk::{Mempool, Port};
     use nic::FramePort;
-    let pool =
-        std::sync::Arc::new(Mempool::new(eal, "replay_pool", 8191, 0).map_err(|e| e.to_string())?);
+    // One segment per frame for any capture up to jumbo frames (a path
+    // MTU of 4096 makes frames longer than a default mbuf).
+    let pool = std::sync::Arc::new(
+        Mempool::with_frames(eal, "replay_pool", 4095, 0, REPLAY_FRAME)
+            .map_err(|e| e.to_string())?,
+    );
     let mut port = Port::start(eal, port, &pool, 1024).map_err(|e| e.to_string())?;
     let mut out = match out_port {
         Some(p) => Some(Port::start(eal, p, &pool, 1024).map_err(|e| e.to_string())?),
