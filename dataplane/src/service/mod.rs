@@ -23,7 +23,11 @@ mod qp_table;
 mod requests;
 pub mod trace;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// The service's tables are looked up per completion: a fast hasher for
+// their small integer keys.
+use rustc_hash::FxHashMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,8 +201,8 @@ struct App {
     seg: Arc<Segment>,
     alloc: SegmentAlloc,
     pds: Vec<u32>,
-    mrs: HashMap<u32, requests::MrRt>,
-    cqs: HashMap<u32, CqRt>,
+    mrs: FxHashMap<u32, requests::MrRt>,
+    cqs: FxHashMap<u32, CqRt>,
     qps: Vec<Qpn>,
     /// Its shared receive queues (engine SRQ ids on its host).
     srqs: Vec<u32>,
@@ -234,7 +238,7 @@ struct Host {
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
     /// Shared receive queues of applications on this host.
-    srqs: HashMap<u32, SrqRt>,
+    srqs: FxHashMap<u32, SrqRt>,
 }
 
 impl Host {
@@ -247,7 +251,7 @@ impl Host {
 pub struct Service {
     // Field order is drop order: ports and mbufs before their pool.
     hosts: Vec<Host>,
-    apps: HashMap<ConnId, App>,
+    apps: FxHashMap<ConnId, App>,
     pool: std::sync::Arc<Mempool>,
     clock: TscClock,
     cfg: ServiceConfig,
@@ -311,12 +315,12 @@ impl Service {
                 nic,
                 driver,
                 qps: QpTable::default(),
-                srqs: HashMap::new(),
+                srqs: FxHashMap::default(),
             });
         }
         Ok(Service {
             hosts: hs,
-            apps: HashMap::new(),
+            apps: FxHashMap::default(),
             pool,
             clock: TscClock::new(eal),
             cfg,
@@ -523,8 +527,8 @@ impl Service {
 /// the owners' CQ rings, in batches, one index store each.
 struct Apps<'a> {
     qps: &'a mut QpTable<QpRt>,
-    srqs: &'a mut HashMap<u32, SrqRt>,
-    apps: &'a mut HashMap<ConnId, App>,
+    srqs: &'a mut FxHashMap<u32, SrqRt>,
+    apps: &'a mut FxHashMap<ConnId, App>,
     counters: &'a mut ServiceCounters,
     /// CQs (application, CQ) with CQEs waiting to enter their ring.
     pending: &'a mut Vec<(ConnId, u32)>,

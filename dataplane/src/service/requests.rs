@@ -3,7 +3,7 @@
 //! names the bad value. Requests only touch the requesting application's
 //! own objects; handles of other applications are unknown to it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
@@ -338,8 +338,8 @@ impl Service {
                 alloc: SegmentAlloc::new(seg.len() as u64),
                 seg,
                 pds: Vec::new(),
-                mrs: HashMap::new(),
-                cqs: HashMap::new(),
+                mrs: Default::default(),
+                cqs: Default::default(),
                 qps: Vec::new(),
                 srqs: Vec::new(),
                 next_cq: 1,
