@@ -789,11 +789,15 @@ impl<M: Memory> Engine<M> {
         self.arm(i);
     }
 
-    /// Files the QP's earliest timer in the timer heap if it changed.
+    /// Files the QP's earliest timer in the timer heap if it came earlier
+    /// or went. Lazily: a deadline moved later (the retransmission timer
+    /// restarted by an ACK, once per ACK) keeps the entry filed, which
+    /// fires early, finds nothing due and files the real deadline then.
     fn arm(&mut self, i: usize) {
         if let Some(qp) = self.qps[i].as_mut() {
             let t = qp.timeout();
-            if t != qp.armed {
+            let later = matches!((qp.armed, t), (Some(a), Some(t)) if t > a);
+            if t != qp.armed && !later {
                 qp.armed = t;
                 if let Some(t) = t {
                     self.timers.push(Reverse((t, i as u32)));
@@ -825,10 +829,13 @@ impl<M: Memory> Engine<M> {
         if !self.on_own_vlan(frame) {
             return;
         }
-        let p = match Packet::parse(frame) {
+        // Borrowed from the result, not moved out of it: a Packet is
+        // ~400 bytes.
+        let parsed = Packet::parse(frame);
+        let p = match &parsed {
             Ok(p) => p,
             Err(e) => {
-                self.count_drop(e);
+                self.count_drop(*e);
                 if let WireError::BadIcrc { .. } = e {
                     self.count_icrc_drop(frame);
                 }
@@ -841,14 +848,14 @@ impl<M: Memory> Engine<M> {
             return;
         };
         let qp = self.qps[i].as_mut().expect("index checked");
-        if !qp.state.receives() || !qp.is_from_peer(&p) {
+        if !qp.state.receives() || !qp.is_from_peer(p) {
             self.counters.wrong_state += 1;
             return;
         }
         let Some(rq) = self.rqs[qp.rq].as_mut() else {
             return;
         };
-        let outcome = qp.on_packet(now, &p, &self.mrs, &mut self.mem, rq);
+        let outcome = qp.on_packet(now, p, &self.mrs, &mut self.mem, rq);
         if let Some(r) = outcome.recv {
             self.cq.push_back(Cqe {
                 wr_id: r.wr_id,

@@ -103,7 +103,11 @@ impl<'a> Packet<'a> {
         }
 
         let bth = BthRepr::parse(&bth_view)?;
-        let tlm = tlm_view.map(|v| TlmRepr::parse(&v)).transpose()?;
+        // The TLM block (15 hop records at most) is parsed straight into
+        // the result below, not moved there.
+        if let Some(v) = &tlm_view {
+            TlmRepr::check(v)?;
+        }
         let layout = bth.opcode.layout();
         let mut at = bth::HEADER_LEN + tlm_len;
 
@@ -182,13 +186,13 @@ impl<'a> Packet<'a> {
             rest
         };
 
-        Ok(Packet {
+        let mut packet = Packet {
             repr: PacketRepr {
                 eth,
                 ip,
                 udp,
                 bth,
-                tlm,
+                tlm: None,
                 reth,
                 atomic,
                 imm,
@@ -202,7 +206,11 @@ impl<'a> Packet<'a> {
             pad: pad as u8,
             icrc_wire,
             icrc_computed,
-        })
+        };
+        if let Some(v) = &tlm_view {
+            packet.repr.tlm = Some(TlmRepr::parse(v)?);
+        }
+        Ok(packet)
     }
 }
 

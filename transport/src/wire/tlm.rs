@@ -190,13 +190,8 @@ impl TlmRepr {
     /// Reads a checked block: refuses version != 0, maxhop == 0 and
     /// nhop > maxhop.
     pub fn parse<T: AsRef<[u8]>>(t: &Tlm<T>) -> Result<Self, WireError> {
-        if t.version() != 0 {
-            return Err(WireError::BadTlmVersion(t.version()));
-        }
+        Self::check(t)?;
         let (nhop, maxhop) = (t.nhop(), t.maxhop());
-        if maxhop == 0 || nhop > maxhop {
-            return Err(WireError::BadTlmHops { nhop, maxhop });
-        }
         let mut hops = [HopRecord::default(); MAX_HOPS];
         for (i, h) in hops.iter_mut().enumerate().take(usize::from(nhop)) {
             *h = t.hop(i).unwrap_or_default();
@@ -208,6 +203,19 @@ impl TlmRepr {
             path_id: t.path_id(),
             hops,
         })
+    }
+
+    /// The errors [`TlmRepr::parse`] would return, without building the
+    /// block: version 0, 1..=15 slots, no more hops filled than slots.
+    pub fn check<T: AsRef<[u8]>>(t: &Tlm<T>) -> Result<(), WireError> {
+        if t.version() != 0 {
+            return Err(WireError::BadTlmVersion(t.version()));
+        }
+        let (nhop, maxhop) = (t.nhop(), t.maxhop());
+        if maxhop == 0 || nhop > maxhop {
+            return Err(WireError::BadTlmHops { nhop, maxhop });
+        }
+        Ok(())
     }
 
     /// Writes the block into `buf`, which holds at least `block_len()`
