@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 use transport::wire::{
-    AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, HopRecord, Ipv4Repr, MacAddr, NotifyRepr,
-    Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr, VlanTag,
+    AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, FrameTemplate, HopRecord, Ipv4Repr, MacAddr,
+    NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr, VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -197,6 +197,31 @@ proptest! {
         prop_assert_eq!(p.repr, repr);
         prop_assert_eq!(p.payload, &payload[..]);
         prop_assert!(p.icrc_ok());
+    }
+
+    /// A QP's frame template with the packet's outer headers emits the
+    /// very bytes the field-by-field path emits, whatever the ident.
+    #[test]
+    fn a_template_emits_what_the_headers_emit((repr, payload) in frame()) {
+        let mut want = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut want).unwrap();
+        // Built from other idents: the packet's own is patched in.
+        let mut ip = repr.ip;
+        ip.ident = ip.ident.wrapping_add(12345);
+        let t = FrameTemplate::new(&repr.eth, &ip, &repr.udp);
+        let transport = repr.transport();
+        prop_assert_eq!(t.frame_len(&transport, payload.len()), want.len());
+        let mut got = vec![0xA5u8; want.len() + 7];
+        let n = t
+            .emit_with(&transport, repr.ip.ident, payload.len(), &mut got, |p| {
+                p.copy_from_slice(&payload)
+            })
+            .unwrap();
+        prop_assert_eq!(n, want.len());
+        prop_assert_eq!(&got[..n], &want[..]);
+        // Too small a buffer is an error, not a panic.
+        let short = t.emit_with(&transport, 0, payload.len(), &mut got[..n - 1], |_| ());
+        prop_assert!(short.is_err());
     }
 
     #[test]

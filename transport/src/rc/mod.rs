@@ -485,8 +485,13 @@ impl<M: Memory> Engine<M> {
     /// pipeline's resolution until then.
     pub fn set_neighbour(&mut self, ip: Ipv4Addr, mac: MacAddr) {
         for qp in self.qps.iter_mut().flatten() {
-            if let Some(r) = qp.rtr.as_mut().filter(|r| r.dest_ip == ip) {
+            if let Some(r) = qp
+                .rtr
+                .as_mut()
+                .filter(|r| r.dest_ip == ip && r.dest_mac != mac)
+            {
                 r.dest_mac = mac;
+                qp.build_template(&self.cfg);
             }
         }
     }
@@ -544,7 +549,8 @@ impl<M: Memory> Engine<M> {
 
     /// INIT -> RTR.
     pub fn modify_to_rtr(&mut self, qpn: Qpn, attr: RtrAttr) -> Result<(), RcError> {
-        self.qp_mut(qpn)?.modify_to_rtr(attr)
+        let cfg = self.cfg;
+        self.qp_mut(qpn)?.modify_to_rtr(attr, &cfg)
     }
 
     /// RTR -> RTS.
@@ -918,7 +924,7 @@ impl<M: Memory> Engine<M> {
             };
             qp.in_ctrl = false;
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            let n = qp.emit_ctrl(&self.cfg, self.ip_ident, buf);
+            let n = qp.emit_ctrl(self.ip_ident, buf);
             if qp.has_ctrl() {
                 self.queue_ctrl(i);
             }
@@ -933,7 +939,7 @@ impl<M: Memory> Engine<M> {
                 continue;
             };
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            match qp.emit_paced(now, &self.cfg, self.ip_ident, &self.mrs, &self.mem, buf) {
+            match qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf) {
                 Ok(n) => {
                     self.refresh(i, now);
                     if let Some(n) = n {

@@ -22,8 +22,8 @@ use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    tlm, udp, AethRepr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Syndrome,
-    TlmRepr,
+    tlm, udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
+    ProbeRepr, RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
 
 /// Which congestion control the QPs of an engine run.
@@ -122,6 +122,11 @@ pub(crate) struct Qp {
     cnp: CnpLimiter,
     /// Newest telemetry stack received (inband mode), echoed in ACKs.
     last_tlm: Option<TlmRepr>,
+    /// The empty TLM block data packets carry (inband and receiver-based
+    /// modes), kept to be borrowed by every packet.
+    data_tlm: Option<TlmRepr>,
+    /// Outer headers of every frame to the peer (from RTR on).
+    template: Option<FrameTemplate>,
     pending_probe: Option<ProbeRequest>,
     pending_probe_resp: Option<(ProbeRepr, TlmRepr)>,
     pending_notify: Option<(Notification, TlmRepr)>,
@@ -189,6 +194,13 @@ impl Qp {
             rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
             cnp: CnpLimiter::new(CnpLimiter::DEFAULT_INTERVAL_NS),
             last_tlm: None,
+            data_tlm: match cfg.cc {
+                CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
+                    Some(TlmRepr::empty(maxhop))
+                }
+                _ => None,
+            },
+            template: None,
             pending_probe: None,
             pending_probe_resp: None,
             pending_notify: None,
@@ -223,7 +235,7 @@ impl Qp {
         Ok(())
     }
 
-    pub fn modify_to_rtr(&mut self, a: RtrAttr) -> Result<(), RcError> {
+    pub fn modify_to_rtr(&mut self, a: RtrAttr, cfg: &EngineConfig) -> Result<(), RcError> {
         self.need(QpState::Init, "INIT -> RTR")?;
         check_bits("dest_qpn", u64::from(a.dest_qpn), 0xFF_FFFF)?;
         check_bits("rq_psn", u64::from(a.rq_psn), 0xFF_FFFF)?;
@@ -236,6 +248,7 @@ impl Qp {
             a.min_rnr_timer,
         );
         self.rtr = Some(a);
+        self.build_template(cfg);
         self.state = QpState::Rtr;
         Ok(())
     }
@@ -334,6 +347,7 @@ impl Qp {
         );
         self.cc = fresh.cc;
         self.mode = fresh.mode;
+        self.data_tlm = fresh.data_tlm;
         self.probe = fresh.probe;
         self.rx_hpcc = fresh.rx_hpcc;
         Ok(())
@@ -574,51 +588,76 @@ impl Qp {
         }
     }
 
-    /// A packet header to the peer.
-    fn header(&self, cfg: &EngineConfig, op: Opcode, psn: u32, ident: u16) -> PacketRepr {
-        let rtr = self.rtr.expect("packets are built only after RTR");
-        let mut r = PacketRepr::new(op, rtr.dest_qpn, psn);
-        r.eth.src = cfg.mac;
-        r.eth.dst = rtr.dest_mac;
-        r.eth.vlan = cfg.vlan;
-        r.ip.src = cfg.ip;
-        r.ip.dst = rtr.dest_ip;
-        r.ip.dscp = cfg.dscp;
-        // ECT(0) when a controller acts on congestion (DCQCN on the CNPs
-        // that CE marks bring, HPCC++ on telemetry); with none, Not-ECT,
-        // as rxe sends by default: nothing would react to a mark.
-        r.ip.ecn = if self.mode == CcMode::None { 0 } else { 2 };
-        r.ip.ident = ident;
-        r.udp.src_port = udp::entropy_port(self.qpn);
-        r
+    /// The outer headers (Ethernet, IPv4, UDP) of every frame to the
+    /// peer, built when the QP reaches RTR and again when the peer's MAC
+    /// changes; each packet copies them and patches its lengths and ident.
+    pub fn build_template(&mut self, cfg: &EngineConfig) {
+        self.template = self.rtr.map(|rtr| {
+            let eth = EthernetRepr {
+                src: cfg.mac,
+                dst: rtr.dest_mac,
+                vlan: cfg.vlan,
+            };
+            let ip = Ipv4Repr {
+                src: cfg.ip,
+                dst: rtr.dest_ip,
+                dscp: cfg.dscp,
+                // ECT(0) when a controller acts on congestion (DCQCN on the
+                // CNPs that CE marks bring, HPCC++ on telemetry); with none,
+                // Not-ECT, as rxe sends by default: nothing would react to
+                // a mark.
+                ecn: if self.mode == CcMode::None { 0 } else { 2 },
+                ..Ipv4Repr::default()
+            };
+            let udp = UdpRepr {
+                src_port: udp::entropy_port(self.qpn),
+            };
+            FrameTemplate::new(&eth, &ip, &udp)
+        });
     }
 
-    fn data_tlm(&self) -> Option<TlmRepr> {
-        self.data_tlm_maxhop().map(TlmRepr::empty)
+    /// BTH of a packet to the peer, no other header yet.
+    fn transport<'t>(&self, op: Opcode, psn: u32) -> TransportRepr<'t> {
+        let dest_qp = self.rtr.map_or(0, |r| r.dest_qpn);
+        TransportRepr::new(op, dest_qp, psn)
     }
 
-    fn response_repr(&self, cfg: &EngineConfig, r: &RespItem, ident: u16) -> PacketRepr {
-        let mut repr = self.header(cfg, r.opcode, r.psn, ident);
+    /// Emits `t` with `payload_len` bytes that `fill` writes, behind this
+    /// QP's outer headers; `None` before RTR or when `buf` is too small.
+    fn emit(
+        &self,
+        t: &TransportRepr<'_>,
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<usize> {
+        let tpl = self.template.as_ref()?;
+        tpl.emit_with(t, ident, payload_len, buf, fill).ok()
+    }
+
+    fn response_transport(&self, r: &RespItem) -> TransportRepr<'static> {
+        let mut t = self.transport(r.opcode, r.psn);
         if r.opcode.layout().aeth {
-            repr.aeth = Some(AethRepr {
+            t.aeth = Some(AethRepr {
                 syndrome: crate::wire::aeth::ACK_UNLIMITED,
                 msn: r.msn,
             });
         }
-        repr.atomic_ack = r.atomic;
-        repr
+        t.atomic_ack = r.atomic;
+        t
     }
 
-    fn request_repr(&self, cfg: &EngineConfig, t: &TxItem, ident: u16) -> PacketRepr {
-        let mut repr = self.header(cfg, t.opcode, t.psn, ident);
-        repr.bth.ack_req = t.ack_req;
-        repr.reth = t
+    fn request_transport(&self, t: &TxItem) -> TransportRepr<'_> {
+        let mut r = self.transport(t.opcode, t.psn);
+        r.bth.ack_req = t.ack_req;
+        r.reth = t
             .reth
             .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len });
-        repr.atomic = t.atomic;
-        repr.imm = t.imm;
-        repr.tlm = self.data_tlm();
-        repr
+        r.atomic = t.atomic;
+        r.imm = t.imm;
+        r.tlm = self.data_tlm.as_ref();
+        r
     }
 
     /// Size on the wire of the next paced packet (READ responses first,
@@ -655,7 +694,6 @@ impl Qp {
     pub fn emit_paced(
         &mut self,
         now: u64,
-        cfg: &EngineConfig,
         ident: u16,
         mrs: &MrTable,
         mem: &impl Memory,
@@ -678,8 +716,9 @@ impl Qp {
             } else {
                 r.va
             };
-            let repr = self.response_repr(cfg, &r, ident);
-            let Ok(n) = repr.emit_with(r.len as usize, buf, |dst| mem.read(dev, dst)) else {
+            let t = self.response_transport(&r);
+            let Some(n) = self.emit(&t, ident, r.len as usize, buf, |dst| mem.read(dev, dst))
+            else {
                 return Ok(None);
             };
             self.resp.response_sent();
@@ -699,7 +738,8 @@ impl Qp {
                 let Some(bytes) = d.get(off..off + len) else {
                     return Ok(None);
                 };
-                self.request_repr(cfg, &t, ident).emit(bytes, buf)
+                let r = self.request_transport(&t);
+                self.emit(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
             }
             Payload::One(s) => {
                 let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
@@ -707,8 +747,8 @@ impl Qp {
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 };
-                let repr = self.request_repr(cfg, &t, ident);
-                repr.emit_with(len, buf, |dst| mem.read(va, dst))
+                let r = self.request_transport(&t);
+                self.emit(&r, ident, len, buf, |dst| mem.read(va, dst))
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);
@@ -717,13 +757,13 @@ impl Qp {
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 }
-                let repr = self.request_repr(cfg, &t, ident);
-                repr.emit_with(len, buf, |dst| {
+                let r = self.request_transport(&t);
+                self.emit(&r, ident, len, buf, |dst| {
                     super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
             }
         };
-        let Ok(n) = emitted else {
+        let Some(n) = emitted else {
             return Ok(None);
         };
         self.req.sent(&t, now);
@@ -739,59 +779,66 @@ impl Qp {
 
     /// Builds the next control packet (NAK/ACK, probe response, notify, CNP,
     /// probe) into `buf`.
-    pub fn emit_ctrl(&mut self, cfg: &EngineConfig, ident: u16, buf: &mut [u8]) -> Option<usize> {
+    pub fn emit_ctrl(&mut self, ident: u16, buf: &mut [u8]) -> Option<usize> {
         self.rtr?;
-        let repr = if let Some(a) = self.resp.take_ack() {
-            let mut r = self.header(cfg, Opcode::Acknowledge, a.psn, ident);
+        let n = if let Some(a) = self.resp.take_ack() {
+            let mut r = self.transport(Opcode::Acknowledge, a.psn);
             r.aeth = Some(AethRepr {
                 syndrome: a.syndrome,
                 msn: a.msn,
             });
-            if a.syndrome == crate::wire::aeth::ACK_UNLIMITED {
-                if let Some(mut t) = self.last_tlm.take() {
+            // The newest telemetry is echoed once, by a positive ACK,
+            // borrowed where it lies.
+            let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED && self.last_tlm.is_some();
+            if echo {
+                if let Some(t) = self.last_tlm.as_mut() {
                     t.echo = true;
-                    r.tlm = Some(t);
                 }
+                r.tlm = self.last_tlm.as_ref();
             }
-            r
+            let n = self.emit(&r, ident, 0, buf, |_| ());
+            if echo {
+                self.last_tlm = None;
+            }
+            n
         } else if let Some((probe, tlm)) = self.pending_probe_resp.take() {
-            let mut r = self.header(cfg, Opcode::TlmResponse, 0, ident);
+            let mut r = self.transport(Opcode::TlmResponse, 0);
             r.probe = Some(probe);
-            r.tlm = Some(tlm);
-            r
+            r.tlm = Some(&tlm);
+            self.emit(&r, ident, 0, buf, |_| ())
         } else if let Some((n, tlm)) = self.pending_notify.take() {
-            let mut r = self.header(cfg, Opcode::CcNotify, 0, ident);
+            let mut r = self.transport(Opcode::CcNotify, 0);
             r.notify = Some(NotifyRepr {
                 window_bytes: n.window_bytes,
                 rate_mbps: n.rate_mbps,
                 seq: n.seq,
             });
-            r.tlm = Some(tlm);
+            r.tlm = Some(&tlm);
             self.counters.notifies_sent += 1;
-            r
+            self.emit(&r, ident, 0, buf, |_| ())
         } else if std::mem::take(&mut self.pending_cnp) {
-            let mut r = self.header(cfg, Opcode::Cnp, 0, ident);
+            let mut r = self.transport(Opcode::Cnp, 0);
             r.bth.becn = true;
             self.counters.cnps_sent += 1;
-            r
+            self.emit(&r, ident, 0, buf, |_| ())
         } else if let Some(pr) = self.pending_probe.take() {
             let maxhop = match self.mode {
                 CcMode::HpccProbe { maxhop, .. } => maxhop,
                 _ => 1,
             };
-            let mut r = self.header(cfg, Opcode::TlmRequest, 0, ident);
+            let tlm = TlmRepr::empty(maxhop);
+            let mut r = self.transport(Opcode::TlmRequest, 0);
             r.probe = Some(ProbeRepr {
                 probe_id: pr.probe_id,
                 snd_psn: pr.snd_psn,
                 sender_ts_ns: pr.sender_ts_ns,
             });
-            r.tlm = Some(TlmRepr::empty(maxhop));
+            r.tlm = Some(&tlm);
             self.counters.probes_sent += 1;
-            r
+            self.emit(&r, ident, 0, buf, |_| ())
         } else {
             return None;
-        };
-        let n = repr.emit(&[], buf).ok()?;
+        }?;
         self.counters.tx_packets += 1;
         Some(n)
     }

@@ -40,7 +40,7 @@ pub use immdt::ImmDt;
 pub use inflight::RoceFrame;
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use opcode::{Layout, Opcode};
-pub use packet::{Packet, PacketRepr};
+pub use packet::{FrameTemplate, Packet, PacketRepr, TransportRepr};
 pub use probe::{Notify, NotifyRepr, Probe, ProbeRepr};
 pub use reth::{Reth, RethRepr};
 pub use tlm::{HopRecord, Tlm, TlmRepr};

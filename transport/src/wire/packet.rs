@@ -300,7 +300,123 @@ impl PacketRepr {
         OUTER_LEN + self.tag_len() + self.transport_header_len()
     }
 
+    /// The transport part (BTH and what follows it), borrowing the TLM
+    /// block.
+    pub fn transport(&self) -> TransportRepr<'_> {
+        TransportRepr {
+            bth: self.bth,
+            tlm: self.tlm.as_ref(),
+            reth: self.reth,
+            atomic: self.atomic,
+            imm: self.imm,
+            ieth: self.ieth,
+            aeth: self.aeth,
+            atomic_ack: self.atomic_ack,
+            probe: self.probe,
+            notify: self.notify,
+        }
+    }
+
     /// Checks that the headers match the opcode and the frame fits IPv4.
+    pub fn check(&self, payload_len: usize) -> Result<(), WireError> {
+        self.transport().check(payload_len)?;
+        check_ipv4_len(self.frame_len(payload_len) - self.eth.header_len())
+    }
+
+    /// Emits the frame with `payload` into `buf`; returns the frame length.
+    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
+        self.emit_with(payload.len(), buf, |p| p.copy_from_slice(payload))
+    }
+
+    /// Emits the frame, letting `fill` write the `payload_len` payload bytes
+    /// in place (so that memory-region data is copied once, straight into
+    /// the frame). Pad and ICRC are written after `fill` returns.
+    pub fn emit_with(
+        &self,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        self.check(payload_len)?;
+        let need = self.frame_len(payload_len);
+        let frame = take_frame(buf, need)?;
+        let ip_at = self.eth.header_len();
+        let udp_at = ip_at + ipv4::HEADER_LEN;
+        let bth_at = udp_at + udp::HEADER_LEN;
+        self.eth.emit(frame)?;
+        self.ip.emit(&mut frame[ip_at..], need - udp_at);
+        self.udp.emit(&mut frame[udp_at..], need - bth_at);
+        self.transport()
+            .emit_after_outer(frame, ip_at, payload_len, fill)
+    }
+}
+
+fn take_frame(buf: &mut [u8], need: usize) -> Result<&mut [u8], WireError> {
+    let have = buf.len();
+    buf.get_mut(..need)
+        .ok_or(WireError::BufferTooSmall { need, have })
+}
+
+/// An IPv4 packet of `ip_len` bytes must fit the 16-bit total length.
+fn check_ipv4_len(ip_len: usize) -> Result<(), WireError> {
+    if ip_len > usize::from(u16::MAX) {
+        return Err(WireError::LengthMismatch(Layer::Ipv4));
+    }
+    Ok(())
+}
+
+/// The transport part of a frame to emit: BTH and the headers after it.
+/// The TLM block (up to ~370 bytes) is borrowed, so that building one of
+/// these per packet copies no telemetry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportRepr<'t> {
+    pub bth: BthRepr,
+    pub tlm: Option<&'t TlmRepr>,
+    pub reth: Option<RethRepr>,
+    pub atomic: Option<AtomicEthRepr>,
+    pub imm: Option<u32>,
+    pub ieth: Option<u32>,
+    pub aeth: Option<AethRepr>,
+    pub atomic_ack: Option<u64>,
+    pub probe: Option<ProbeRepr>,
+    pub notify: Option<NotifyRepr>,
+}
+
+impl<'t> TransportRepr<'t> {
+    /// BTH of `opcode` to `dest_qp` at `psn`, no other header; callers fill
+    /// in what the opcode needs.
+    pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
+        TransportRepr {
+            bth: BthRepr::new(opcode, dest_qp, psn),
+            tlm: None,
+            reth: None,
+            atomic: None,
+            imm: None,
+            ieth: None,
+            aeth: None,
+            atomic_ack: None,
+            probe: None,
+            notify: None,
+        }
+    }
+
+    fn tlm_len(&self) -> usize {
+        self.tlm.map_or(0, |t| t.block_len())
+    }
+
+    /// Bytes from BTH up to the payload.
+    pub fn header_len(&self) -> usize {
+        transport_header_len(self.bth.opcode, self.tlm_len())
+    }
+
+    /// Bytes from BTH to the end of the frame with `payload_len` bytes of
+    /// payload (pad and ICRC included).
+    pub fn len_with(&self, payload_len: usize) -> usize {
+        self.header_len() + payload_len + pad_for(payload_len) + icrc::ICRC_LEN
+    }
+
+    /// Checks that the headers present are those the opcode's layout lists
+    /// and that a payload is allowed.
     pub fn check(&self, payload_len: usize) -> Result<(), WireError> {
         let op = self.bth.opcode;
         let l = op.layout();
@@ -323,48 +439,26 @@ impl PacketRepr {
         if payload_len > 0 && !l.payload {
             return Err(WireError::LengthMismatch(Layer::Payload));
         }
-        if self.frame_len(payload_len) - self.eth.header_len() > usize::from(u16::MAX) {
-            return Err(WireError::LengthMismatch(Layer::Ipv4));
-        }
         Ok(())
     }
 
-    /// Emits the frame with `payload` into `buf`; returns the frame length.
-    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
-        self.emit_with(payload.len(), buf, |p| p.copy_from_slice(payload))
-    }
-
-    /// Emits the frame, letting `fill` write the `payload_len` payload bytes
-    /// in place (so that memory-region data is copied once, straight into
-    /// the frame). Pad and ICRC are written after `fill` returns.
-    pub fn emit_with(
+    /// Writes BTH and what follows it into `frame` (the whole frame, its
+    /// outer headers written, the IPv4 header at `ip_at`), `fill` writing
+    /// the payload in place, then the pad and the ICRC. Checked already.
+    fn emit_after_outer(
         &self,
+        frame: &mut [u8],
+        ip_at: usize,
         payload_len: usize,
-        buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
-        self.check(payload_len)?;
-        let need = self.frame_len(payload_len);
-        if buf.len() < need {
-            return Err(WireError::BufferTooSmall {
-                need,
-                have: buf.len(),
-            });
-        }
-        let frame = &mut buf[..need];
-        let ip_at = self.eth.header_len();
-        let udp_at = ip_at + ipv4::HEADER_LEN;
-        let bth_at = udp_at + udp::HEADER_LEN;
+        let bth_at = ip_at + ipv4::HEADER_LEN + udp::HEADER_LEN;
         let pad = pad_for(payload_len);
-
-        self.eth.emit(frame)?;
-        self.ip.emit(&mut frame[ip_at..], need - udp_at);
-        self.udp.emit(&mut frame[udp_at..], need - bth_at);
         self.bth.emit(&mut frame[bth_at..], pad, self.tlm.is_some());
 
         let mut at = bth_at + bth::HEADER_LEN;
-        let tlm_len = self.tlm.map_or(0, |t| t.block_len());
-        if let Some(t) = &self.tlm {
+        let tlm_len = self.tlm_len();
+        if let Some(t) = self.tlm {
             t.emit(&mut frame[at..]);
             at += tlm_len;
         }
@@ -407,6 +501,88 @@ impl PacketRepr {
         at += pad;
         let crc = icrc::compute(&frame[ip_at..at], tlm_len)?;
         frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
-        Ok(need)
+        Ok(at + icrc::ICRC_LEN)
     }
 }
+
+/// The outer headers (Ethernet with its tag, IPv4, UDP) every frame of one
+/// QP shares, emitted once and copied in front of each packet with only
+/// the lengths, the IP ident and the IP checksum patched: what a NIC's
+/// QP context holds, so that no packet builds its headers from fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTemplate {
+    head: [u8; ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN],
+    /// Bytes of `head` used (42 untagged, 46 tagged).
+    len: u8,
+    /// One's complement sum of the IPv4 header's 16-bit words with total
+    /// length, ident and checksum zero.
+    ip_sum: u32,
+}
+
+impl FrameTemplate {
+    /// The template of frames with these outer headers (`ip.ident` is
+    /// ignored: every packet brings its own).
+    pub fn new(eth: &EthernetRepr, ip: &Ipv4Repr, udp: &UdpRepr) -> Self {
+        let mut head = [0; ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + OUTER_IP_UDP];
+        let ip_at = eth.header_len();
+        // Cannot fail: `head` holds the longest Ethernet header.
+        let _ = eth.emit(&mut head);
+        let ip0 = Ipv4Repr { ident: 0, ..*ip };
+        ip0.emit(&mut head[ip_at..], 0);
+        udp.emit(&mut head[ip_at + ipv4::HEADER_LEN..], 0);
+        let mut h = [0u8; ipv4::HEADER_LEN];
+        h.copy_from_slice(&head[ip_at..ip_at + ipv4::HEADER_LEN]);
+        h[2..4].fill(0); // total length
+        h[10..12].fill(0); // checksum
+        let ip_sum = h
+            .chunks_exact(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        FrameTemplate {
+            head,
+            len: (ip_at + OUTER_IP_UDP) as u8,
+            ip_sum,
+        }
+    }
+
+    /// Length of the frame `t` with `payload_len` payload bytes.
+    pub fn frame_len(&self, t: &TransportRepr<'_>, payload_len: usize) -> usize {
+        usize::from(self.len) + t.len_with(payload_len)
+    }
+
+    /// Emits the frame `t` with the IP ident `ident` into `buf`, `fill`
+    /// writing the payload in place; the same bytes as
+    /// [`PacketRepr::emit_with`] of the same headers.
+    pub fn emit_with(
+        &self,
+        t: &TransportRepr<'_>,
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        t.check(payload_len)?;
+        let need = self.frame_len(t, payload_len);
+        let len = usize::from(self.len);
+        let ip_at = len - OUTER_IP_UDP;
+        let ip_len = need - ip_at;
+        check_ipv4_len(ip_len)?;
+        let frame = take_frame(buf, need)?;
+        frame[..len].copy_from_slice(&self.head[..len]);
+        let total = ip_len as u16;
+        let mut sum = self.ip_sum + u32::from(total) + u32::from(ident);
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let ip = &mut frame[ip_at..];
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[4..6].copy_from_slice(&ident.to_be_bytes());
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let udp_len = (ip_len - ipv4::HEADER_LEN) as u16;
+        ip[ipv4::HEADER_LEN + 4..ipv4::HEADER_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
+        t.emit_after_outer(frame, ip_at, payload_len, fill)
+    }
+}
+
+/// IPv4 and UDP header bytes.
+const OUTER_IP_UDP: usize = ipv4::HEADER_LEN + udp::HEADER_LEN;
