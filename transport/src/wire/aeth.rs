@@ -16,6 +16,7 @@ pub struct Aeth<T> {
 }
 
 impl<T: AsRef<[u8]>> Aeth<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         check_len(buffer.as_ref(), HEADER_LEN, Layer::Aeth)?;
         Ok(Aeth { buffer })
@@ -102,6 +103,7 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Aeth<T>) -> Self {
         AethRepr {
             syndrome: h.syndrome(),

@@ -27,6 +27,7 @@ pub struct Bth<T> {
 }
 
 impl<T: AsRef<[u8]>> Bth<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         check_len(buffer.as_ref(), HEADER_LEN, Layer::Bth)?;
         Ok(Bth { buffer })
@@ -87,6 +88,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     }
 
     /// Does a TLM block follow (T set, or a telemetry opcode)?
+    #[inline]
     pub fn has_tlm(&self) -> bool {
         self.tlm_flag() || (0xC0..=0xC2).contains(&self.opcode_raw())
     }
@@ -134,6 +136,7 @@ impl BthRepr {
     }
 
     /// Reads a checked BTH: refuses TVer != 0 and unknown opcodes.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Bth<T>) -> Result<Self, WireError> {
         if h.tver() != 0 {
             return Err(WireError::BadTransportVersion(h.tver()));

@@ -80,6 +80,7 @@ pub struct EthernetFrame<T> {
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Wraps `buffer` after checking it holds the header (and the tag, when
     /// the frame has one).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         check_len(b, HEADER_LEN, Layer::Ethernet)?;
@@ -102,6 +103,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The frame's 802.1Q tag, if it has one.
+    #[inline]
     pub fn vlan(&self) -> Option<VlanTag> {
         let b = self.buffer.as_ref();
         (get_u16(b, 12) == TPID_8021Q).then(|| VlanTag::from_tci(get_u16(b, 14)))
@@ -187,6 +189,7 @@ pub struct EthernetRepr {
 
 impl EthernetRepr {
     /// Reads the header; refuses anything but IPv4.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> Result<Self, WireError> {
         if f.ethertype() != ETHERTYPE_IPV4 {
             return Err(WireError::NotIpv4(f.ethertype()));

@@ -23,6 +23,7 @@ pub struct Ipv4Packet<T> {
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Checks version, header length and total length against the buffer.
     /// The buffer may be longer than the packet (Ethernet padding).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         check_len(b, HEADER_LEN, Layer::Ipv4)?;
@@ -116,6 +117,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Does the header checksum verify?
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum(&self.b()[..self.header_len()]) == 0
     }
@@ -206,6 +208,7 @@ impl Default for Ipv4Repr {
 impl Ipv4Repr {
     /// Reads a checked header: refuses bad checksums, fragments and anything
     /// but UDP.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Result<Self, WireError> {
         if !p.verify_checksum() {
             return Err(WireError::BadIpChecksum);

@@ -175,6 +175,7 @@ impl Opcode {
     }
 
     /// The headers this opcode carries.
+    #[inline]
     pub const fn layout(self) -> Layout {
         use Opcode::*;
         let payload = Layout {

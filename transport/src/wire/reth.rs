@@ -13,6 +13,7 @@ pub struct Reth<T> {
 }
 
 impl<T: AsRef<[u8]>> Reth<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         check_len(buffer.as_ref(), HEADER_LEN, Layer::Reth)?;
         Ok(Reth { buffer })
@@ -42,6 +43,7 @@ pub struct RethRepr {
 }
 
 impl RethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Self {
         RethRepr {
             va: h.va(),

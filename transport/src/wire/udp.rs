@@ -18,6 +18,7 @@ pub struct UdpPacket<T> {
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// `buffer` must be the IP payload: the UDP length must equal its size.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         check_len(b, HEADER_LEN, Layer::Udp)?;
@@ -67,6 +68,7 @@ pub struct UdpRepr {
 impl UdpRepr {
     /// Refuses datagrams not addressed to the RoCEv2 port. The checksum is
     /// not checked (RoCEv2 senders put 0; the ICRC protects the data).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<Self, WireError> {
         if p.dst_port() != ROCE_PORT {
             return Err(WireError::NotRoce(p.dst_port()));
