@@ -108,6 +108,13 @@ pub struct PerfArgs {
     /// The dataplane binary --loopback starts [default: next to this one].
     #[arg(long)]
     pub dataplane: Option<PathBuf>,
+    /// Where the daemon's lcore and this thread run when --loopback starts
+    /// the daemon itself: `auto` gives the daemon's lcore the last CPU of
+    /// this process's set and this thread the first (a poll-mode core of
+    /// its own, as DPDK applications run; with one CPU both float), `none`
+    /// lets both float where the scheduler puts them.
+    #[arg(long, value_enum, default_value_t = Pin::Auto)]
+    pub pin: Pin,
     /// Interleave ours with the baselines (raw DPDK over the same backend,
     /// kernel UDP over loopback) for --rounds rounds at the (last) size and
     /// print the median, min and max of the per-round ratios. Needs
@@ -123,6 +130,13 @@ pub struct PerfArgs {
     /// Rounds of --compare (at least 10).
     #[arg(long, default_value_t = 10)]
     pub rounds: u32,
+}
+
+/// CPU placement of `--loopback`'s own daemon and of the benchmark thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pin {
+    Auto,
+    None,
 }
 
 impl PerfArgs {

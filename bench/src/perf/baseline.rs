@@ -60,13 +60,21 @@ impl Dpdk {
             "-m",
             "256",
             "--log-level=lib.eal:warning",
-            // Float over every CPU instead of pinning to CPU 0, where the
-            // daemon's lcore runs.
-            "--lcores=0@(0-1)",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // The EAL moves this thread (its main lcore) to the CPUs it is
+        // given: keep the set the thread has (one CPU when --pin placed
+        // it, all of them otherwise), not CPU 0 where a daemon may run.
+        let cpus: Vec<String> = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect();
+        if !cpus.is_empty() {
+            args.push(format!("--lcores=0@({})", cpus.join(",")));
+        }
         args.push(format!("--file-prefix=bench-{pid}"));
         let memif = match backend {
             "net_ring" => false,

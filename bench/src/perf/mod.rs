@@ -21,6 +21,7 @@ pub mod conn;
 pub mod daemon;
 pub mod lat;
 pub mod report;
+pub mod xcore;
 
 use std::time::Instant;
 
@@ -29,7 +30,8 @@ pub use args::{PerfArgs, Test};
 /// Runs one benchmark; the error names what went wrong.
 pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
     a.validate(test)?;
-    let _daemon = if a.loopback { daemon::ensure(a)? } else { None };
+    let daemon = if a.loopback { daemon::ensure(a)? } else { None };
+    let daemon_cpu = daemon.as_ref().and_then(daemon::Daemon::cpu);
     let mut conn = conn::Conn::establish(test, a)?;
     report::settings(test, a, &conn);
     report::connection(&conn);
@@ -65,7 +67,7 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
     }
     if a.compare {
         let size = *sizes.last().expect("at least one size");
-        let ratios = compare(test, a, &mut conn, size)?;
+        let ratios = compare(test, a, &mut conn, size, daemon_cpu)?;
         json.ratios(&ratios);
     }
     conn.finish()?;
@@ -91,6 +93,7 @@ fn compare(
     a: &PerfArgs,
     conn: &mut conn::Conn,
     size: u32,
+    daemon_cpu: Option<usize>,
 ) -> Result<Vec<report::Ratio>, String> {
     if !conn.is_local() {
         return Err("--compare needs --loopback (both sides in this process)".into());
@@ -99,9 +102,10 @@ fn compare(
     let mut udp = baseline::Udp::new()?;
     if test.is_latency() {
         let iters = a.iterations(test).clamp(1, 1000);
-        let (mut r_dpdk, mut r_udp) = (Vec::new(), Vec::new());
+        let (mut r_dpdk, mut r_udp, mut r_xcore) = (Vec::new(), Vec::new(), Vec::new());
+        let mut xcore = xcore::CrossCore::new(size, daemon_cpu);
         println!(
-            " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback",
+            " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback, the cross-core floor (a helper thread moving each message between two buffers: doorbell, copy, marker, no protocol)",
             a.rounds, conn.backend
         );
         for round in 0..a.rounds {
@@ -109,18 +113,22 @@ fn compare(
             let ours = lat::run(test, a, conn, size, iters, Instant::now(), None)?.typical_rtt_ns();
             let echo = floor.echo_rtt_ns(size, conn.mtu, iters)?;
             let u = udp.ping_pong_rtt_ns(size, iters)?;
+            let x = xcore.rtt_ns(iters)?;
             r_dpdk.push(ours / echo);
             r_udp.push(ours / u);
+            r_xcore.push(ours / x);
             println!(
-                "   round {round:>2}: ours rtt {:.2} us  dpdk-echo {:.2} us  udp {:.2} us",
+                "   round {round:>2}: ours rtt {:.2} us  dpdk-echo {:.2} us  udp {:.2} us  xcore {:.2} us",
                 ours / 1e3,
                 echo / 1e3,
-                u / 1e3
+                u / 1e3,
+                x / 1e3
             );
         }
         let ratios = vec![
             report::Ratio::of("ours/dpdk-echo", &r_dpdk),
             report::Ratio::of("ours/udp", &r_udp),
+            report::Ratio::of("ours/xcore", &r_xcore),
         ];
         for r in &ratios {
             println!("{r}");

@@ -43,6 +43,12 @@ struct Cli {
     /// Control socket to serve on [default: `socket` of [service]].
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// Run the dataplane's lcore on these CPUs only (a list such as `1`,
+    /// `2-3` or `0,2`) instead of floating over every online CPU, so that
+    /// it has a core of its own; refused when the config's EAL arguments
+    /// name lcores themselves.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -349,8 +355,13 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let mut args = checked.eal_args.clone();
-    if let Some(lcores) = floating_lcores(&args) {
-        args.push(lcores);
+    match lcore_placement(&args, cli.cpus.as_deref()) {
+        Ok(Some(lcores)) => args.push(lcores),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("dataplane: {}: {e}", config.display());
+            return ExitCode::from(2);
+        }
     }
     let prefix = cli
         .file_prefix
@@ -386,22 +397,83 @@ fn main() -> ExitCode {
     }
 }
 
-/// Unless the config's EAL arguments name the lcores (`-l`, `-c`,
-/// `--lcores`), the EAL would pin its main lcore (the dataplane's loop) to
-/// CPU 0, where it competes with whatever else the machine pins there;
-/// instead it floats over every online CPU and the scheduler places it.
-fn floating_lcores(args: &[String]) -> Option<String> {
+/// Where the dataplane's lcore runs. With `--cpus LIST`, on those CPUs.
+/// Otherwise, unless the config's EAL arguments name the lcores (`-l`,
+/// `-c`, `--lcores`), the EAL would pin its main lcore to CPU 0, where it
+/// competes with whatever else the machine pins there; instead it floats
+/// over every online CPU and the scheduler places it.
+fn lcore_placement(args: &[String], cpus: Option<&str>) -> Result<Option<String>, String> {
     let named = args.iter().any(|a| {
         a == "-l" || a == "-c" || a.starts_with("--lcores") || (a.starts_with("-l") && a.len() > 2)
     });
-    if named {
-        return None;
+    if let Some(list) = cpus {
+        if named {
+            return Err(format!(
+                "--cpus {list}: the config's [eal] args name the lcores already; drop one of the two"
+            ));
+        }
+        if !is_cpu_list(list) {
+            return Err(format!(
+                "--cpus {list:?}: not a CPU list (numbers, ranges a-b, separated by commas)"
+            ));
+        }
+        return Ok(Some(format!("--lcores=0@({list})")));
     }
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
-    let online = online.trim();
-    let ok = !online.is_empty()
-        && online
-            .chars()
-            .all(|c| c.is_ascii_digit() || c == '-' || c == ',');
-    ok.then(|| format!("--lcores=0@({online})"))
+    if named {
+        return Ok(None);
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| is_cpu_list(s));
+    Ok(online.map(|o| format!("--lcores=0@({o})")))
+}
+
+/// A CPU list as the kernel prints one: `0`, `0-3`, `0,2-3`.
+fn is_cpu_list(s: &str) -> bool {
+    !s.is_empty()
+        && s.split(',').all(|part| {
+            let mut ends = part.splitn(2, '-');
+            let num = |x: Option<&str>| {
+                x.is_some_and(|x| {
+                    !x.is_empty() && x.len() < 5 && x.bytes().all(|b| b.is_ascii_digit())
+                })
+            };
+            let first = ends.next();
+            match ends.next() {
+                None => num(first),
+                Some(last) => num(first) && num(Some(last)),
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_as_the_kernel_prints_them() {
+        for ok in ["0", "1", "0-1", "0,2-3", "12"] {
+            assert!(is_cpu_list(ok), "{ok}");
+        }
+        for bad in ["", "a", "0-", "-1", "1,,2", "0-1-2", "1 ", "123456"] {
+            assert!(!is_cpu_list(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cpus_pin_the_lcore_unless_the_config_names_lcores() {
+        let plain = vec!["--no-huge".to_string()];
+        assert_eq!(
+            lcore_placement(&plain, Some("1")),
+            Ok(Some("--lcores=0@(1)".into()))
+        );
+        let named = vec!["-l".to_string(), "0".to_string()];
+        let e = lcore_placement(&named, Some("1")).unwrap_err();
+        assert!(e.contains("--cpus 1"), "{e}");
+        assert_eq!(lcore_placement(&named, None), Ok(None));
+        assert!(lcore_placement(&plain, Some("x"))
+            .unwrap_err()
+            .contains("\"x\""));
+    }
 }

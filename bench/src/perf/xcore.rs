@@ -1,0 +1,174 @@
+//! The cross-core floor of `write-lat --compare`: what any NIC whose
+//! dataplane runs on another core than the application pays, with no
+//! protocol at all. A helper thread stands for the dataplane: it spins on
+//! a doorbell word the application side writes, copies the message from
+//! the sender's buffer into the receiver's and stores the receiver's
+//! marker, which the application side spins on. One round trip is two
+//! such hops (client -> server, server -> client), as a WRITE ping-pong
+//! through our daemon; each hop moves the doorbell, the message and the
+//! marker between the two cores. The helper runs where the daemon's lcore
+//! runs (its CPU when `--pin` placed it, floating otherwise); outside a measurement it sleeps, so that it takes no CPU
+//! from the rounds of ours and the other baselines.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One direction's buffers: the sender's message, the doorbell it rings,
+/// the receiver's copy and its marker.
+struct Hop {
+    src: Vec<AtomicU64>,
+    doorbell: AtomicU64,
+    dst: Vec<AtomicU64>,
+    marker: AtomicU64,
+}
+
+impl Hop {
+    fn new(words: usize) -> Hop {
+        let v = || (0..words).map(|_| AtomicU64::new(0)).collect();
+        Hop {
+            src: v(),
+            doorbell: AtomicU64::new(0),
+            dst: v(),
+            marker: AtomicU64::new(0),
+        }
+    }
+
+    /// The application side writes the message and rings.
+    fn post(&self, seq: u64) {
+        for w in &self.src {
+            w.store(seq, Ordering::Relaxed);
+        }
+        self.doorbell.store(seq, Ordering::Release);
+    }
+
+    /// The dataplane side: a new doorbell moves the message; returns
+    /// whether one did.
+    fn serve(&self, seen: &mut u64) -> bool {
+        let seq = self.doorbell.load(Ordering::Acquire);
+        if seq == *seen {
+            return false;
+        }
+        *seen = seq;
+        for (s, d) in self.src.iter().zip(&self.dst) {
+            d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.marker.store(seq, Ordering::Release);
+        true
+    }
+
+    /// The receiving application spins until the message `seq` is there.
+    fn wait(&self, seq: u64, stop: &AtomicBool) -> Result<(), String> {
+        let t0 = Instant::now();
+        let mut k = 0u32;
+        while self.marker.load(Ordering::Acquire) != seq {
+            k = k.wrapping_add(1);
+            if k % 4096 == 0 && t0.elapsed() > Duration::from_secs(30) {
+                stop.store(true, Ordering::Relaxed);
+                return Err("the cross-core helper did not move a message in 30 s".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Shared {
+    there: Hop,
+    back: Hop,
+    stop: AtomicBool,
+    /// A measurement runs: the helper spins.
+    active: AtomicBool,
+}
+
+/// The helper thread and the two directions it serves.
+pub struct CrossCore {
+    shared: Arc<Shared>,
+    helper: Option<JoinHandle<()>>,
+    seq: u64,
+}
+
+impl CrossCore {
+    /// Buffers for messages of `size` bytes (rounded up to 8); the helper
+    /// on CPU `cpu`, or floating.
+    pub fn new(size: u32, cpu: Option<usize>) -> CrossCore {
+        let words = (size as usize).div_ceil(8).max(1);
+        let shared = Arc::new(Shared {
+            there: Hop::new(words),
+            back: Hop::new(words),
+            stop: AtomicBool::new(false),
+            active: AtomicBool::new(false),
+        });
+        let s = Arc::clone(&shared);
+        let helper = std::thread::spawn(move || {
+            if let Some(id) = cpu {
+                core_affinity::set_for_current(core_affinity::CoreId { id });
+            }
+            let (mut a, mut b) = (0, 0);
+            while !s.stop.load(Ordering::Relaxed) {
+                if !s.active.load(Ordering::Acquire) {
+                    std::thread::park_timeout(Duration::from_millis(1));
+                    continue;
+                }
+                s.there.serve(&mut a);
+                s.back.serve(&mut b);
+            }
+        });
+        CrossCore {
+            shared,
+            helper: Some(helper),
+            seq: 0,
+        }
+    }
+
+    /// Median round trip (two hops) over `iters` ping-pongs, ns.
+    pub fn rtt_ns(&mut self, iters: u64) -> Result<f64, String> {
+        let s = Arc::clone(&self.shared);
+        s.active.store(true, Ordering::Release);
+        if let Some(h) = &self.helper {
+            h.thread().unpark();
+        }
+        let mut v = Vec::with_capacity(iters as usize);
+        let mut run = || -> Result<(), String> {
+            for _ in 0..iters.max(1) {
+                self.seq += 1;
+                let t0 = Instant::now();
+                s.there.post(self.seq);
+                s.there.wait(self.seq, &s.stop)?;
+                s.back.post(self.seq);
+                s.back.wait(self.seq, &s.stop)?;
+                v.push(t0.elapsed().as_nanos() as f64);
+            }
+            Ok(())
+        };
+        let r = run();
+        s.active.store(false, Ordering::Release);
+        r?;
+        Ok(super::baseline::median(&mut v))
+    }
+}
+
+impl Drop for CrossCore {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.helper.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hop_delivers_the_message() {
+        let mut x = CrossCore::new(64, None);
+        assert!(x.rtt_ns(100).unwrap() > 0.0);
+        let s = &x.shared;
+        for h in [&s.there, &s.back] {
+            assert!(h.dst.iter().all(|w| w.load(Ordering::Relaxed) == 100));
+            assert_eq!(h.marker.load(Ordering::Relaxed), 100);
+        }
+    }
+}
