@@ -102,6 +102,22 @@ pub(crate) struct Outcome {
     pub error: Option<super::QpError>,
 }
 
+/// The telemetry blocks a QP keeps (each ~250 bytes), allocated once with
+/// the QP and kept out of line, so that the fields every packet touches
+/// share a few cache lines.
+#[derive(Default)]
+struct QpTlm {
+    /// Newest telemetry stack received (inband mode), echoed in ACKs.
+    last: Option<TlmRepr>,
+    /// The empty TLM block data packets carry (inband and receiver-based
+    /// modes), kept to be borrowed by every packet.
+    data: Option<TlmRepr>,
+    /// A probe's answer waiting to go (probe mode's responder).
+    probe_resp: Option<(ProbeRepr, TlmRepr)>,
+    /// A notification waiting to go (receiver-based mode's responder).
+    notify: Option<(Notification, TlmRepr)>,
+}
+
 pub(crate) struct Qp {
     pub qpn: Qpn,
     /// The protection domain whose regions this QP reaches.
@@ -120,16 +136,11 @@ pub(crate) struct Qp {
     probe: Option<ProbeClock>,
     rx_hpcc: Option<RxHpcc>,
     cnp: CnpLimiter,
-    /// Newest telemetry stack received (inband mode), echoed in ACKs.
-    last_tlm: Option<TlmRepr>,
-    /// The empty TLM block data packets carry (inband and receiver-based
-    /// modes), kept to be borrowed by every packet.
-    data_tlm: Option<TlmRepr>,
+    /// Telemetry blocks, out of line.
+    tlm: Box<QpTlm>,
     /// Outer headers of every frame to the peer (from RTR on).
     template: Option<FrameTemplate>,
     pending_probe: Option<ProbeRequest>,
-    pending_probe_resp: Option<(ProbeRepr, TlmRepr)>,
-    pending_notify: Option<(Notification, TlmRepr)>,
     pending_cnp: bool,
     pub in_ctrl: bool,
     /// The deadline filed in the engine's timer heap.
@@ -193,17 +204,17 @@ impl Qp {
             },
             rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
             cnp: CnpLimiter::new(CnpLimiter::DEFAULT_INTERVAL_NS),
-            last_tlm: None,
-            data_tlm: match cfg.cc {
-                CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
-                    Some(TlmRepr::empty(maxhop))
-                }
-                _ => None,
-            },
+            tlm: Box::new(QpTlm {
+                data: match cfg.cc {
+                    CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
+                        Some(TlmRepr::empty(maxhop))
+                    }
+                    _ => None,
+                },
+                ..QpTlm::default()
+            }),
             template: None,
             pending_probe: None,
-            pending_probe_resp: None,
-            pending_notify: None,
             pending_cnp: false,
             in_ctrl: false,
             armed: None,
@@ -347,7 +358,7 @@ impl Qp {
         );
         self.cc = fresh.cc;
         self.mode = fresh.mode;
-        self.data_tlm = fresh.data_tlm;
+        self.tlm.data = fresh.tlm.data;
         self.probe = fresh.probe;
         self.rx_hpcc = fresh.rx_hpcc;
         Ok(())
@@ -371,9 +382,9 @@ impl Qp {
     pub fn has_ctrl(&self) -> bool {
         self.resp.has_ack()
             || self.pending_probe.is_some()
-            || self.pending_probe_resp.is_some()
-            || self.pending_notify.is_some()
             || self.pending_cnp
+            || self.tlm.probe_resp.is_some()
+            || self.tlm.notify.is_some()
     }
 
     /// The earliest timer of this QP.
@@ -496,7 +507,7 @@ impl Qp {
             Opcode::TlmRequest => {
                 if let (Some(probe), Some(mut t)) = (p.repr.probe, p.repr.tlm) {
                     t.echo = true;
-                    self.pending_probe_resp = Some((probe, t));
+                    self.tlm.probe_resp = Some((probe, t));
                 }
             }
             Opcode::TlmResponse => {
@@ -567,13 +578,13 @@ impl Qp {
     fn on_request_telemetry(&mut self, now: u64, p: &Packet<'_>) {
         if let Some(t) = p.repr.tlm {
             match self.mode {
-                CcMode::HpccInband { .. } => self.last_tlm = Some(t),
+                CcMode::HpccInband { .. } => self.tlm.last = Some(t),
                 CcMode::RxHpcc { .. } => {
                     if let Some(rx) = self.rx_hpcc.as_mut() {
                         if let Some(n) = rx.new_int(now, &hops_of(&t)) {
                             let mut echo = t;
                             echo.echo = true;
-                            self.pending_notify = Some((n, echo));
+                            self.tlm.notify = Some((n, echo));
                         }
                     }
                 }
@@ -656,7 +667,7 @@ impl Qp {
             .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len });
         r.atomic = t.atomic;
         r.imm = t.imm;
-        r.tlm = self.data_tlm.as_ref();
+        r.tlm = self.tlm.data.as_ref();
         r
     }
 
@@ -789,24 +800,24 @@ impl Qp {
             });
             // The newest telemetry is echoed once, by a positive ACK,
             // borrowed where it lies.
-            let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED && self.last_tlm.is_some();
+            let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED && self.tlm.last.is_some();
             if echo {
-                if let Some(t) = self.last_tlm.as_mut() {
+                if let Some(t) = self.tlm.last.as_mut() {
                     t.echo = true;
                 }
-                r.tlm = self.last_tlm.as_ref();
+                r.tlm = self.tlm.last.as_ref();
             }
             let n = self.emit(&r, ident, 0, buf, |_| ());
             if echo {
-                self.last_tlm = None;
+                self.tlm.last = None;
             }
             n
-        } else if let Some((probe, tlm)) = self.pending_probe_resp.take() {
+        } else if let Some((probe, tlm)) = self.tlm.probe_resp.take() {
             let mut r = self.transport(Opcode::TlmResponse, 0);
             r.probe = Some(probe);
             r.tlm = Some(&tlm);
             self.emit(&r, ident, 0, buf, |_| ())
-        } else if let Some((n, tlm)) = self.pending_notify.take() {
+        } else if let Some((n, tlm)) = self.tlm.notify.take() {
             let mut r = self.transport(Opcode::CcNotify, 0);
             r.notify = Some(NotifyRepr {
                 window_bytes: n.window_bytes,
