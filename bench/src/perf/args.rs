@@ -108,6 +108,11 @@ pub struct PerfArgs {
     /// The dataplane binary --loopback starts [default: next to this one].
     #[arg(long)]
     pub dataplane: Option<PathBuf>,
+    /// Messages of up to this many bytes are posted inline (copied into
+    /// the WQE, IBV_SEND_INLINE) [default: for write-lat perftest's 220,
+    /// capped at the device's 128; 0 otherwise]
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline_size: Option<u32>,
     /// Where the daemon's lcore and this thread run when --loopback starts
     /// the daemon itself: `auto` gives the daemon's lcore the last CPU of
     /// this process's set and this thread the first (a poll-mode core of
@@ -144,6 +149,12 @@ impl PerfArgs {
     pub fn validate(&self, test: Test) -> Result<(), String> {
         if self.qps == 0 || self.qps > 64 {
             return Err(format!("-q {}: QPs must be 1..=64", self.qps));
+        }
+        let max_inline = transport::rc::MAX_INLINE_DATA as u32;
+        if let Some(i) = self.inline_size.filter(|&i| i > max_inline) {
+            return Err(format!(
+                "-I {i}: the device carries at most {max_inline} inline bytes"
+            ));
         }
         if self.tx_depth == 0 || self.tx_depth > 4096 {
             return Err(format!("-t {}: TX depth must be 1..=4096", self.tx_depth));
@@ -203,6 +214,16 @@ impl PerfArgs {
                 .size
                 .unwrap_or(if test.is_latency() { 2 } else { 65536 })]
         }
+    }
+
+    /// The largest message posted inline: `-I`, or perftest's default for
+    /// the test (220 bytes for write-lat, none otherwise), at most what a
+    /// WQE carries.
+    pub fn inline_size(&self, test: Test) -> u32 {
+        let max = transport::rc::MAX_INLINE_DATA as u32;
+        self.inline_size
+            .unwrap_or(if test == Test::WriteLat { 220 } else { 0 })
+            .min(max)
     }
 
     pub fn iterations(&self, test: Test) -> u64 {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::dpdk::rdtsc;
 use hdrhistogram::Histogram;
-use verbs::{Completion, Cq, WcStatus};
+use verbs::{Completion, Cq, WcStatus, WorkRequest, WrOp};
 
 use super::args::{PerfArgs, Test};
 use super::conn::{Conn, Side};
@@ -82,9 +82,18 @@ fn spin_cq(side: &Side, buf: &mut [Completion]) -> Result<(), String> {
     }
 }
 
-fn post_write(from: &Side, qp: usize, size: u32, wr_id: u64) -> Result<(), String> {
-    from.qps[qp]
-        .post_write(from.send_buf(size), &from.remote, 0, wr_id, true)
+/// Posts the WRITE of the side's send buffer, inline when the message
+/// is at most `inline` bytes (as perftest's `-I`).
+fn post_write(from: &Side, qp: usize, size: u32, wr_id: u64, inline: u32) -> Result<(), String> {
+    let q = &from.qps[qp];
+    if size > 0 && size <= inline {
+        let at = from.half as usize;
+        let data = &from.mr.as_slice()[at..at + size as usize];
+        let wr = WorkRequest::inline(wr_id, WrOp::Write, data, from.remote.va, from.remote.rkey)
+            .map_err(|e| e.to_string())?;
+        return q.post(&[wr]).map_err(|e| e.to_string());
+    }
+    q.post_write(from.send_buf(size), &from.remote, 0, wr_id, true)
         .map_err(|e| e.to_string())
 }
 
@@ -118,6 +127,7 @@ pub fn run(
     let q = a.qps as usize;
     let last = size.max(1) as usize - 1;
     let server_only = conn.client.is_none();
+    let inline = a.inline_size(test);
     if server_only {
         let s = conn.server.as_mut().expect("a side");
         if test == Test::WriteLat {
@@ -125,7 +135,7 @@ pub fn run(
                 let marker = (i % 255) as u8 + 1;
                 spin_byte(s, last, marker, &mut buf)?;
                 set_marker(s, size, marker);
-                post_write(s, i as usize % q, size, i)?;
+                post_write(s, i as usize % q, size, i, inline)?;
             }
         }
         conn.sync("size done")?;
@@ -151,13 +161,13 @@ pub fn run(
                 let c = conn.client.as_mut().expect("client");
                 set_marker(c, size, marker);
                 st[0] = stamp(traced);
-                post_write(c, qp, size, i)?;
+                post_write(c, qp, size, i, inline)?;
                 if let Some(s) = conn.server.as_mut() {
                     spin_byte(s, last, marker, &mut buf)?;
                     st[1] = stamp(traced);
                     set_marker(s, size, marker);
                     st[2] = stamp(traced);
-                    post_write(s, qp, size, i)?;
+                    post_write(s, qp, size, i, inline)?;
                 }
                 let c = conn.client.as_ref().expect("client");
                 spin_byte(c, last, marker, &mut buf)?;

@@ -47,6 +47,8 @@ pub fn settings(test: Test, a: &PerfArgs, c: &Conn) {
     }
     if test.is_read() {
         println!(" Outstand reads  : {}", a.outs);
+    } else {
+        println!(" Max inline data : {} B", a.inline_size(test));
     }
     println!("{RULE}");
 }
@@ -195,7 +197,7 @@ impl Json {
             "test": test.name(),
             "settings": {
                 "device": c.device, "backend": c.backend, "mtu": c.mtu, "qps": a.qps,
-                "cc": c.cc, "tx_depth": a.tx_depth, "outs": a.outs, "loopback": a.loopback,
+                "cc": c.cc, "tx_depth": a.tx_depth, "outs": a.outs, "inline_size": a.inline_size(test), "loopback": a.loopback,
             },
             "results": [],
         }))
