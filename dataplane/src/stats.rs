@@ -392,10 +392,11 @@ impl Snapshot {
         if let Some(c) = &self.service {
             let _ = writeln!(
                 s,
-                "service: apps {} (opened {} closed {})  qps {}  mrs {}  cqs {}  requests {} (errors {})  wqes_posted {}  wqe_errors {}  sq_corrupt {}  cqes_delivered {}  cq_overruns {}  tx_alloc_failures {}",
+                "service: apps {} (opened {} closed {})  qps {}  mrs {}  cqs {}  requests {} (errors {})  wqes_posted {}  wqe_errors {}  sq_corrupt {}  cqes_delivered {}  cq_overruns {}  tx_alloc_failures {}  passes {} (idle {}, rests {})",
                 c.apps, c.apps_opened, c.apps_closed, c.qps, c.mrs, c.cqs, c.requests,
                 c.request_errors, c.wqes_posted, c.wqe_errors, c.sq_corrupt,
-                c.cqes_delivered, c.cq_overruns, c.tx_alloc_failures
+                c.cqes_delivered, c.cq_overruns, c.tx_alloc_failures, c.passes, c.idle_passes,
+                c.rests
             );
         }
         if !self.switch_ports.is_empty() {

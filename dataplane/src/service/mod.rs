@@ -138,6 +138,15 @@ pub struct ServiceCounters {
     /// Asynchronous events dropped: the application let its queue fill.
     #[serde(default)]
     pub async_events_dropped: u64,
+    /// Passes of the dataplane loop (every host's pipeline once), and
+    /// those that moved nothing: with the run time, the length of a pass.
+    #[serde(default)]
+    pub passes: u64,
+    #[serde(default)]
+    pub idle_passes: u64,
+    /// Sleeps (or yields) of an idle dataplane.
+    #[serde(default)]
+    pub rests: u64,
 }
 
 /// Passes without work before the loop starts to give the CPU away.
@@ -367,11 +376,14 @@ impl Service {
                 }
             }
             busy |= self.poll();
+            self.counters.passes += 1;
             if busy {
                 idle = 0;
             } else {
+                self.counters.idle_passes += 1;
                 idle = idle.saturating_add(1);
                 if idle > IDLE_PASSES {
+                    self.counters.rests += 1;
                     self.rest();
                 }
             }

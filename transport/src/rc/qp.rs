@@ -392,14 +392,15 @@ impl Qp {
         if !self.state.sends() {
             return None;
         }
-        [
-            self.req.timer(),
-            self.cc.poll_timeout(),
-            self.probe.and_then(|p| p.deadline()),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let t = earliest(self.req.timer(), self.cc.poll_timeout());
+        match &self.probe {
+            Some(p) => earliest(t, p.deadline()),
+            None => t,
+        }
     }
 
     /// Runs the timers due at `now`; `Some` when retries are exhausted.
