@@ -8,9 +8,19 @@
 //! consumer index, and the consumer's "wake me" flag, each on its own line
 //! so that the two sides never write the same line — followed by a
 //! power-of-two number of slots. Indices are free-running `u32`s; a slot is
-//! `index & (capacity - 1)`. The producer writes a slot, then publishes the
-//! index with a release store; the consumer reads the index with an acquire
-//! load, then the slot.
+//! `index & (capacity - 1)`. The producer writes a slot, stamps it, then
+//! publishes the index with a release store.
+//!
+//! Every entry carries a stamp ([`RingEntry::STAMP_WORD`]): a byte that
+//! names the lap of the index it was written at ([`stamp_of`], never 0),
+//! written last with a release store, as a hardware NIC's owner bit. The
+//! consumer learns of new entries from their stamps, in the entry's own
+//! first cache line, which it reads anyway: the line of the producer index
+//! (which the producer has just written, a cross-core miss) is read only
+//! when no stamp is ready, to tell an empty ring from a scribbled index.
+//! Rings are zeroed when they are made (no entry is ready). The producer
+//! publishes its index at least once a lap, so a published index behind
+//! the stamped entries by more than the capacity is a scribbled one.
 //!
 //! Each side keeps its own index privately and only *reads* the other's
 //! from shared memory, which the other process may have scribbled on: an
@@ -28,7 +38,7 @@ use crate::rc::{
 };
 
 /// Version of this layout; the control protocol refuses another.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Cache line size the ring header separates indices by.
 pub const CACHE_LINE: usize = 64;
@@ -82,6 +92,7 @@ pub struct Wqe {
     pub flags: u8,
     /// Entries used in `sges`.
     pub num_sge: u8,
+    /// The ring's stamp (see [`RingEntry`]); 0 as built.
     pub _pad: u8,
     /// With [`WQE_INLINE`]: the message's length.
     pub inline_len: u32,
@@ -279,6 +290,7 @@ pub const RECV_WQE_MAX_SGE: usize = 7;
 pub struct RecvWqe {
     pub wr_id: u64,
     pub num_sge: u8,
+    /// Byte 2 is the ring's stamp (see [`RingEntry`]).
     pub _pad: [u8; 7],
     pub sges: [WqeSge; RECV_WQE_MAX_SGE],
 }
@@ -353,6 +365,7 @@ pub struct Cqe {
     pub _pad: u8,
     /// The immediate value the sender posted.
     pub imm: u32,
+    /// Byte 3 is the ring's stamp (see [`RingEntry`]).
     pub _reserved: [u8; 8],
 }
 
@@ -527,6 +540,36 @@ impl SharedMem for HeapSegment {
     }
 }
 
+/// An entry of a ring: where its stamp is. The stamp is the top byte
+/// (little-endian) of the 4-byte-aligned word at `STAMP_WORD`; the other
+/// three bytes of that word are the entry's own, written with it.
+pub trait RingEntry: Pod {
+    const STAMP_WORD: usize;
+}
+
+impl RingEntry for Wqe {
+    /// `opcode`, `flags`, `num_sge`, and the stamp in `_pad`.
+    const STAMP_WORD: usize = 40;
+}
+
+impl RingEntry for RecvWqe {
+    /// `num_sge`, `_pad[0..2]`, and the stamp in `_pad[2]`.
+    const STAMP_WORD: usize = 8;
+}
+
+impl RingEntry for Cqe {
+    /// `_reserved[0..3]`, and the stamp in `_reserved[3]`.
+    const STAMP_WORD: usize = 24;
+}
+
+/// The stamp of the entry at `index` of a ring of `capacity` slots: its
+/// lap (`index / capacity`, modulo 128) with the top bit set, so that a
+/// zeroed slot and the previous lap's entry are never ready.
+pub fn stamp_of(index: u32, capacity: u32) -> u8 {
+    let lap = index >> capacity.trailing_zeros();
+    0x80 | (lap & 0x7f) as u8
+}
+
 /// Where a ring lives in a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLayout {
@@ -548,6 +591,8 @@ pub enum RingError {
     BadCapacity(u32),
     #[error("the other side's index claims {0} entries, more than the capacity")]
     Corrupt(u32),
+    #[error("the other side's index announces {0} entries it never stamped")]
+    Unstamped(u32),
 }
 
 impl RingLayout {
@@ -584,6 +629,18 @@ impl RingLayout {
     fn slot_at(&self, index: u32) -> usize {
         self.offset + RING_HEADER + (index & (self.capacity - 1)) as usize * self.slot
     }
+
+    /// Offset of the stamp word of the entry at `index`.
+    fn stamp_at<T: RingEntry>(&self, index: u32) -> usize {
+        self.slot_at(index) + T::STAMP_WORD
+    }
+
+    /// Whether the entry at `index` carries its stamp (acquire: its bytes
+    /// are visible once it does).
+    fn stamped<T: RingEntry>(&self, mem: &impl SharedMem, index: u32) -> bool {
+        let w = mem.load_acquire(self.stamp_at::<T>(index));
+        (w >> 24) as u8 == stamp_of(index, self.capacity)
+    }
 }
 
 /// The producer's side of a ring of `T`.
@@ -599,7 +656,7 @@ pub struct Producer<T> {
     _t: core::marker::PhantomData<T>,
 }
 
-impl<T: Pod> Producer<T> {
+impl<T: RingEntry> Producer<T> {
     /// The producer of a ring whose indices start at 0.
     pub fn new(layout: RingLayout) -> Self {
         Producer {
@@ -639,13 +696,19 @@ impl<T: Pod> Producer<T> {
 
     /// Writes the first `len` bytes of `item` into the next slot (the rest
     /// of the slot keeps older bytes the consumer will not read).
+    /// The entry is ready for the consumer once this returns: its stamp
+    /// word is written last, with a release store.
     #[inline]
     pub fn write_prefix(&mut self, mem: &impl SharedMem, item: &T, len: usize) {
         let bytes = bytemuck::bytes_of(item);
-        mem.write_bytes(
-            self.layout.slot_at(self.prod),
-            &bytes[..len.min(bytes.len())],
-        );
+        let len = len.clamp(T::STAMP_WORD + 4, bytes.len());
+        let at = self.layout.slot_at(self.prod);
+        let w = T::STAMP_WORD;
+        mem.write_bytes(at, &bytes[..w]);
+        mem.write_bytes(at + w + 4, &bytes[w + 4..len]);
+        let word = u32::from_le_bytes([bytes[w], bytes[w + 1], bytes[w + 2], 0]);
+        let stamp = u32::from(stamp_of(self.prod, self.layout.capacity)) << 24;
+        mem.store_release(at + w, word | stamp);
         self.prod = self.prod.wrapping_add(1);
     }
 
@@ -683,7 +746,11 @@ pub struct Consumer<T> {
     _t: core::marker::PhantomData<T>,
 }
 
-impl<T: Pod> Consumer<T> {
+/// Entries [`Consumer::available`] counts by their stamps at most (it is
+/// asked again once they are consumed).
+const STAMP_SCAN: u32 = 32;
+
+impl<T: RingEntry> Consumer<T> {
     pub fn new(layout: RingLayout) -> Self {
         Consumer {
             layout,
@@ -697,18 +764,40 @@ impl<T: Pod> Consumer<T> {
         self.layout
     }
 
-    /// Entries waiting now (the producer index is read again only when
-    /// the entries it announced last time are consumed).
+    /// Entries waiting now: those the producer index announced last time
+    /// and not consumed yet, else those whose stamps are ready (up to 32),
+    /// else those the producer index announces now (read only then, to
+    /// tell an empty ring from a scribbled index).
     #[inline]
     pub fn available(&mut self, mem: &impl SharedMem) -> Result<u32, RingError> {
         let n = self.prod_seen.wrapping_sub(self.cons);
         if n > 0 && n <= self.layout.capacity {
             return Ok(n);
         }
+        let scan = self.layout.capacity.min(STAMP_SCAN);
+        let mut n = 0;
+        while n < scan && self.layout.stamped::<T>(mem, self.cons.wrapping_add(n)) {
+            n += 1;
+        }
+        if n > 0 {
+            self.prod_seen = self.cons.wrapping_add(n);
+            return Ok(n);
+        }
         let prod = mem.load_acquire(self.layout.prod());
         let n = prod.wrapping_sub(self.cons);
+        if n == 0 || self.cons.wrapping_sub(prod) <= self.layout.capacity {
+            // Behind the entries taken by their stamps by at most a lap:
+            // the producer has not published them yet (it publishes at
+            // least once a lap). Nothing is taken on its word alone.
+            return Ok(0);
+        }
         if n > self.layout.capacity {
             return Err(RingError::Corrupt(n));
+        }
+        // The producer stamps before it publishes: an entry the index
+        // announces is stamped by now, or the index was scribbled.
+        if !self.layout.stamped::<T>(mem, self.cons) {
+            return Err(RingError::Unstamped(n));
         }
         self.prod_seen = prod;
         Ok(n)
@@ -762,12 +851,19 @@ impl<T: Pod> Consumer<T> {
     /// Consumes every entry waiting now without reading it (a QP moved
     /// to RESET forgets its WRs); returns how many.
     pub fn discard_all(&mut self, mem: &impl SharedMem) -> Result<u32, RingError> {
-        let n = self.available(mem)?;
-        if n > 0 {
+        let mut total = 0u32;
+        loop {
+            let n = self.available(mem)?;
+            if n == 0 || total >= self.layout.capacity {
+                break;
+            }
             self.cons = self.cons.wrapping_add(n);
+            total += n;
+        }
+        if total > 0 {
             mem.store_release(self.layout.cons(), self.cons);
         }
-        Ok(n)
+        Ok(total)
     }
 
     /// Pops the next entry, if any.
@@ -896,6 +992,58 @@ mod tests {
             p.free(&seg, 1),
             Err(RingError::Corrupt(4u32.wrapping_sub(9)))
         );
+    }
+
+    /// The consumer learns of an entry from its stamp, before (and
+    /// without) the producer index; a zeroed slot, the previous lap's
+    /// entry and an entry whose item carried a stray stamp byte are told
+    /// apart from a ready one.
+    #[test]
+    fn entries_are_seen_by_their_stamps() {
+        let l = RingLayout::new(0, 4, 32).unwrap();
+        let seg = HeapSegment::new(RingLayout::bytes(4, 32));
+        let mut p = Producer::<Cqe>::new(l);
+        let mut c = Consumer::<Cqe>::new(l);
+        assert_eq!(c.available(&seg), Ok(0), "a zeroed ring is empty");
+        let mut e = cqe(7);
+        e._reserved[3] = stamp_of(1, 4); // a stray stamp of the wrong index
+        p.write(&seg, &e);
+        assert_eq!(seg.load_acquire(l.prod()), 0, "not published");
+        assert_eq!(c.available(&seg), Ok(1));
+        assert_eq!(c.pop(&seg).unwrap().map(|e| e.wr_id), Some(7));
+        assert_eq!(c.available(&seg), Ok(0), "the next slot is not stamped");
+        // Around the ring: slot 0 holds lap 0's entry, which is not lap 1's.
+        for i in 1..4 {
+            p.write(&seg, &cqe(i));
+        }
+        for i in 1..4 {
+            assert_eq!(c.pop(&seg).unwrap().map(|e| e.wr_id), Some(i));
+        }
+        assert_eq!(c.available(&seg), Ok(0), "lap 0's entry in slot 0 is stale");
+        p.write(&seg, &cqe(4));
+        assert_eq!(c.pop(&seg).unwrap().map(|e| e.wr_id), Some(4));
+    }
+
+    #[test]
+    fn an_index_that_announces_an_unstamped_entry_is_refused() {
+        let l = RingLayout::new(0, 4, 256).unwrap();
+        let seg = HeapSegment::new(RingLayout::bytes(4, 256));
+        let mut c = Consumer::<Wqe>::new(l);
+        seg.store_release(l.prod(), 2);
+        assert_eq!(c.available(&seg), Err(RingError::Unstamped(2)));
+    }
+
+    #[test]
+    fn stamps_name_the_lap_and_are_never_zero() {
+        assert_eq!(stamp_of(0, 4), 0x80);
+        assert_eq!(stamp_of(3, 4), 0x80);
+        assert_eq!(stamp_of(4, 4), 0x81);
+        assert_eq!(stamp_of(4 * 128, 4), 0x80, "128 laps later");
+        assert_eq!(stamp_of(u32::MAX, 1), 0xff);
+        for i in 0..2000u32 {
+            assert_ne!(stamp_of(i, 8), 0);
+            assert_ne!(stamp_of(i, 8), stamp_of(i.wrapping_sub(8), 8));
+        }
     }
 
     #[test]

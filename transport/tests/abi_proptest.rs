@@ -2,7 +2,8 @@
 //! interleaving of batched writes, publishes and pops, after any amount of
 //! earlier use (the index wrap itself is a unit test of the module), the
 //! consumer gets exactly
-//! what was published, in order; the producer never sees more room than
+//! what was written, in order (an entry is visible from its stamp once
+//! written, published or not); the producer never sees more room than
 //! there is, and sees all of it when it asks for it.
 
 use proptest::prelude::*;
@@ -11,14 +12,17 @@ use transport::abi::{Consumer, Cqe, HeapSegment, Producer, RingLayout};
 #[derive(Debug, Clone)]
 enum Op {
     /// Write up to this many entries (as many as `free(want)` allows),
-    /// then publish.
-    Post(u32),
+    /// then publish (or not).
+    Post(u32, bool),
     /// Pop up to this many entries.
     Pop(u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![(1u32..40).prop_map(Op::Post), (1u32..40).prop_map(Op::Pop)]
+    prop_oneof![
+        (1u32..40, any::<bool>()).prop_map(|(k, publish)| Op::Post(k, publish)),
+        (1u32..40).prop_map(Op::Pop)
+    ]
 }
 
 fn entry(i: u64) -> Cqe {
@@ -47,10 +51,10 @@ proptest! {
             prop_assert!(p.push(&seg, &entry(u64::MAX)).unwrap());
             prop_assert!(c.pop(&seg).unwrap().is_some());
         }
-        let (mut written, mut read) = (0u64, 0u64);
+        let (mut written, mut read, mut published) = (0u64, 0u64, 0u64);
         for o in ops {
             match o {
-                Op::Post(k) => {
+                Op::Post(k, publish) => {
                     let in_ring = (written - read) as u32;
                     let free = p.free(&seg, k).unwrap();
                     prop_assert!(free <= cap - in_ring, "free {} with {} in a ring of {}", free, in_ring, cap);
@@ -61,7 +65,11 @@ proptest! {
                         p.write(&seg, &entry(written));
                         written += 1;
                     }
-                    p.publish(&seg);
+                    // A producer publishes at least once a lap.
+                    if publish || written - published >= u64::from(cap) {
+                        p.publish(&seg);
+                        published = written;
+                    }
                 }
                 Op::Pop(k) => {
                     for _ in 0..k {

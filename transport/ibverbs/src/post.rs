@@ -141,7 +141,7 @@ unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `first` is the caller's valid chain and `bad_wr` NULL or writable.
-unsafe fn post_chain<T: bytemuck::Pod, W>(
+unsafe fn post_chain<T: transport::abi::RingEntry, W>(
     ring: &mut Producer<T>,
     seg: &verbs::shm::Segment,
     item: &mut T,
