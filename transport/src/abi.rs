@@ -19,7 +19,8 @@
 //! (which the producer has just written, a cross-core miss) is read only
 //! when no stamp is ready, to tell an empty ring from a scribbled index.
 //! Rings are zeroed when they are made (no entry is ready). The producer
-//! publishes its index at least once a lap, so a published index behind
+//! stores its index once it lags by half a lap (so the consumer's reads
+//! of it rarely miss), never a whole lap behind: a published index behind
 //! the stamped entries by more than the capacity is a scribbled one.
 //!
 //! Each side keeps its own index privately and only *reads* the other's
@@ -653,6 +654,8 @@ pub struct Producer<T> {
     /// when this shows the ring full (so the consumer's cache line is not
     /// pulled over on every push).
     cons_seen: u32,
+    /// The index as last stored in shared memory.
+    published: u32,
     _t: core::marker::PhantomData<T>,
 }
 
@@ -663,6 +666,7 @@ impl<T: RingEntry> Producer<T> {
             layout,
             prod: 0,
             cons_seen: 0,
+            published: 0,
             _t: core::marker::PhantomData,
         }
     }
@@ -710,11 +714,24 @@ impl<T: RingEntry> Producer<T> {
         let stamp = u32::from(stamp_of(self.prod, self.layout.capacity)) << 24;
         mem.store_release(at + w, word | stamp);
         self.prod = self.prod.wrapping_add(1);
+        self.publish(mem);
     }
 
-    /// Makes every written slot visible to the consumer (the doorbell).
-    pub fn publish(&self, mem: &impl SharedMem) {
+    /// Stores the index once it lags the written entries by half a lap:
+    /// entries are visible from their stamps as soon as they are written,
+    /// and the index, read by the consumer only when no stamp is ready, is
+    /// then rarely a line just written by the other core. It never lags
+    /// by a lap (what the consumer would take for a scribble).
+    pub fn publish(&mut self, mem: &impl SharedMem) {
+        if self.prod.wrapping_sub(self.published) >= (self.layout.capacity / 2).max(1) {
+            self.flush(mem);
+        }
+    }
+
+    /// Stores the index now.
+    pub fn flush(&mut self, mem: &impl SharedMem) {
         mem.store_release(self.layout.prod(), self.prod);
+        self.published = self.prod;
     }
 
     /// Writes and publishes one item; `Ok(false)` when the ring is full.
