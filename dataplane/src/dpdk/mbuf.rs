@@ -107,54 +107,87 @@ impl Mbuf {
         p
     }
 
-    /// The packet bytes.
-    pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len initialised bytes inside the
-        // mbuf's buffer, which we own for the borrow's duration.
+    /// The first segment's data pointer and length. The fields are read
+    /// here rather than through DPDK's inline functions in the C shim (a
+    /// call per access, on every frame several times): the pointer is
+    /// `buf_addr + data_off`, as `rte_pktmbuf_mtod` computes it.
+    #[inline]
+    fn seg(&self) -> (*mut u8, usize) {
+        // SAFETY: reads fields of our own valid mbuf.
         unsafe {
-            let len = usize::from(dpdk_sys::rnic_pktmbuf_data_len(self.ptr.as_ptr()));
-            std::slice::from_raw_parts(
-                dpdk_sys::rnic_pktmbuf_mtod(self.ptr.as_ptr()) as *const u8,
-                len,
-            )
+            let m = &*self.ptr.as_ptr();
+            let p = (m.buf_addr as *mut u8).add(usize::from(m.data_off));
+            (p, usize::from(m.data_len))
         }
     }
 
+    /// The packet bytes (of the first segment: ours are single-segment).
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        let (p, len) = self.seg();
+        // SAFETY: `p` points at `data_len` initialised bytes inside the
+        // mbuf's buffer, which we own for the borrow's duration.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    }
+
     /// The packet bytes, writable.
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
+        let (p, len) = self.seg();
         // SAFETY: as `data`, and the mbuf is borrowed mutably.
-        unsafe {
-            let len = usize::from(dpdk_sys::rnic_pktmbuf_data_len(self.ptr.as_ptr()));
-            std::slice::from_raw_parts_mut(
-                dpdk_sys::rnic_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8,
-                len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(p, len) }
     }
 
     /// Appends `len` bytes and returns them for writing; `None` when the
     /// tailroom is too small.
+    #[inline]
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
         let len16 = u16::try_from(len).ok()?;
-        // SAFETY: append returns a pointer to `len` bytes of tailroom now
-        // counted in the packet, or NULL; we own the mbuf mutably.
+        // SAFETY: we own the mbuf mutably. A single-segment mbuf grows in
+        // place within its buffer (what rte_pktmbuf_append does to its last
+        // segment): the tailroom is checked first, both lengths grow, and
+        // the bytes returned lie inside the buffer past the old data.
         unsafe {
-            let p = dpdk_sys::rnic_pktmbuf_append(self.ptr.as_ptr(), len16);
-            if p.is_null() {
+            let m = &mut *self.ptr.as_ptr();
+            if m.nb_segs != 1 {
+                let p = dpdk_sys::rnic_pktmbuf_append(m, len16);
+                if p.is_null() {
+                    return None;
+                }
+                return Some(std::slice::from_raw_parts_mut(p as *mut u8, len));
+            }
+            let used = usize::from(m.data_off) + usize::from(m.data_len);
+            if used + len > usize::from(m.buf_len) {
                 return None;
             }
-            Some(std::slice::from_raw_parts_mut(p as *mut u8, len))
+            let p = (m.buf_addr as *mut u8).add(used);
+            m.data_len += len16;
+            m.pkt_len += u32::from(len16);
+            Some(std::slice::from_raw_parts_mut(p, len))
         }
     }
 
     /// Removes `len` bytes from the end of the packet; false (nothing
     /// removed) when the packet is shorter.
+    #[inline]
     pub fn trim(&mut self, len: usize) -> bool {
         let Ok(len16) = u16::try_from(len) else {
             return false;
         };
-        // SAFETY: trim only shortens our mbuf's data length, or fails.
-        unsafe { dpdk_sys::rnic_pktmbuf_trim(self.ptr.as_ptr(), len16) == 0 }
+        // SAFETY: we own the mbuf mutably; a single segment shortens in
+        // place (both lengths, checked first), others go to DPDK.
+        unsafe {
+            let m = &mut *self.ptr.as_ptr();
+            if m.nb_segs != 1 {
+                return dpdk_sys::rnic_pktmbuf_trim(m, len16) == 0;
+            }
+            if len16 > m.data_len {
+                return false;
+            }
+            m.data_len -= len16;
+            m.pkt_len -= u32::from(len16);
+            true
+        }
     }
 
     /// Whether the NIC flagged the frame's IPv4 checksum bad (with the RX
@@ -166,10 +199,34 @@ impl Mbuf {
             == dpdk_sys::consts::MBUF_F_RX_IP_CKSUM_BAD
     }
 
-    /// Bytes that can still be appended.
+    /// The data and packet lengths as DPDK's own accessors read them
+    /// (for tests that check this wrapper's field arithmetic against them).
+    #[doc(hidden)]
+    pub fn dpdk_lengths(&self) -> (usize, usize, usize) {
+        // SAFETY: reads fields of our mbuf through DPDK's inline functions.
+        unsafe {
+            let m = self.ptr.as_ptr();
+            (
+                usize::from(dpdk_sys::rnic_pktmbuf_data_len(m)),
+                dpdk_sys::rnic_pktmbuf_pkt_len(m) as usize,
+                usize::from(dpdk_sys::rnic_pktmbuf_tailroom(m)),
+            )
+        }
+    }
+
+    /// Bytes that can still be appended (to the last segment).
+    #[inline]
     pub fn tailroom(&self) -> usize {
-        // SAFETY: reads fields of our mbuf.
-        usize::from(unsafe { dpdk_sys::rnic_pktmbuf_tailroom(self.ptr.as_ptr()) })
+        // SAFETY: reads fields of our mbuf (a multi-segment one through
+        // DPDK, which finds the last segment).
+        unsafe {
+            let m = &*self.ptr.as_ptr();
+            if m.nb_segs != 1 {
+                return usize::from(dpdk_sys::rnic_pktmbuf_tailroom(self.ptr.as_ptr()));
+            }
+            usize::from(m.buf_len)
+                .saturating_sub(usize::from(m.data_off) + usize::from(m.data_len))
+        }
     }
 }
 
