@@ -24,7 +24,10 @@ fn main() {
     let b = m.append(28).expect("28 more");
     b.fill(0xee);
     assert_eq!(m.data().len(), 128);
-    assert!(m.data()[..100].iter().enumerate().all(|(i, &b)| b == i as u8));
+    assert!(m.data()[..100]
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == i as u8));
     assert!(m.data()[100..].iter().all(|&b| b == 0xee));
     assert!(m.trim(40));
     assert_eq!(m.dpdk_lengths(), (88, 88, room - 88));

@@ -224,8 +224,7 @@ impl Mbuf {
             if m.nb_segs != 1 {
                 return usize::from(dpdk_sys::rnic_pktmbuf_tailroom(self.ptr.as_ptr()));
             }
-            usize::from(m.buf_len)
-                .saturating_sub(usize::from(m.data_off) + usize::from(m.data_len))
+            usize::from(m.buf_len).saturating_sub(usize::from(m.data_off) + usize::from(m.data_len))
         }
     }
 }

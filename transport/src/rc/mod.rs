@@ -45,7 +45,7 @@ pub use types::{
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
-use crate::wire::{check_vlan, MacAddr, Packet, VlanTag, WireError};
+use crate::wire::{check_vlan, MacAddr, Opcode, Packet, VlanTag, WireError};
 use qp::Qp;
 use recv::RecvQueue;
 
@@ -881,6 +881,23 @@ impl<M: Memory> Engine<M> {
         }
         if let Some(status) = outcome.fail {
             self.fail_qp(i, status);
+            self.refresh(i, now);
+            return;
+        }
+        // A SEND or WRITE packet moves only the responder: no WR of this
+        // QP's requester completes, its timers and its next paced packet
+        // stay as they were; only an ACK, NAK or CNP may now wait.
+        let op = p.repr.bth.opcode;
+        let pushes_data = op.is_request()
+            && !matches!(
+                op,
+                Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
+            );
+        if pushes_data {
+            if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
+                self.queue_ctrl(i);
+            }
+            return;
         }
         self.refresh(i, now);
     }
