@@ -108,6 +108,11 @@ pub struct PerfArgs {
     /// The dataplane binary --loopback starts [default: next to this one].
     #[arg(long)]
     pub dataplane: Option<PathBuf>,
+    /// Ask for a completion only every this many WRs of a QP (and for its
+    /// last), as perftest's -Q [default: 100 for bandwidth tests (at most
+    /// -t / -q); latency tests and -D runs signal every WR]
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
     /// Messages of up to this many bytes are posted inline (copied into
     /// the WQE, IBV_SEND_INLINE) [default: for write-lat perftest's 220,
     /// capped at the device's 128; 0 otherwise]
@@ -149,6 +154,9 @@ impl PerfArgs {
     pub fn validate(&self, test: Test) -> Result<(), String> {
         if self.qps == 0 || self.qps > 64 {
             return Err(format!("-q {}: QPs must be 1..=64", self.qps));
+        }
+        if self.cq_mod == Some(0) {
+            return Err("-Q 0: a completion every 0 WRs; give 1 (every WR) or more".into());
         }
         let max_inline = transport::rc::MAX_INLINE_DATA as u32;
         if let Some(i) = self.inline_size.filter(|&i| i > max_inline) {
@@ -214,6 +222,18 @@ impl PerfArgs {
                 .size
                 .unwrap_or(if test.is_latency() { 2 } else { 65536 })]
         }
+    }
+
+    /// WRs of a QP per completion in bandwidth tests: `-Q`, or perftest's
+    /// default 100, at most the QP's share of the TX depth.
+    pub fn cq_mod(&self, test: Test) -> u32 {
+        if test.is_latency() {
+            return 1;
+        }
+        // The TX depth bounds the WRs in flight over all QPs: each QP must
+        // reach its signaled WR within its share of it.
+        let share = (self.tx_depth / self.qps.max(1)).max(1);
+        self.cq_mod.unwrap_or(100).clamp(1, share)
     }
 
     /// The largest message posted inline: `-I`, or perftest's default for

@@ -1,9 +1,12 @@
 //! Bandwidth, as perftest measures it: the client keeps `-t` WRITEs (or
 //! READs, at most `-o` outstanding per QP in the engine) in flight,
 //! posting in batches of up to 16 behind one doorbell, round robin over
-//! the QPs, until `-n` messages complete (or `-D` seconds pass). The
-//! server end is passive.
+//! the QPs, until `-n` messages complete (or `-D` seconds pass). As
+//! perftest's `-Q`, only every `cq_mod`-th WR of a QP (and its last) asks
+//! for a completion, which stands for the WRs before it (RC completes a
+//! QP's WRs in order). The server end is passive.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use verbs::{LocalBuf, WorkRequest, WrOp};
@@ -25,6 +28,71 @@ pub struct BwResult {
 
 /// WRs per doorbell.
 const BATCH: usize = 16;
+
+/// Which WRs ask for a completion (perftest's `-Q`), and how many
+/// messages each completion stands for.
+struct Signals {
+    every: u64,
+    qpns: Vec<u32>,
+    /// Per QP: WRs still to post, WRs posted since its last signaled
+    /// one, and the sizes of its signaled groups not completed yet.
+    left: Vec<u64>,
+    since: Vec<u64>,
+    groups: Vec<VecDeque<u64>>,
+}
+
+impl Signals {
+    /// `iters` WRs over the QPs `qpns` (as evenly as they divide), every
+    /// `every`-th of a QP signaled.
+    fn new(every: u64, iters: u64, qpns: Vec<u32>) -> Signals {
+        let n = qpns.len().max(1) as u64;
+        let left = (0..n)
+            .map(|i| iters / n + u64::from(i < iters % n))
+            .collect();
+        Signals {
+            every: every.max(1),
+            left,
+            since: vec![0; qpns.len()],
+            groups: vec![VecDeque::new(); qpns.len()],
+            qpns,
+        }
+    }
+
+    /// Books the next WR of QP `q`; whether it asks for a completion.
+    fn next(&mut self, q: usize) -> bool {
+        self.left[q] = self.left[q].saturating_sub(1);
+        self.since[q] += 1;
+        if self.since[q] < self.every && self.left[q] > 0 {
+            return false;
+        }
+        self.groups[q].push_back(self.since[q]);
+        self.since[q] = 0;
+        true
+    }
+
+    /// QP `q`'s booking, to undo a batch the send queue refused.
+    fn save(&self, q: usize) -> (u64, u64, usize) {
+        (self.left[q], self.since[q], self.groups[q].len())
+    }
+
+    fn restore(&mut self, q: usize, (left, since, groups): (u64, u64, usize)) {
+        self.left[q] = left;
+        self.since[q] = since;
+        self.groups[q].truncate(groups);
+    }
+
+    /// The messages a completion of QP `qpn` stands for.
+    fn completed(&mut self, qpn: u32) -> u64 {
+        let q = self.qpns.iter().position(|&x| x == qpn);
+        q.and_then(|q| self.groups[q].pop_front()).unwrap_or(1)
+    }
+
+    /// The next QP from `q` on with WRs left to post.
+    fn next_qp(&self, q: usize) -> Option<usize> {
+        let n = self.left.len();
+        (0..n).map(|k| (q + k) % n).find(|&i| self.left[i] > 0)
+    }
+}
 
 pub fn run(
     test: Test,
@@ -58,6 +126,13 @@ pub fn run(
     let mut batch: Vec<WorkRequest> = Vec::with_capacity(BATCH);
     let (mut posted, mut done) = (0u64, 0u64);
     let mut qp = 0usize;
+    // A run of -D seconds ends at an unknown WR: every WR is signaled.
+    let every = if deadline.is_some() {
+        1
+    } else {
+        u64::from(a.cq_mod(test))
+    };
+    let mut signals = Signals::new(every, iters, c.qps.iter().map(|q| q.qpn()).collect());
     let mut last_progress = Instant::now();
     let t0 = Instant::now();
     marks.push((0, t0));
@@ -67,8 +142,12 @@ pub fn run(
             break;
         }
         while !stop && posted < iters && posted - done < depth {
+            let Some(q) = signals.next_qp(qp) else {
+                break;
+            };
+            qp = q;
             let room = (depth - (posted - done))
-                .min(iters - posted)
+                .min(signals.left[qp])
                 .min(BATCH as u64);
             batch.clear();
             for k in 0..room {
@@ -82,24 +161,34 @@ pub fn run(
                     },
                     remote_va: c.remote.va,
                     rkey: c.remote.rkey,
-                    signaled: true,
+                    signaled: false,
                     fence: false,
                     payload: verbs::Payload::Local,
                 });
+            }
+            let saved = signals.save(qp);
+            for w in batch.iter_mut() {
+                w.signaled = signals.next(qp);
             }
             match c.qps[qp].post(&batch) {
                 Ok(()) => {
                     posted += room;
                     qp = (qp + 1) % c.qps.len();
                 }
-                Err(verbs::VerbsError::SendQueueFull { .. }) => break,
+                Err(verbs::VerbsError::SendQueueFull { .. }) => {
+                    // Nothing was posted: the batch goes again later.
+                    signals.restore(qp, saved);
+                    break;
+                }
                 Err(e) => return Err(e.to_string()),
             }
         }
-        let n = drain(&c.cq, &mut buf)? as u64;
+        let n = drain(&c.cq, &mut buf)?;
         if n > 0 {
             let before = done;
-            done += n;
+            for w in &buf[..n] {
+                done += signals.completed(w.qpn);
+            }
             if done / mark_every != before / mark_every {
                 marks.push((done, Instant::now()));
             }
@@ -141,4 +230,35 @@ pub fn run(
         avg_bps: bits(done) / secs,
         msg_rate: done as f64 / secs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every WR is accounted for by exactly one completion: every
+    /// `every`-th of a QP and each QP's last are signaled, and a refused
+    /// batch leaves the booking as it was.
+    #[test]
+    fn completions_stand_for_every_wr_once() {
+        for (every, iters, qps) in [(100, 1000, 1), (16, 1001, 8), (7, 3, 5), (1, 50, 2)] {
+            let qpns: Vec<u32> = (0..qps).map(|q| 0x11 + q).collect();
+            let mut s = Signals::new(every, iters, qpns.clone());
+            let mut signaled = Vec::new();
+            let mut q = 0;
+            while let Some(next) = s.next_qp(q) {
+                let saved = s.save(next);
+                s.next(next);
+                s.restore(next, saved); // a refused post, then the real one
+                if s.next(next) {
+                    signaled.push(qpns[next]);
+                }
+                q = (next + 1) % qpns.len();
+            }
+            let total: u64 = signaled.iter().map(|&qpn| s.completed(qpn)).sum();
+            assert_eq!(total, iters, "every {every}, {iters} WRs over {qps} QPs");
+            assert!(s.groups.iter().all(VecDeque::is_empty));
+            assert!(s.groups.len() == qpns.len());
+        }
+    }
 }
