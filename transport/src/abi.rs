@@ -8,8 +8,8 @@
 //! consumer index, and the consumer's "wake me" flag, each on its own line
 //! so that the two sides never write the same line — followed by a
 //! power-of-two number of slots. Indices are free-running `u32`s; a slot is
-//! `index & (capacity - 1)`. The producer writes a slot, stamps it, then
-//! publishes the index with a release store.
+//! `index & (capacity - 1)`. The producer writes a slot and stamps it; it
+//! stores its index with a release store every half lap.
 //!
 //! Every entry carries a stamp ([`RingEntry::STAMP_WORD`]): a byte that
 //! names the lap of the index it was written at ([`stamp_of`], never 0),
@@ -692,8 +692,8 @@ impl<T: RingEntry> Producer<T> {
         Ok(self.layout.capacity - used)
     }
 
-    /// Writes `item` into the next slot without publishing it; the caller
-    /// checked [`Producer::free`].
+    /// Writes `item` into the next slot and stamps it (the consumer sees
+    /// it from then on); the caller checked [`Producer::free`].
     pub fn write(&mut self, mem: &impl SharedMem, item: &T) {
         self.write_prefix(mem, item, core::mem::size_of::<T>());
     }
@@ -714,33 +714,30 @@ impl<T: RingEntry> Producer<T> {
         let stamp = u32::from(stamp_of(self.prod, self.layout.capacity)) << 24;
         mem.store_release(at + w, word | stamp);
         self.prod = self.prod.wrapping_add(1);
-        self.publish(mem);
-    }
-
-    /// Stores the index once it lags the written entries by half a lap:
-    /// entries are visible from their stamps as soon as they are written,
-    /// and the index, read by the consumer only when no stamp is ready, is
-    /// then rarely a line just written by the other core. It never lags
-    /// by a lap (what the consumer would take for a scribble).
-    pub fn publish(&mut self, mem: &impl SharedMem) {
+        // The index is stored once it lags by half a lap: read by the
+        // consumer only when no stamp is ready, it is then rarely a line
+        // the other core has just written, and it never lags by a lap
+        // (what the consumer would take for a scribble).
         if self.prod.wrapping_sub(self.published) >= (self.layout.capacity / 2).max(1) {
-            self.flush(mem);
+            self.publish(mem);
         }
     }
 
-    /// Stores the index now.
-    pub fn flush(&mut self, mem: &impl SharedMem) {
+    /// Stores the index now. Entries need no such doorbell (their stamps
+    /// make them visible as they are written, and [`Producer::write_prefix`]
+    /// stores the index every half lap): this is for a producer that wants
+    /// the index exact, such as a test.
+    pub fn publish(&mut self, mem: &impl SharedMem) {
         mem.store_release(self.layout.prod(), self.prod);
         self.published = self.prod;
     }
 
-    /// Writes and publishes one item; `Ok(false)` when the ring is full.
+    /// Writes one item; `Ok(false)` when the ring is full.
     pub fn push(&mut self, mem: &impl SharedMem, item: &T) -> Result<bool, RingError> {
         if self.free(mem, 1)? == 0 {
             return Ok(false);
         }
         self.write(mem, item);
-        self.publish(mem);
         Ok(true)
     }
 

@@ -852,7 +852,6 @@ fn drain_backlog(
     for c in q.backlog.range(..n) {
         q.ring.write(seg, c);
     }
-    q.ring.publish(seg);
     if let Some((t, host)) = trace {
         for c in q.backlog.range(..n) {
             let key = FrameKey {

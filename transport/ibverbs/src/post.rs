@@ -174,9 +174,6 @@ unsafe fn post_chain<T: transport::abi::RingEntry, W>(
             }
         }
     }
-    if posted > 0 {
-        ring.publish(seg);
-    }
     if err != 0 && !bad_wr.is_null() {
         // SAFETY: the caller's out pointer.
         unsafe { *bad_wr = cur };

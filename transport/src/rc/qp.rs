@@ -72,6 +72,15 @@ impl CcMode {
         )
     }
 
+    /// Slots of the TLM block data packets carry in this mode, if they
+    /// carry one (inband and receiver-based HPCC++).
+    pub fn data_tlm_maxhop(self) -> Option<u8> {
+        match self {
+            CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => Some(maxhop),
+            _ => None,
+        }
+    }
+
     /// The mode's name in configurations and tables.
     pub fn name(self) -> &'static str {
         match self {
@@ -205,12 +214,7 @@ impl Qp {
             rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
             cnp: CnpLimiter::new(CnpLimiter::DEFAULT_INTERVAL_NS),
             tlm: Box::new(QpTlm {
-                data: match cfg.cc {
-                    CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => {
-                        Some(TlmRepr::empty(maxhop))
-                    }
-                    _ => None,
-                },
+                data: cfg.cc.data_tlm_maxhop().map(TlmRepr::empty),
                 ..QpTlm::default()
             }),
             template: None,
@@ -687,16 +691,8 @@ impl Qp {
             return None;
         }
         let t = self.req.peek(self.cc.window_bytes())?;
-        let tlm = self.data_tlm_maxhop().map_or(0, tlm::block_len);
+        let tlm = self.mode.data_tlm_maxhop().map_or(0, tlm::block_len);
         Some((tag + frame_len_of(t.opcode, tlm, t.len as usize)) as u32)
-    }
-
-    /// Slots of the TLM block data packets carry, if they carry one.
-    fn data_tlm_maxhop(&self) -> Option<u8> {
-        match self.mode {
-            CcMode::HpccInband { maxhop } | CcMode::RxHpcc { maxhop } => Some(maxhop),
-            _ => None,
-        }
     }
 
     /// Builds the next paced packet into `buf`.
@@ -801,7 +797,7 @@ impl Qp {
             });
             // The newest telemetry is echoed once, by a positive ACK,
             // borrowed where it lies.
-            let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED && self.tlm.last.is_some();
+            let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED;
             if echo {
                 if let Some(t) = self.tlm.last.as_mut() {
                     t.echo = true;

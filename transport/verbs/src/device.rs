@@ -523,7 +523,6 @@ fn post_recvs(
         let wqe = w.wqe()?;
         rq.write_prefix(seg, &wqe, wqe.used_len());
     }
-    rq.publish(seg);
     Ok(())
 }
 
@@ -1121,7 +1120,6 @@ impl Qp {
             with_parts(w, |p| wqe.build_into(p))?;
             sq.write_prefix(seg, wqe, wqe.used_len());
         }
-        sq.publish(seg);
         Ok(())
     }
 }
@@ -1177,7 +1175,6 @@ impl Qp {
             });
         }
         sq.write(seg, wqe);
-        sq.publish(seg);
         Ok(())
     }
 
