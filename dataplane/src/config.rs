@@ -129,6 +129,11 @@ pub struct ServiceSection {
     /// that processes sharing its CPU run; 0 busy-polls forever, yielding
     /// the CPU each pass [default: 50 us].
     pub idle_sleep_us: Option<u32>,
+    /// Dataplane lcores: each runs the pipelines of its share of the
+    /// devices (device `i` on lcore `i % lcores`) and serves the
+    /// applications that opened them; no more lcores run than there are
+    /// devices [default: 1]. `dataplane --lcores N` overrides it.
+    pub lcores: Option<u32>,
     /// Subnets (`a.b.c.d/n`) whose peers speak our telemetry, besides the
     /// daemon's own hosts [default: none]. A QP towards any other peer
     /// runs `standard_cc` instead of an HPCC++ mode: a standard RoCEv2
@@ -503,6 +508,18 @@ impl FaultsSection {
     }
 }
 
+/// Most dataplane lcores of the service.
+pub const MAX_LCORES: u32 = 64;
+
+/// A count of dataplane lcores: 1 to [`MAX_LCORES`].
+fn check_lcores(c: &Ctx<'_>, key: &str, n: u32) -> Result<(), ConfigError> {
+    if (1..=MAX_LCORES).contains(&n) {
+        Ok(())
+    } else {
+        Err(c.bad(key, n, format!("1 to {MAX_LCORES}")))
+    }
+}
+
 /// Longest idle sleep of the service's loop, us.
 const MAX_IDLE_SLEEP_US: u32 = 100_000;
 
@@ -520,6 +537,8 @@ impl ServiceSection {
                 format!("at most {MAX_IDLE_SLEEP_US} (100 ms)"),
             ));
         }
+        let lcores = self.lcores.unwrap_or(1);
+        check_lcores(c, "service.lcores", lcores)?;
         let cc = c.cc(
             "service.cc",
             self.cc.as_deref().unwrap_or("none"),
@@ -642,6 +661,7 @@ impl ServiceSection {
             max_shm_bytes,
             hugepages: self.hugepages.unwrap_or(true),
             idle_sleep_us,
+            lcores: lcores as usize,
             cc,
             queues: l.queues,
             faults: l.faults,

@@ -153,6 +153,25 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// One snapshot of the parts each dataplane lcore took of its own
+    /// hosts: ports and QPs in host order, service counters summed, the
+    /// latest time.
+    pub fn merge(parts: Vec<Snapshot>) -> Snapshot {
+        let mut all = Snapshot::default();
+        for p in parts {
+            all.at_ns = all.at_ns.max(p.at_ns);
+            all.ports.extend(p.ports);
+            all.qps.extend(p.qps);
+            all.switch_ports.extend(p.switch_ports);
+            if let Some(c) = p.service {
+                all.service.get_or_insert_with(Default::default).add(&c);
+            }
+        }
+        all.ports.sort_by_key(|e| e.host);
+        all.qps.sort_by_key(|e| (e.host, e.qpn));
+        all
+    }
+
     /// Adds a host: its port's counters, its pipeline's and fault
     /// injector's, its engine's and its QPs'.
     pub fn add_nic<M: Memory>(&mut self, host: usize, nic: &Nic<HostPort, M>, qpns: &[Qpn]) {

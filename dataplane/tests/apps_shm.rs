@@ -16,7 +16,10 @@
 //! 3. an app killed with SIGKILL mid-transfer: its peer sees errors, the
 //!    daemon releases its resources (apps, QPs, regions, CQs back to zero)
 //!    and serves a new pair;
-//! 4. SIGTERM stops the daemon cleanly.
+//! 4. SIGTERM stops the daemon cleanly;
+//! 5. a daemon with two dataplane lcores (a device each) serves a pair
+//!    across them, lists its devices in order and reports both hosts'
+//!    counters and the apps of both lcores in one snapshot.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -25,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod daemon_util;
-use daemon_util::start_daemon;
+use daemon_util::{start_daemon, start_daemon_with};
 
 use verbs::oob::Session;
 use verbs::{poll_one, Completion, Cq, Device, LocalBuf, Mr, MrAccess, Qp, RemoteMr, WcStatus};
@@ -592,6 +595,18 @@ fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
 
 /// Phase 0: the control socket answers bad requests with typed errors naming
 /// the bad value, and closes a connection that sends garbage.
+/// What `dataplane stats --socket` prints about the running daemon.
+fn stats_cli(sock: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["stats", "--socket"])
+        .arg(sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "dataplane stats: {text}");
+    text
+}
+
 fn control_errors(sock: &Path) {
     use verbs::proto::{self, ErrorKind, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
@@ -739,16 +754,8 @@ fn main() {
     println!("ok: the daemon serves a new pair after the kill");
 
     // Counters of the running daemon, from the command line.
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["stats", "--socket"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("service: apps 0 (opened 10"),
-        "{text}"
-    );
+    let text = stats_cli(&sock);
+    assert!(text.contains("service: apps 0 (opened 10"), "{text}");
     assert!(text.contains("rx_pkts"), "{text}");
     println!("ok: dataplane stats --socket reads the running daemon");
 
@@ -765,4 +772,28 @@ fn main() {
     assert!(status.success(), "daemon exit {status:?}");
     assert!(out.contains("stopped: apps opened"), "{out}");
     println!("ok: SIGTERM stops the daemon");
+
+    // 5. Two dataplane lcores.
+    let d2 = start_daemon_with("apps-shm-2", "", "lcores = 2");
+    let sock = d2.socket.clone();
+    let names: Vec<String> = verbs::list_devices(&sock)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(names, ["rnic0", "rnic1"], "in the daemon's order");
+    let addr = free_addr();
+    let s = app(&sock, "small-server", &addr, &[]);
+    let c = app(&sock, "small-client", &addr, &[]);
+    finish(c, "small-client");
+    finish(s, "small-server");
+    let text = stats_cli(&sock);
+    assert!(
+        text.contains("service: apps 0 (opened 2 closed 2)"),
+        "{text}"
+    );
+    for host in ["host 0 all QPs", "host 1 all QPs"] {
+        assert!(text.contains(host), "{host}: {text}");
+    }
+    println!("ok: two dataplane lcores serve a pair across them, one snapshot of both");
 }

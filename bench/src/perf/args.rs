@@ -118,6 +118,11 @@ pub struct PerfArgs {
     /// capped at the device's 128; 0 otherwise]
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
+    /// Sleep on the CQ's completion events (its eventfd) while no WR can
+    /// be posted, instead of polling the CQ, as perftest's -e; bandwidth
+    /// tests only. Leaves the CPU to a daemon lcore that shares it.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// Where the daemon's lcore and this thread run when --loopback starts
     /// the daemon itself: `auto` gives the daemon's lcore the last CPU of
     /// this process's set and this thread the first (a poll-mode core of
@@ -154,6 +159,12 @@ impl PerfArgs {
     pub fn validate(&self, test: Test) -> Result<(), String> {
         if self.qps == 0 || self.qps > 64 {
             return Err(format!("-q {}: QPs must be 1..=64", self.qps));
+        }
+        if self.events && test.is_latency() {
+            return Err(
+                "-e: sleeping on completion events is for bandwidth tests (write-bw, read-bw)"
+                    .into(),
+            );
         }
         if self.cq_mod == Some(0) {
             return Err("-Q 0: a completion every 0 WRs; give 1 (every WR) or more".into());

@@ -101,6 +101,7 @@ impl DaemonTrace {
                 total,
                 dropped,
                 stamps,
+                next,
             } = call(dev, Request::TraceStamps { from })?
             else {
                 return Err("the daemon answered TraceStamps with something else".into());
@@ -119,7 +120,12 @@ impl DaemonTrace {
                     t.frames.entry((host, stage, key)).or_insert(pair[0]);
                 }
             }
-            from += (stamps.len() / 2) as u64;
+            // Each of the daemon's lcores pages its own trace from `from`.
+            from = if next > from {
+                next
+            } else {
+                from + (stamps.len() / 2) as u64
+            };
             if stamps.is_empty() || from >= total {
                 break;
             }

@@ -183,7 +183,13 @@ pub fn run(
                 Err(e) => return Err(e.to_string()),
             }
         }
-        let n = drain(&c.cq, &mut buf)?;
+        let mut n = drain(&c.cq, &mut buf)?;
+        if n == 0 && a.events && (posted == iters || posted - done >= depth || stop) {
+            // Nothing to post until a completion comes: sleep on it.
+            c.cq.wait(Duration::from_millis(100))
+                .map_err(|e| e.to_string())?;
+            n = drain(&c.cq, &mut buf)?;
+        }
         if n > 0 {
             let before = done;
             for w in &buf[..n] {

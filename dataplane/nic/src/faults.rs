@@ -112,7 +112,7 @@ pub type Rewrite = Box<dyn FnOnce(&mut [u8])>;
 
 /// Decides each frame: its direction, its bytes and its number (from 0, in
 /// the order the injector saw frames).
-pub type Script = Box<dyn FnMut(Direction, &[u8], u64) -> Fault>;
+pub type Script = Box<dyn FnMut(Direction, &[u8], u64) -> Fault + Send>;
 
 /// What the injector did, by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

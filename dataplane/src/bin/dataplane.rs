@@ -46,9 +46,15 @@ struct Cli {
     /// Run the dataplane's lcore on these CPUs only (a list such as `1`,
     /// `2-3` or `0,2`) instead of floating over every online CPU, so that
     /// it has a core of its own; refused when the config's EAL arguments
-    /// name lcores themselves.
+    /// name lcores themselves. With several lcores (`--lcores`), lcore k
+    /// runs on the k-th CPU of the list (wrapping around).
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
+    /// Dataplane lcores for --serve, each running its share of the
+    /// devices (device i on lcore i % N) [default: `lcores` of [service],
+    /// else 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(dataplane::config::MAX_LCORES)))]
+    lcores: Option<u32>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -74,10 +80,12 @@ fn serve(
     ports: Option<[u16; 2]>,
     socket: Option<PathBuf>,
     stats: Option<&std::path::Path>,
+    cpus: &[usize],
 ) -> Result<(), String> {
     use dataplane::service::{HostSpec, Service};
+    use dataplane::stats::Snapshot;
     use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     if let Some(s) = socket {
         cfg.socket = s;
     }
@@ -100,7 +108,8 @@ fn serve(
     } else {
         cfg.devices.clone()
     };
-    let mut svc = Service::new(eal, cfg.clone(), &hosts).map_err(|e| e.to_string())?;
+    let mut shards =
+        Service::shards(eal, cfg.clone(), &hosts, cfg.lcores).map_err(|e| e.to_string())?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal {sig}: {e}"))?;
@@ -115,27 +124,47 @@ fn serve(
             h.name, h.ip, h.mac, h.port
         );
     }
+    if cfg.lcores > 1 {
+        let pinned = if cpus.is_empty() {
+            String::new()
+        } else {
+            format!(" on CPUs {cpus:?}")
+        };
+        println!(
+            "{} dataplane lcores{pinned} (device i on lcore i % {})",
+            shards.len(),
+            shards.len()
+        );
+    }
     println!(
         "serving on {} (stop with SIGINT or SIGTERM)",
         cfg.socket.display()
     );
-    svc.run(&stop, |svc| {
+    // Each lcore leaves its part of the counters here; the file holds
+    // them all.
+    let parts: Mutex<Vec<Option<Snapshot>>> = Mutex::new(vec![None; shards.len()]);
+    dataplane::service::serve(&mut shards, &stop, cpus, |k, svc| {
         if let Some(path) = stats {
-            if let Err(e) = svc.snapshot().write(path) {
+            let mut parts = parts.lock().unwrap_or_else(|p| p.into_inner());
+            parts[k] = Some(svc.snapshot());
+            let all = Snapshot::merge(parts.iter().flatten().cloned().collect());
+            if let Err(e) = all.write(path) {
                 eprintln!("dataplane: {}: {e}", path.display());
             }
         }
     })
     .map_err(|e| e.to_string())?;
     if let (Some((path, _)), Some((written, skipped))) =
-        (&cfg.tap, svc.finish_tap().map_err(|e| e.to_string())?)
+        (&cfg.tap, shards[0].finish_tap().map_err(|e| e.to_string())?)
     {
         println!(
             "tap: {written} frames written to {} ({skipped} past the limit left out; bench decode reads it)",
             path.display()
         );
     }
-    let c = svc.snapshot().service.unwrap_or_default();
+    let c = Snapshot::merge(shards.iter().map(|s| s.snapshot()).collect())
+        .service
+        .unwrap_or_default();
     println!(
         "stopped: apps opened {} closed {}, WQEs posted {}, CQEs delivered {}, WQE errors {}",
         c.apps_opened, c.apps_closed, c.wqes_posted, c.cqes_delivered, c.wqe_errors
@@ -375,13 +404,21 @@ fn main() -> ExitCode {
         }
     };
     let r = match checked.plan {
-        Plan::Loopback { ports, .. } if cli.serve => serve(
-            &eal,
-            *service.expect("checked"),
-            ports,
-            cli.socket.clone(),
-            cli.stats.as_deref(),
-        ),
+        Plan::Loopback { ports, .. } if cli.serve => {
+            let mut cfg = *service.expect("checked");
+            if let Some(n) = cli.lcores {
+                cfg.lcores = n as usize;
+            }
+            let cpus = cli.cpus.as_deref().and_then(cpu_list).unwrap_or_default();
+            serve(
+                &eal,
+                cfg,
+                ports,
+                cli.socket.clone(),
+                cli.stats.as_deref(),
+                &cpus,
+            )
+        }
         Plan::Loopback {
             cfg, ports, sizes, ..
         } => loopback(&eal, &cfg, ports, &sizes, cli.stats.as_deref()),
@@ -431,20 +468,24 @@ fn lcore_placement(args: &[String], cpus: Option<&str>) -> Result<Option<String>
 
 /// A CPU list as the kernel prints one: `0`, `0-3`, `0,2-3`.
 fn is_cpu_list(s: &str) -> bool {
-    !s.is_empty()
-        && s.split(',').all(|part| {
-            let mut ends = part.splitn(2, '-');
-            let num = |x: Option<&str>| {
-                x.is_some_and(|x| {
-                    !x.is_empty() && x.len() < 5 && x.bytes().all(|b| b.is_ascii_digit())
-                })
-            };
-            let first = ends.next();
-            match ends.next() {
-                None => num(first),
-                Some(last) => num(first) && num(Some(last)),
-            }
-        })
+    cpu_list(s).is_some()
+}
+
+/// The CPUs of a list as the kernel prints one, in its order.
+fn cpu_list(s: &str) -> Option<Vec<usize>> {
+    let num = |x: &str| {
+        (!x.is_empty() && x.len() < 5 && x.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| x.parse::<usize>().ok())
+            .flatten()
+    };
+    let mut cpus = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            None => cpus.push(num(part)?),
+            Some((a, b)) => cpus.extend(num(a)?..=num(b)?),
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 #[cfg(test)]
@@ -456,9 +497,11 @@ mod tests {
         for ok in ["0", "1", "0-1", "0,2-3", "12"] {
             assert!(is_cpu_list(ok), "{ok}");
         }
-        for bad in ["", "a", "0-", "-1", "1,,2", "0-1-2", "1 ", "123456"] {
+        for bad in ["", "a", "0-", "-1", "1,,2", "0-1-2", "1 ", "123456", "3-1"] {
             assert!(!is_cpu_list(bad), "{bad:?}");
         }
+        assert_eq!(cpu_list("1,0"), Some(vec![1, 0]), "in the list's order");
+        assert_eq!(cpu_list("0,2-4"), Some(vec![0, 2, 3, 4]));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The control thread: a mio event loop on the daemon's Unix socket. It
 //! accepts applications, reads framed requests, hands them to the
-//! dataplane thread over a crossbeam channel, and writes the replies (with
-//! their file descriptors) that come back. It never touches the engines,
+//! dataplane lcore that serves them over a crossbeam channel (the
+//! [`Router`] decides which), and writes the replies (with their file
+//! descriptors) that come back. It never touches the engines,
 //! so the dataplane thread's loop makes no system call for the control
 //! path; a reply wakes this thread through a mio `Waker`.
 //!
@@ -21,6 +22,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use mio::net::{UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::router::Router;
 use verbs::proto::{self, ErrorKind, ErrorReply, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
 
 /// An application connection.
@@ -69,18 +71,38 @@ struct Conn {
 
 /// The running control thread.
 pub struct Control {
-    pub requests: Receiver<ToDataplane>,
-    replies: Sender<ToControl>,
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
 }
 
+/// A dataplane lcore's end of the control thread: the requests routed to
+/// it, and the way back for its replies.
+pub struct ShardLink {
+    pub requests: Receiver<ToDataplane>,
+    replies: Sender<ToControl>,
+    waker: Arc<Waker>,
+}
+
+impl ShardLink {
+    /// Queues a reply and wakes the control thread.
+    pub fn reply(&self, r: ToControl) {
+        if self.replies.send(r).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
 impl Control {
     /// Binds `path` (replacing a stale socket file nobody listens on) and
-    /// starts the thread.
-    pub fn spawn(path: &Path) -> std::io::Result<Control> {
+    /// starts the thread, with a link for each of the lcores that
+    /// `devices` (every device in the daemon's order, with the lcore that
+    /// serves it) names.
+    pub fn spawn(
+        path: &Path,
+        devices: Vec<(String, usize)>,
+    ) -> std::io::Result<(Control, Vec<ShardLink>)> {
         if path.exists() {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
                 return Err(std::io::Error::new(
@@ -99,28 +121,32 @@ impl Control {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let (req_tx, req_rx) = unbounded();
+        let lcores = devices.iter().map(|d| d.1 + 1).max().unwrap_or(1);
         let (rep_tx, rep_rx) = unbounded();
+        let (senders, links): (Vec<_>, Vec<_>) = (0..lcores)
+            .map(|_| {
+                let (tx, rx) = unbounded();
+                let link = ShardLink {
+                    requests: rx,
+                    replies: rep_tx.clone(),
+                    waker: waker.clone(),
+                };
+                (tx, link)
+            })
+            .unzip();
+        let router = Router::new(senders, devices);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("rnic-control".into())
-            .spawn(move || run(poll, listener, req_tx, rep_rx, stop2))?;
-        Ok(Control {
-            requests: req_rx,
-            replies: rep_tx,
+            .spawn(move || run(poll, listener, router, rep_rx, stop2))?;
+        let control = Control {
             waker,
             stop,
             thread: Some(thread),
             path: path.to_path_buf(),
-        })
-    }
-
-    /// Queues a reply and wakes the thread.
-    pub fn reply(&self, r: ToControl) {
-        if self.replies.send(r).is_ok() {
-            let _ = self.waker.wake();
-        }
+        };
+        Ok((control, links))
     }
 }
 
@@ -138,7 +164,7 @@ impl Drop for Control {
 fn run(
     mut poll: Poll,
     listener: UnixListener,
-    requests: Sender<ToDataplane>,
+    mut router: Router,
     replies: Receiver<ToControl>,
     stop: Arc<AtomicBool>,
 ) {
@@ -193,6 +219,9 @@ fn run(
             }
         }
         while let Ok(r) = replies.try_recv() {
+            let Some(r) = router.reply(r) else {
+                continue;
+            };
             if let Some(c) = conns.get_mut(&r.conn) {
                 c.outstanding = c.outstanding.saturating_sub(1);
                 c.out.push_back((proto::frame(&r.msg), 0, r.fds));
@@ -203,14 +232,14 @@ fn run(
         touched.dedup();
         for id in touched {
             let alive = match conns.get_mut(&id) {
-                Some(c) => service(c, id, &requests),
+                Some(c) => service(c, id, &mut router),
                 None => continue,
             };
             if !alive {
                 if let Some(mut c) = conns.remove(&id) {
                     let _ = poll.registry().deregister(&mut c.stream);
                 }
-                let _ = requests.send(ToDataplane::Closed { conn: id });
+                router.closed(id);
             }
         }
     }
@@ -218,7 +247,7 @@ fn run(
 
 /// Writes what can be written and reads what can be read; false when the
 /// connection is finished.
-fn service(c: &mut Conn, id: ConnId, requests: &Sender<ToDataplane>) -> bool {
+fn service(c: &mut Conn, id: ConnId, router: &mut Router) -> bool {
     if !flush(c) {
         return false;
     }
@@ -250,15 +279,7 @@ fn service(c: &mut Conn, id: ConnId, requests: &Sender<ToDataplane>) -> bool {
                     // they are here by the time it is whole.
                     let want = m.req.fd_count().min(c.infds.len());
                     let fds = c.infds.drain(..want).collect();
-                    if requests
-                        .send(ToDataplane::Request {
-                            conn: id,
-                            id: m.id,
-                            req: m.req,
-                            fds,
-                        })
-                        .is_err()
-                    {
+                    if router.route(id, m.id, m.req, fds).is_err() {
                         return false;
                     }
                 }

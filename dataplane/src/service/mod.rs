@@ -21,6 +21,7 @@ pub mod control;
 pub mod memory;
 mod qp_table;
 mod requests;
+mod router;
 pub mod trace;
 
 use std::collections::VecDeque;
@@ -46,7 +47,7 @@ use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
 use crate::host_port::{link, HostPort};
 use crate::stats::StatsError;
 use alloc::SegmentAlloc;
-use control::{ConnId, Control, ToControl, ToDataplane};
+use control::{ConnId, Control, ShardLink, ToControl, ToDataplane};
 use memory::AppMemory;
 use qp_table::QpTable;
 
@@ -65,6 +66,8 @@ pub struct ServiceConfig {
     pub hugepages: bool,
     /// Sleep between passes after a long idle stretch, us (0: yield).
     pub idle_sleep_us: u32,
+    /// Dataplane lcores (device `i` runs on lcore `i % lcores`).
+    pub lcores: usize,
     pub cc: CcMode,
     /// The devices to serve (`[[service.devices]]`); none: the loopback
     /// testbed's two hosts. A zero MAC is the port's own.
@@ -147,6 +150,60 @@ pub struct ServiceCounters {
     /// Sleeps (or yields) of an idle dataplane.
     #[serde(default)]
     pub rests: u64,
+}
+
+impl ServiceCounters {
+    /// Adds another lcore's counters (every field is a count).
+    pub fn add(&mut self, o: &ServiceCounters) {
+        let ServiceCounters {
+            apps,
+            qps,
+            mrs,
+            cqs,
+            apps_opened,
+            apps_closed,
+            requests,
+            request_errors,
+            wqes_posted,
+            wqe_errors,
+            sq_corrupt,
+            recv_wqes_posted,
+            rq_corrupt,
+            srq_limit_events,
+            cqes_delivered,
+            cq_overruns,
+            tx_alloc_failures,
+            plain_peer_qps,
+            async_events,
+            async_events_dropped,
+            passes,
+            idle_passes,
+            rests,
+        } = o;
+        self.apps += apps;
+        self.qps += qps;
+        self.mrs += mrs;
+        self.cqs += cqs;
+        self.apps_opened += apps_opened;
+        self.apps_closed += apps_closed;
+        self.requests += requests;
+        self.request_errors += request_errors;
+        self.wqes_posted += wqes_posted;
+        self.wqe_errors += wqe_errors;
+        self.sq_corrupt += sq_corrupt;
+        self.recv_wqes_posted += recv_wqes_posted;
+        self.rq_corrupt += rq_corrupt;
+        self.srq_limit_events += srq_limit_events;
+        self.cqes_delivered += cqes_delivered;
+        self.cq_overruns += cq_overruns;
+        self.tx_alloc_failures += tx_alloc_failures;
+        self.plain_peer_qps += plain_peer_qps;
+        self.async_events += async_events;
+        self.async_events_dropped += async_events_dropped;
+        self.passes += passes;
+        self.idle_passes += idle_passes;
+        self.rests += rests;
+    }
 }
 
 /// Passes without work before the loop starts to give the CPU away.
@@ -240,6 +297,8 @@ impl App {
 }
 
 struct Host {
+    /// Its place among the daemon's hosts (every lcore's).
+    index: usize,
     spec: HostSpec,
     nic: Nic<HostPort, AppMemory>,
     /// The port's PMD.
@@ -256,10 +315,15 @@ impl Host {
     }
 }
 
-/// The daemon's hosts and applications.
+/// The hosts one dataplane lcore runs and the applications that opened
+/// them (a daemon with several lcores has a `Service` on each, serving
+/// disjoint sets of hosts).
 pub struct Service {
     // Field order is drop order: ports and mbufs before their pool.
     hosts: Vec<Host>,
+    /// Every host of the daemon, this lcore's and the others' (MACs
+    /// resolved): QPs between them need no ARP and speak telemetry.
+    peers: Vec<HostSpec>,
     apps: FxHashMap<ConnId, App>,
     pool: std::sync::Arc<Mempool>,
     clock: TscClock,
@@ -276,8 +340,21 @@ pub struct Service {
 }
 
 impl Service {
-    /// Starts a port and an engine per host.
+    /// Starts a port and an engine per host, all on one lcore.
     pub fn new(eal: &Eal, cfg: ServiceConfig, hosts: &[HostSpec]) -> Result<Service, DpdkError> {
+        let mut one = Self::shards(eal, cfg, hosts, 1)?;
+        Ok(one.remove(0))
+    }
+
+    /// Starts a port and an engine per host, and deals the hosts out to
+    /// `lcores` services (host `i` to service `i % lcores`; no more
+    /// services than hosts), which share one mbuf pool and the tap.
+    pub fn shards(
+        eal: &Eal,
+        cfg: ServiceConfig,
+        hosts: &[HostSpec],
+        lcores: usize,
+    ) -> Result<Vec<Service>, DpdkError> {
         let frame = cfg.max_mtu.bytes() as usize + nic::MAX_HEADERS;
         let pool = std::sync::Arc::new(Mempool::with_frames(
             eal,
@@ -295,51 +372,93 @@ impl Service {
             }
             None => None,
         };
-        let mut hs = Vec::new();
+        let n = lcores.clamp(1, hosts.len().max(1));
+        let mut shards: Vec<Service> = (0..n)
+            .map(|_| Service {
+                hosts: Vec::new(),
+                peers: Vec::new(),
+                apps: FxHashMap::default(),
+                pool: pool.clone(),
+                clock: TscClock::new(eal),
+                cfg: cfg.clone(),
+                next_pd: 1,
+                counters: ServiceCounters::default(),
+                pending: Vec::new(),
+                capture: capture.clone(),
+                trace: trace::Trace::default(),
+                tracing: false,
+            })
+            .collect();
         for (i, spec) in hosts.iter().enumerate() {
-            let port = Port::start_queues(eal, spec.port, &pool, 1024, cfg.queues)?;
-            let mut spec = spec.clone();
-            if spec.mac == MacAddr::default() {
-                spec.mac = nic::FramePort::mac(&port);
-            }
-            let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
-            ec.cc = cfg.cc;
-            ec.vlan = spec.vlan;
-            let driver = port.driver.clone();
-            let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
-            // Frames between two of the daemon's own devices are
-            // recorded twice: sent by one, received by the other.
-            let port = crate::testbed::host_port(port, faults, capture.clone(), Direction::Both)
-                .map_err(|e| DpdkError {
-                    what: format!("faults of host {i}"),
-                    reason: e.to_string(),
-                })?;
-            let engine = Engine::new(ec, AppMemory::default(), 0);
-            let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
-            for &(ip, mac) in &cfg.neighbours {
-                nic.neighbours_mut().add_static(ip, mac);
-            }
-            hs.push(Host {
-                spec,
-                nic,
-                driver,
-                qps: QpTable::default(),
-                srqs: FxHashMap::default(),
-            });
+            let host = Self::start_host(eal, &cfg, &pool, &capture, i, spec)?;
+            shards[i % n].hosts.push(host);
         }
-        Ok(Service {
-            hosts: hs,
-            apps: FxHashMap::default(),
-            pool,
-            clock: TscClock::new(eal),
-            cfg,
-            next_pd: 1,
-            counters: ServiceCounters::default(),
-            pending: Vec::new(),
-            capture,
-            trace: trace::Trace::default(),
-            tracing: false,
+        let peers: Vec<HostSpec> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, _)| shards[i % n].hosts[i / n].spec.clone())
+            .collect();
+        for s in &mut shards {
+            s.peers = peers.clone();
+        }
+        Ok(shards)
+    }
+
+    /// Host `i`: its port, started, and its engine.
+    fn start_host(
+        eal: &Eal,
+        cfg: &ServiceConfig,
+        pool: &Arc<Mempool>,
+        capture: &Option<nic::SharedCapture>,
+        i: usize,
+        spec: &HostSpec,
+    ) -> Result<Host, DpdkError> {
+        let port = Port::start_queues(eal, spec.port, pool, 1024, cfg.queues)?;
+        let mut spec = spec.clone();
+        if spec.mac == MacAddr::default() {
+            spec.mac = nic::FramePort::mac(&port);
+        }
+        let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
+        ec.cc = cfg.cc;
+        ec.vlan = spec.vlan;
+        let driver = port.driver.clone();
+        let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
+        // Frames between two of the daemon's own devices are recorded
+        // twice: sent by one, received by the other.
+        let port = crate::testbed::host_port(port, faults, capture.clone(), Direction::Both)
+            .map_err(|e| DpdkError {
+                what: format!("faults of host {i}"),
+                reason: e.to_string(),
+            })?;
+        let engine = Engine::new(ec, AppMemory::default(), 0);
+        let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
+        for &(ip, mac) in &cfg.neighbours {
+            nic.neighbours_mut().add_static(ip, mac);
+        }
+        Ok(Host {
+            index: i,
+            spec,
+            nic,
+            driver,
+            qps: QpTable::default(),
+            srqs: FxHashMap::default(),
         })
+    }
+
+    /// The daemon's hosts, in order, with the lcore (index into the
+    /// services of [`Service::shards`]) each runs on.
+    fn placement(shards: &[Service]) -> Vec<(String, usize)> {
+        let mut all: Vec<(usize, String, usize)> = shards
+            .iter()
+            .enumerate()
+            .flat_map(|(s, svc)| {
+                svc.hosts
+                    .iter()
+                    .map(move |h| (h.index, h.spec.name.clone(), s))
+            })
+            .collect();
+        all.sort();
+        all.into_iter().map(|(_, name, s)| (name, s)).collect()
     }
 
     /// Closes the tap's pcap file: the frames it recorded and those it
@@ -353,15 +472,20 @@ impl Service {
         Ok(Some((written, c.skipped)))
     }
 
-    /// Serves until `stop` is set: control requests, then the data path,
-    /// in one loop on the calling lcore. Yields the CPU after a long idle
-    /// stretch so that applications on the same cores can run.
+    /// Serves until `stop` is set, on the calling thread alone.
     pub fn run(
         &mut self,
         stop: &AtomicBool,
-        mut every: impl FnMut(&Service),
+        every: impl Fn(&Service) + Sync,
     ) -> std::io::Result<()> {
-        let control = Control::spawn(&self.cfg.socket)?;
+        serve(std::slice::from_mut(self), stop, &[], |_, s| every(s))
+    }
+
+    /// One lcore's loop until `stop` is set: its control requests, then
+    /// its hosts' pipelines. Gives the CPU away after a long idle stretch
+    /// so that applications on the same cores can run; `every` sees the
+    /// service every 200 ms.
+    fn run_lcore(&mut self, link: &ShardLink, stop: &AtomicBool, every: &dyn Fn(&Service)) {
         let mut idle = 0u32;
         let mut last_report = 0u64;
         let mut pass = 0u32;
@@ -370,9 +494,9 @@ impl Service {
             pass = pass.wrapping_add(1);
             // Control requests are rare: look every 64 passes.
             if pass % 64 == 0 {
-                while let Ok(m) = control.requests.try_recv() {
+                while let Ok(m) = link.requests.try_recv() {
                     busy = true;
-                    self.on_control(&control, m);
+                    self.on_control(link, m);
                 }
             }
             busy |= self.poll();
@@ -396,7 +520,6 @@ impl Service {
                 }
             }
         }
-        Ok(())
     }
 
     /// Gives the CPU away between two idle passes: a sleep (an idle
@@ -409,7 +532,7 @@ impl Service {
         }
     }
 
-    fn on_control(&mut self, control: &Control, m: ToDataplane) {
+    fn on_control(&mut self, control: &ShardLink, m: ToDataplane) {
         match m {
             ToDataplane::Request { conn, id, req, fds } => {
                 self.counters.requests += 1;
@@ -448,14 +571,20 @@ impl Service {
 
     /// Host `h`'s pipeline and the application side it serves.
     fn host_apps(&mut self, h: usize) -> (&mut Nic<HostPort, AppMemory>, Apps<'_>) {
-        let Host { nic, qps, srqs, .. } = &mut self.hosts[h];
+        let Host {
+            nic,
+            qps,
+            srqs,
+            index,
+            ..
+        } = &mut self.hosts[h];
         let apps = Apps {
             qps,
             srqs,
             apps: &mut self.apps,
             counters: &mut self.counters,
             pending: &mut self.pending,
-            host: h,
+            host: *index,
             trace: self.tracing.then_some(&mut self.trace),
         };
         (nic, apps)
@@ -475,9 +604,9 @@ impl Service {
             at_ns: self.clock.now_ns(),
             ..Default::default()
         };
-        for (i, h) in self.hosts.iter().enumerate() {
+        for h in &self.hosts {
             let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
-            s.add_nic(i, &h.nic, &qpns);
+            s.add_nic(h.index, &h.nic, &qpns);
         }
         let mut c = self.counters.clone();
         c.apps = self.apps.len() as u64;
@@ -491,13 +620,6 @@ impl Service {
             .sum();
         s.service = Some(c);
         s
-    }
-
-    /// Mbufs of the pool in use, not counting those the pipelines hold
-    /// for their next frames.
-    pub fn mbufs_in_use(&self) -> u32 {
-        let held: usize = self.hosts.iter().map(|h| h.nic.buffers_held()).sum();
-        self.pool.in_use().saturating_sub(held as u32)
     }
 
     /// Releases everything an application held: its QPs go to ERR and
@@ -532,6 +654,90 @@ impl Service {
             .mem_mut()
             .detach(app.slot);
     }
+}
+
+/// Serves until `stop` is set with `shards` (from [`Service::shards`]):
+/// the control thread routes each application's requests to the service
+/// of the device it opened; the calling thread runs the first service and
+/// a thread of its own (a DPDK lcore) each of the others. With more than
+/// one, service `k` runs on CPU `cpus[k % cpus.len()]` when CPUs are
+/// given. `every(k, service)` sees each every 200 ms, on its thread.
+pub fn serve(
+    shards: &mut [Service],
+    stop: &AtomicBool,
+    cpus: &[usize],
+    every: impl Fn(usize, &Service) + Sync,
+) -> std::io::Result<()> {
+    let Some(first) = shards.first() else {
+        return Ok(());
+    };
+    let socket = first.cfg.socket.clone();
+    let (control, links) = Control::spawn(&socket, Service::placement(shards))?;
+    let lcores = shards.len();
+    let pin = move |k: usize| -> std::io::Result<()> {
+        if lcores < 2 || cpus.is_empty() {
+            return Ok(());
+        }
+        let cpu = cpus[k % cpus.len()];
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu)
+            .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set))
+            .map_err(|e| std::io::Error::other(format!("dataplane lcore {k} on CPU {cpu}: {e}")))
+    };
+    let every = &every;
+    let result = std::thread::scope(|scope| -> std::io::Result<()> {
+        let mut rest = shards.iter_mut().zip(&links).enumerate();
+        let (_, (svc0, link0)) = rest.next().expect("one service at least");
+        let mut threads = Vec::new();
+        for (k, (svc, link)) in rest {
+            let t = std::thread::Builder::new()
+                .name(format!("rnic-lcore{k}"))
+                .spawn_scoped(scope, move || {
+                    let lcore = pin(k).and_then(|()| {
+                        crate::dpdk::LcoreGuard::register(&svc.pool)
+                            .map_err(|e| std::io::Error::other(e.to_string()))
+                    });
+                    match lcore {
+                        Ok(_lcore) => {
+                            svc.run_lcore(link, stop, &|s| every(k, s));
+                            Ok(())
+                        }
+                        Err(e) => {
+                            // Without this lcore the daemon cannot serve
+                            // its devices: everyone stops.
+                            stop.store(true, Ordering::Relaxed);
+                            Err(e)
+                        }
+                    }
+                });
+            match t {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        let mut r = match pin(0) {
+            Ok(()) => {
+                svc0.run_lcore(link0, stop, &|s| every(0, s));
+                Ok(())
+            }
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+        };
+        for t in threads {
+            let rt = t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a dataplane lcore panicked")));
+            r = r.and(rt);
+        }
+        r
+    });
+    drop(control);
+    result
 }
 
 /// The application side of one host's pipeline: it takes WQEs from the

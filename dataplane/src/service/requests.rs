@@ -151,11 +151,13 @@ impl Service {
     /// `TraceStamps`: a page of the trace from stamp `from` on.
     fn trace_stamps(&mut self, from: u64) -> Answer {
         let t = &self.trace;
+        let stamps = t.page(usize::try_from(from).unwrap_or(usize::MAX));
         done(Reply::TraceStamps {
             tsc_hz: self.clock.hz(),
             total: t.len() as u64,
             dropped: t.dropped,
-            stamps: t.page(usize::try_from(from).unwrap_or(usize::MAX)),
+            next: from + (stamps.len() / 2) as u64,
+            stamps,
         })
     }
 
@@ -302,7 +304,7 @@ impl Service {
             ));
         }
         let Some(host) = self.hosts.iter().position(|h| h.spec.name == name) else {
-            let names: Vec<&str> = self.hosts.iter().map(|h| h.spec.name.as_str()).collect();
+            let names: Vec<&str> = self.peers.iter().map(|h| h.name.as_str()).collect();
             return Err(err(
                 ErrorKind::NoSuchDevice,
                 format!("no device {name:?} (this daemon has {names:?})"),
@@ -907,7 +909,7 @@ impl Service {
             let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
             u32::from(ip) & mask == u32::from(net) & mask
         };
-        self.hosts.iter().any(|h| h.spec.ip == ip) || self.cfg.telemetry_peers.iter().any(within)
+        self.peers.iter().any(|h| h.ip == ip) || self.cfg.telemetry_peers.iter().any(within)
     }
 
     /// A QP on its way to RTR towards a peer that does not speak our
@@ -953,10 +955,10 @@ impl Service {
     /// the pipeline resolves with ARP when the QP's frames go.
     fn neighbour(&self, host: usize, ip: std::net::Ipv4Addr) -> transport::wire::MacAddr {
         let now = self.clock.now_ns();
-        self.hosts
+        self.peers
             .iter()
-            .find(|h| h.spec.ip == ip)
-            .map(|h| h.spec.mac)
+            .find(|h| h.ip == ip)
+            .map(|h| h.mac)
             .or_else(|| self.hosts[host].nic.neighbours().lookup(ip, now))
             .unwrap_or_default()
     }

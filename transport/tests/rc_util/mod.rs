@@ -6,9 +6,8 @@
 
 #![allow(dead_code)]
 
-use std::cell::RefCell;
 use std::net::Ipv4Addr;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, MrKeys, VecMemory, DEFAULT_PD};
@@ -51,7 +50,7 @@ pub enum Fate {
 }
 
 /// Decides the fate of each frame: direction, parsed frame, frame number.
-pub type Hook = Box<dyn FnMut(Dir, &Packet<'_>, usize) -> Fate>;
+pub type Hook = Box<dyn FnMut(Dir, &Packet<'_>, usize) -> Fate + Send>;
 
 /// A wire that loses every frame going `lost` and delivers the rest.
 pub fn cut(lost: Dir) -> Hook {
@@ -97,7 +96,7 @@ pub struct Pair {
     pub a: Side,
     pub b: Side,
     pub now: u64,
-    wire: Rc<RefCell<Wire>>,
+    wire: Arc<Mutex<Wire>>,
 }
 
 pub struct Setup {
@@ -205,7 +204,7 @@ impl Pair {
         };
         eb.connect_to(qb, s.psn_b, &end(qa, MAC_A, IP_A, s.psn_a), &pb)
             .unwrap();
-        let wire = Rc::new(RefCell::new(Wire {
+        let wire = Arc::new(Mutex::new(Wire {
             hook: Box::new(|_, _, _| Fate::Deliver),
             log: Vec::new(),
             times: Vec::new(),
@@ -216,7 +215,7 @@ impl Pair {
         let script = |dir: Dir| -> nic::faults::Script {
             let wire = wire.clone();
             Box::new(move |_, frame: &[u8], _| {
-                let mut w = wire.borrow_mut();
+                let mut w = wire.lock().unwrap();
                 let idx = w.log.len();
                 w.log.push((dir, frame.to_vec()));
                 let now = w.now;
@@ -251,12 +250,12 @@ impl Pair {
 
     /// Sets what the wire does with each frame from now on.
     pub fn set_hook(&mut self, hook: Hook) {
-        self.wire.borrow_mut().hook = hook;
+        self.wire.lock().unwrap().hook = hook;
     }
 
     /// Frames sent so far (both directions).
     pub fn frames_sent(&self) -> usize {
-        self.wire.borrow().log.len()
+        self.wire.lock().unwrap().log.len()
     }
 
     /// A WRITE (or READ, SEND, atomic) from A's region at `local` to B's
@@ -302,7 +301,7 @@ impl Pair {
     /// before `limit`.
     pub fn step(&mut self, limit: u64) -> bool {
         let now = self.now;
-        self.wire.borrow_mut().now = now;
+        self.wire.lock().unwrap().now = now;
         self.a.nic.poll(now, &mut self.a.cqes);
         self.b.nic.poll(now, &mut self.b.cqes);
         let next = [self.a.nic.next_wakeup(now), self.b.nic.next_wakeup(now)]
@@ -327,7 +326,7 @@ impl Pair {
 
     /// When each frame going `dir` was sent, with its opcode.
     pub fn timed_ops(&self, dir: Dir) -> Vec<(u64, Opcode)> {
-        let w = self.wire.borrow();
+        let w = self.wire.lock().unwrap();
         w.log
             .iter()
             .zip(&w.times)
@@ -339,7 +338,8 @@ impl Pair {
     /// Every frame on the wire so far: direction and opcode.
     pub fn frame_log(&self) -> Vec<(Dir, Opcode)> {
         self.wire
-            .borrow()
+            .lock()
+            .unwrap()
             .log
             .iter()
             .map(|(d, f)| {
@@ -456,7 +456,8 @@ impl Pair {
     /// Every frame logged in one direction, raw.
     pub fn frames(&self, dir: Dir) -> Vec<Vec<u8>> {
         self.wire
-            .borrow()
+            .lock()
+            .unwrap()
             .log
             .iter()
             .filter(|(d, _)| *d == dir)
@@ -467,7 +468,8 @@ impl Pair {
     /// Frames logged in one direction, parsed by `f`.
     pub fn logged<T>(&self, dir: Dir, f: impl Fn(&Packet<'_>) -> T) -> Vec<T> {
         self.wire
-            .borrow()
+            .lock()
+            .unwrap()
             .log
             .iter()
             .filter(|(d, _)| *d == dir)
@@ -478,7 +480,8 @@ impl Pair {
     /// Opcodes of the frames logged in one direction.
     pub fn ops(&self, dir: Dir) -> Vec<Opcode> {
         self.wire
-            .borrow()
+            .lock()
+            .unwrap()
             .log
             .iter()
             .filter(|(d, _)| *d == dir)

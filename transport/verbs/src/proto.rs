@@ -395,12 +395,16 @@ pub enum Reply {
     AsyncEvents(Vec<AsyncEventMsg>),
     /// A page of the latency trace: (TSC, packed key) pairs flattened
     /// (`nic::FrameKey::unpack`), the TSC's rate, the stamps the trace
-    /// holds and those it dropped when full.
+    /// holds and those it dropped when full. A daemon with several
+    /// dataplane lcores keeps a trace per lcore: `from` is a position in
+    /// each, `total` the longest, and `next` the `from` of the next page.
     TraceStamps {
         tsc_hz: u64,
         total: u64,
         dropped: u64,
         stamps: Vec<u64>,
+        #[serde(default)]
+        next: u64,
     },
 }
 
