@@ -8,10 +8,9 @@
 //! at most once.
 #![no_main]
 
-use std::cell::RefCell;
 use std::collections::{HashSet, VecDeque};
 use std::net::Ipv4Addr;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use libfuzzer_sys::fuzz_target;
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
@@ -55,7 +54,7 @@ fn engine(mac: MacAddr, ip: Ipv4Addr) -> Engine<VecMemory> {
 }
 
 /// Fates of frames, as the input chooses them (delivered once used up).
-type Fates = Rc<RefCell<VecDeque<u8>>>;
+type Fates = Arc<Mutex<VecDeque<u8>>>;
 
 fn fate(b: u8) -> Fault {
     match b % 6 {
@@ -97,13 +96,13 @@ fuzz_target!(|data: &[u8]| {
         };
         e[i].connect_to(q[i], 0xFF_FFF0, &peer, &params).unwrap();
     }
-    let fates: Fates = Rc::new(RefCell::new(VecDeque::new()));
+    let fates: Fates = Arc::new(Mutex::new(VecDeque::new()));
     let wrap = |p: MemPort| {
         let f = fates.clone();
         FaultInjector::scripted(
             p,
             Direction::Rx,
-            Box::new(move |_, _, _| f.borrow_mut().pop_front().map_or(Fault::Deliver, fate)),
+            Box::new(move |_, _, _| f.lock().unwrap().pop_front().map_or(Fault::Deliver, fate)),
         )
     };
     let (pa, pb) = mem_link([ma, mb], 1500, 0);
@@ -196,7 +195,7 @@ fuzz_target!(|data: &[u8]| {
             2 | 3 => {
                 // The fates of the next frames, then one pass of `side`.
                 let n = usize::from(input.u8().unwrap_or(0) % 8);
-                fates.borrow_mut().extend(input.take(n));
+                fates.lock().unwrap().extend(input.take(n));
                 nics[side].poll(now, &mut cqes[side]);
             }
             4 => {
