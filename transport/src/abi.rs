@@ -39,7 +39,7 @@ use crate::rc::{
 };
 
 /// Version of this layout; the control protocol refuses another.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Cache line size the ring header separates indices by.
 pub const CACHE_LINE: usize = 64;
@@ -477,7 +477,11 @@ impl Cqe {
 pub trait SharedMem {
     fn load_acquire(&self, off: usize) -> u32;
     fn store_release(&self, off: usize, v: u32);
+    /// Sequentially consistent: also a full barrier between the stores
+    /// before it and the loads after it (the doorbell handshake needs it).
     fn swap(&self, off: usize, v: u32) -> u32;
+    /// Sets bits; sequentially consistent like [`SharedMem::swap`].
+    fn fetch_or(&self, off: usize, v: u32) -> u32;
     fn read_bytes(&self, off: usize, dst: &mut [u8]);
     fn write_bytes(&self, off: usize, src: &[u8]);
 }
@@ -520,6 +524,12 @@ impl SharedMem for HeapSegment {
     fn swap(&self, off: usize, v: u32) -> u32 {
         let old = self.word(off);
         self.store_release(off, v);
+        old
+    }
+
+    fn fetch_or(&self, off: usize, v: u32) -> u32 {
+        let old = self.word(off);
+        self.store_release(off, old | v);
         old
     }
 
@@ -644,6 +654,77 @@ impl RingLayout {
     }
 }
 
+/// An application's doorbells, a block in its segment: a bit per QP
+/// (by QPN, from [`crate::rc::QPN_BASE`]) in 32-bit words, and above them
+/// a summary bit per group of 32 words, so that the daemon reads one
+/// cache line per application and pass while no bell rings. A producer
+/// rings the QP's bell only when the daemon parked the QP
+/// ([`Producer::take_bell`]); the daemon takes the bells, clearing them,
+/// and watches the QPs' rings again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doorbells {
+    /// Offset of the block, a multiple of [`CACHE_LINE`].
+    pub offset: usize,
+}
+
+/// QPs a doorbell block has bits for.
+const BELLS: usize = crate::rc::MAX_QPS;
+/// Words of QP bits.
+const BELL_WORDS: usize = BELLS / 32;
+/// Words of summary bits (a bit per 32 words).
+const BELL_SUMMARY_WORDS: usize = BELL_WORDS / 32 / 32;
+
+impl Doorbells {
+    /// Bytes of the block: the summary's line, then the QP bits.
+    pub const BYTES: usize = CACHE_LINE + BELL_WORDS * 4;
+
+    /// Rings the bell of QP `qpn` (its bit, then its group's summary
+    /// bit). A QPN outside the block rings nothing.
+    pub fn ring(&self, mem: &impl SharedMem, qpn: u32) {
+        let Some(i) = qpn.checked_sub(crate::rc::QPN_BASE).map(|i| i as usize) else {
+            return;
+        };
+        if i >= BELLS {
+            return;
+        }
+        let word = i / 32;
+        mem.fetch_or(self.offset + CACHE_LINE + 4 * word, 1 << (i % 32));
+        let group = word / 32;
+        mem.fetch_or(self.offset + 4 * (group / 32), 1 << (group % 32));
+    }
+
+    /// Takes every bell rung since the last call, clearing them, and
+    /// hands each QPN to `woken` (any value: the block is the
+    /// application's to scribble on). Reads one line when none rang.
+    pub fn take(&self, mem: &impl SharedMem, mut woken: impl FnMut(u32)) {
+        for t in 0..BELL_SUMMARY_WORDS {
+            let top_at = self.offset + 4 * t;
+            if mem.load_acquire(top_at) == 0 {
+                continue;
+            }
+            // The summary is cleared before the words are read: a bit set
+            // after it sets the summary again.
+            let mut groups = mem.swap(top_at, 0);
+            while groups != 0 {
+                let group = t * 32 + groups.trailing_zeros() as usize;
+                groups &= groups - 1;
+                for word in group * 32..(group + 1) * 32 {
+                    let at = self.offset + CACHE_LINE + 4 * word;
+                    if mem.load_acquire(at) == 0 {
+                        continue;
+                    }
+                    let mut bits = mem.swap(at, 0);
+                    while bits != 0 {
+                        let i = word * 32 + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        woken(crate::rc::QPN_BASE + i as u32);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The producer's side of a ring of `T`.
 #[derive(Debug)]
 pub struct Producer<T> {
@@ -745,6 +826,16 @@ impl<T: RingEntry> Producer<T> {
     /// (a plain load first: the line is written only when it was set).
     pub fn take_armed(&self, mem: &impl SharedMem) -> bool {
         mem.load_acquire(self.layout.armed()) != 0 && mem.swap(self.layout.armed(), 0) != 0
+    }
+
+    /// After writing entries: whether the consumer stopped watching the
+    /// ring and must be told through a doorbell ([`Doorbells::ring`]).
+    /// The swap orders the entries' stamps before the flag's read (see
+    /// [`Consumer::park`]), so that either the consumer sees the entries
+    /// or this sees its flag; the flag's line is the producer's own
+    /// unless the consumer has just parked.
+    pub fn take_bell(&self, mem: &impl SharedMem) -> bool {
+        mem.swap(self.layout.armed(), 0) != 0
     }
 }
 
@@ -895,11 +986,58 @@ impl<T: RingEntry> Consumer<T> {
     pub fn arm(&self, mem: &impl SharedMem) {
         mem.store_release(self.layout.armed(), 1);
     }
+
+    /// Stops watching the ring: asks the producer to ring the doorbell for
+    /// its next entries ([`Producer::take_bell`]) and says whether the
+    /// ring is still empty. When it is not (an entry raced in before the
+    /// flag was seen), keep watching: the flag stays set and costs the
+    /// producer one needless doorbell. The swap is a full barrier between
+    /// the flag and the stamp read after it, the mirror of the producer's.
+    pub fn park(&mut self, mem: &impl SharedMem) -> Result<bool, RingError> {
+        mem.swap(self.layout.armed(), 1);
+        Ok(self.available(mem)? == 0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rung_bell_is_taken_once_and_names_its_qp() {
+        let mem = HeapSegment::new(Doorbells::BYTES + 64);
+        let bells = Doorbells { offset: 64 };
+        let base = crate::rc::QPN_BASE;
+        let qpns = [base, base + 31, base + 32, base + 5000, base + 65535];
+        for q in qpns {
+            bells.ring(&mem, q);
+        }
+        bells.ring(&mem, base + 5000);
+        bells.ring(&mem, base - 1);
+        bells.ring(&mem, base + 65536);
+        let mut got = Vec::new();
+        bells.take(&mem, |q| got.push(q));
+        assert_eq!(got, qpns, "each rung QP once, none outside the block");
+        bells.take(&mem, |q| panic!("{q:#x} taken twice"));
+        let mut raw = vec![0u8; Doorbells::BYTES + 64];
+        mem.read_bytes(0, &mut raw);
+        assert!(raw.iter().all(|&b| b == 0), "every bit cleared");
+    }
+
+    #[test]
+    fn a_parked_ring_asks_its_producer_for_a_bell_and_only_then() {
+        let mem = HeapSegment::new(4096);
+        let layout = RingLayout::new(0, 8, core::mem::size_of::<Cqe>()).unwrap();
+        let (mut p, mut c) = (Producer::<Cqe>::new(layout), Consumer::<Cqe>::new(layout));
+        p.push(&mem, &cqe(1)).unwrap();
+        assert!(!p.take_bell(&mem), "watched: no bell");
+        assert_eq!(c.park(&mem), Ok(false), "not empty: keep watching");
+        c.advance(&mem);
+        assert_eq!(c.park(&mem), Ok(true), "empty: parked");
+        p.push(&mem, &cqe(2)).unwrap();
+        assert!(p.take_bell(&mem), "parked: the producer rings");
+        assert!(!p.take_bell(&mem), "once");
+    }
 
     fn cqe(i: u64) -> Cqe {
         Cqe {

@@ -147,6 +147,9 @@ pub struct PerfArgs {
     pub rounds: u32,
 }
 
+/// Most QPs a test connects (-q).
+pub const MAX_QPS: u32 = 16384;
+
 /// CPU placement of `--loopback`'s own daemon and of the benchmark thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Pin {
@@ -157,8 +160,8 @@ pub enum Pin {
 impl PerfArgs {
     /// Refuses flag combinations that cannot run, naming the bad value.
     pub fn validate(&self, test: Test) -> Result<(), String> {
-        if self.qps == 0 || self.qps > 64 {
-            return Err(format!("-q {}: QPs must be 1..=64", self.qps));
+        if self.qps == 0 || self.qps > MAX_QPS {
+            return Err(format!("-q {}: QPs must be 1..={MAX_QPS}", self.qps));
         }
         if self.events && test.is_latency() {
             return Err(

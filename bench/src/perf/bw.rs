@@ -148,6 +148,7 @@ pub fn run(
             qp = q;
             let room = (depth - (posted - done))
                 .min(signals.left[qp])
+                .min(u64::from(c.sq_depth))
                 .min(BATCH as u64);
             batch.clear();
             for k in 0..room {

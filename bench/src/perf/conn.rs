@@ -8,6 +8,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
+use transport::abi;
 use verbs::oob::Session;
 use verbs::{Cq, Device, Endpoint, LocalBuf, Mr, MrAccess, Pd, Qp, RemoteMr};
 
@@ -27,6 +28,8 @@ pub struct Side {
     pub remote: RemoteMr,
     /// Bytes in each half of the region.
     pub half: u64,
+    /// Slots of each QP's send ring.
+    pub sq_depth: u32,
 }
 
 impl Side {
@@ -69,6 +72,7 @@ struct Prepared {
     half: u64,
     /// The QPs' path MTU.
     mtu: u32,
+    sq_depth: u32,
 }
 
 fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
@@ -76,11 +80,29 @@ fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
         let what = what.to_string();
         move |err: verbs::VerbsError| format!("{device}: {what}: {err}")
     };
-    let bytes = 2 * half + (16 << 20);
+    // -t bounds the WRs in flight over all QPs: each QP gets the whole
+    // depth as perftest gives it, unless there are so many QPs that their
+    // rings would not fit; then the smallest rings (a QP whose ring is
+    // full waits its turn).
+    let (depth, recv_depth) = if a.qps <= 64 {
+        (a.tx_depth.next_power_of_two().max(16), 128)
+    } else {
+        (8, 8)
+    };
+    // The daemon places each ring on pages of its own.
+    let pages = |bytes: usize| (bytes as u64).div_ceil(4096) * 4096;
+    let rings = u64::from(a.qps)
+        * (pages(abi::RingLayout::bytes(
+            depth,
+            std::mem::size_of::<abi::Wqe>(),
+        )) + pages(abi::RingLayout::bytes(
+            recv_depth,
+            std::mem::size_of::<abi::RecvWqe>(),
+        )));
+    let bytes = 2 * half + rings + (16 << 20);
     let dev = Device::open_with(&a.socket, device, bytes).map_err(e("open"))?;
     let pd = dev.alloc_pd().map_err(e("PD"))?;
     let mr = pd.alloc_mr(2 * half, ALL).map_err(e("region"))?;
-    let depth = a.tx_depth.next_power_of_two().max(16);
     let cq = dev
         .create_cq((depth * a.qps).next_power_of_two().clamp(64, 16384))
         .map_err(e("CQ"))?;
@@ -90,6 +112,7 @@ fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
         qps.push(
             pd.qp_builder(&cq)
                 .depth(depth)
+                .recv_depth(recv_depth)
                 .mtu(mtu)
                 .max_rd_atomic(a.outs)
                 .build()
@@ -104,6 +127,7 @@ fn prepare(a: &PerfArgs, device: &str, half: u64) -> Result<Prepared, String> {
         qps,
         half,
         mtu,
+        sq_depth: depth,
     })
 }
 
@@ -138,6 +162,7 @@ impl Prepared {
             endpoints,
             remote,
             half: self.half,
+            sq_depth: self.sq_depth,
         })
     }
 }

@@ -235,7 +235,19 @@ struct QpRt {
     sq_paused: bool,
     /// The application chose the QP's congestion control (rnicdv).
     cc_explicit: bool,
+    /// Not watched: its rings are read again once the application rings
+    /// its doorbell (see [`PARK_AFTER`]).
+    parked: bool,
+    /// Its rings had entries this pass.
+    busy: bool,
+    /// Passes in a row its rings were empty.
+    idle: u32,
 }
+
+/// Passes in a row with both rings of a QP empty after which the pass
+/// stops reading them: the QP is parked (its rings ask the application
+/// for a doorbell) and costs the pass nothing until the bell rings.
+const PARK_AFTER: u32 = 256;
 
 /// A receive ring in an application's segment, and its block.
 struct RqRt {
@@ -266,6 +278,8 @@ struct App {
     slot: usize,
     seg: Arc<Segment>,
     alloc: SegmentAlloc,
+    /// Its doorbell block in the segment.
+    bells: abi::Doorbells,
     pds: Vec<u32>,
     mrs: FxHashMap<u32, requests::MrRt>,
     cqs: FxHashMap<u32, CqRt>,
@@ -305,6 +319,8 @@ struct Host {
     driver: String,
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
+    /// The QPs whose rings the pass reads (the others are parked).
+    active: Vec<Qpn>,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
 }
@@ -441,6 +457,7 @@ impl Service {
             nic,
             driver,
             qps: QpTable::default(),
+            active: Vec::new(),
             srqs: FxHashMap::default(),
         })
     }
@@ -574,12 +591,15 @@ impl Service {
         let Host {
             nic,
             qps,
+            active,
             srqs,
             index,
             ..
         } = &mut self.hosts[h];
         let apps = Apps {
             qps,
+            active,
+            local: h,
             srqs,
             apps: &mut self.apps,
             counters: &mut self.counters,
@@ -745,6 +765,10 @@ pub fn serve(
 /// the owners' CQ rings, in batches, one index store each.
 struct Apps<'a> {
     qps: &'a mut QpTable<QpRt>,
+    /// The QPs the pass reads the rings of.
+    active: &'a mut Vec<Qpn>,
+    /// The host's index among this lcore's hosts (`App::host`).
+    local: usize,
     srqs: &'a mut FxHashMap<u32, SrqRt>,
     apps: &'a mut FxHashMap<ConnId, App>,
     counters: &'a mut ServiceCounters,
@@ -759,12 +783,16 @@ impl nic::Host<AppMemory> for Apps<'_> {
     /// Takes WQEs from the send and receive rings of this host's QPs and
     /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
+        self.wake_rung();
         let mut moved = self.receive_doorbells(engine);
         while let Some(e) = engine.poll_event() {
             self.raise(e);
         }
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
-        for (qpn, rt) in self.qps.iter_mut() {
+        for &qpn in self.active.iter() {
+            let Some(rt) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
             if rt.broken || rt.sq_paused {
                 continue;
             }
@@ -778,6 +806,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                     continue;
                 }
             };
+            rt.busy |= n > 0;
             for _ in 0..n.min(SQ_BUDGET) {
                 rt.sq.peek_used_into(seg, &mut rt.wqe, abi::Wqe::used_len);
                 let wqe = &rt.wqe;
@@ -839,6 +868,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                 }
             }
         }
+        self.park_idle();
         if !errors.is_empty() {
             // Completions the engine already has (flushes of older WRs)
             // go first: a QP's completions stay in post order.
@@ -877,6 +907,65 @@ impl nic::Host<AppMemory> for Apps<'_> {
 }
 
 impl Apps<'_> {
+    /// Watches again the parked QPs whose doorbells the applications of
+    /// this host rang (a bell of a QP that is not the ringer's, or not
+    /// parked, changes nothing).
+    fn wake_rung(&mut self) {
+        let (qps, active) = (&mut *self.qps, &mut *self.active);
+        for (&conn, app) in self.apps.iter() {
+            if app.host != self.local {
+                continue;
+            }
+            app.bells.take(&*app.seg, |qpn| {
+                if let Some(rt) = qps.get_mut(&qpn) {
+                    if rt.app == conn && rt.parked && !rt.broken {
+                        rt.parked = false;
+                        rt.idle = 0;
+                        active.push(qpn);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Stops watching QPs whose rings stayed empty for [`PARK_AFTER`]
+    /// passes (and those destroyed or broken): each ring is asked for a
+    /// doorbell and checked once more, so that a WQE written meanwhile
+    /// is not missed.
+    fn park_idle(&mut self) {
+        let qps = &mut *self.qps;
+        self.active.retain(|qpn| {
+            let Some(rt) = qps.get_mut(qpn) else {
+                return false;
+            };
+            if rt.broken {
+                rt.parked = true;
+                return false;
+            }
+            if std::mem::take(&mut rt.busy) {
+                rt.idle = 0;
+                return true;
+            }
+            rt.idle += 1;
+            if rt.idle < PARK_AFTER {
+                return true;
+            }
+            let seg = &*rt.seg;
+            let sq_empty = rt.sq.park(seg).unwrap_or(false);
+            let rq_empty = match rt.rq.as_mut() {
+                Some(rq) => rq.ring.park(seg).unwrap_or(false),
+                None => true,
+            };
+            if sq_empty && rq_empty {
+                rt.parked = true;
+                false
+            } else {
+                rt.idle = 0;
+                true
+            }
+        });
+    }
+
     /// Hands an engine event to the application that owns its object.
     fn raise(&mut self, e: transport::rc::AsyncEvent) {
         use transport::rc::{AsyncEvent as E, QpError};
@@ -907,7 +996,10 @@ impl Apps<'_> {
     fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
         let mut moved = false;
         let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
-        for (qpn, rt) in self.qps.iter_mut() {
+        for &qpn in self.active.iter() {
+            let Some(rt) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
             let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
                 continue;
             };
@@ -936,7 +1028,10 @@ impl Apps<'_> {
                 errors.push((rt.app, rt.recv_cq, abi::Cqe::from_rc(&c)));
             }
             match r {
-                Some(m) => moved |= m,
+                Some(m) => {
+                    moved |= m;
+                    rt.busy |= m;
+                }
                 None => {
                     rt.broken = true;
                     let _ = engine.modify_to_err(qpn);

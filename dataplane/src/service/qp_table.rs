@@ -63,13 +63,6 @@ impl<T> QpTable<T> {
             .filter_map(|(i, v)| v.as_ref().map(|v| (QPN_BASE + i as u32, v)))
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Qpn, &mut T)> {
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, v)| v.as_mut().map(|v| (QPN_BASE + i as u32, v)))
-    }
-
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().flatten()
     }

@@ -327,9 +327,15 @@ impl Service {
             .engine_mut()
             .mem_mut()
             .attach(seg.clone());
+        let mut alloc = SegmentAlloc::new(seg.len() as u64);
+        let bells = alloc
+            .alloc(abi::Doorbells::BYTES as u64)
+            .expect("a fresh segment of MIN_SHM bytes holds the doorbells");
+        zero(&seg, bells, abi::Doorbells::BYTES as u64);
         let info = DeviceInfo {
             shm_bytes: seg.len() as u64,
             hugepages: seg.hugepages(),
+            doorbells: Some(bells),
             ..self.device_info(host)
         };
         self.apps.insert(
@@ -337,7 +343,10 @@ impl Service {
             App {
                 host,
                 slot,
-                alloc: SegmentAlloc::new(seg.len() as u64),
+                alloc,
+                bells: abi::Doorbells {
+                    offset: bells as usize,
+                },
                 seg,
                 pds: Vec::new(),
                 mrs: Default::default(),
@@ -384,6 +393,7 @@ impl Service {
                 max_srq: transport::rc::MAX_SRQS as u32,
                 max_mr_size: self.cfg.max_shm_bytes,
             },
+            doorbells: None,
         }
     }
 
@@ -672,6 +682,8 @@ impl Service {
         a.cqs.get_mut(&cq).expect("checked").qps += 1;
         a.cqs.get_mut(&recv_cq).expect("checked").qps += 1;
         let rq_offset = rq.as_ref().map_or(0, |r| r.block.0);
+        // Watched from the start; parked once idle.
+        self.hosts[host].active.push(qpn);
         self.hosts[host].qps.insert(
             qpn,
             QpRt {
@@ -687,6 +699,9 @@ impl Service {
                 broken: false,
                 sq_paused: false,
                 cc_explicit: false,
+                parked: false,
+                busy: false,
+                idle: 0,
             },
         );
         done(Reply::Qp {

@@ -305,6 +305,7 @@ mod tests {
             cc: "none".into(),
             caps: Default::default(),
             line_gbps: 100,
+            doorbells: None,
         };
         let one = r.reply(answer(5, 9, Ok(Reply::Devices(vec![dev("rnic1")]))));
         assert!(one.is_none(), "one shard of two answered");

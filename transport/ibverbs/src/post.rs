@@ -219,7 +219,9 @@ pub unsafe extern "C" fn post_send(
         unsafe { build(q, r, w) }.map(|()| r.next)
     };
     // SAFETY: the caller's chain and out pointer.
-    unsafe { post_chain(ring, seg, &mut w, wr, bad_wr, fill, Wqe::used_len) }
+    let r = unsafe { post_chain(ring, seg, &mut w, wr, bad_wr, fill, Wqe::used_len) };
+    ctx.device.ring_bell(ring, q.ibv.qp_num);
+    r
 }
 
 /// Writes a receive WR chain into a ring.
@@ -286,5 +288,7 @@ pub unsafe extern "C" fn post_recv(
     let ring = unsafe { &mut *rq.get() };
     let seg = ctx.device.segment();
     // SAFETY: the caller's chain.
-    unsafe { post_recv_chain(ring, seg, q.cap.max_recv_sge as usize, wr, bad_wr) }
+    let r = unsafe { post_recv_chain(ring, seg, q.cap.max_recv_sge as usize, wr, bad_wr) };
+    ctx.device.ring_bell(ring, q.ibv.qp_num);
+    r
 }

@@ -120,6 +120,19 @@ struct Inner {
 }
 
 impl Inner {
+    /// After entries were written into a ring of QP `qpn` that asks for a
+    /// doorbell (the daemon parked the QP): rings it.
+    fn ring_bell<T: abi::RingEntry>(&self, ring: &Producer<T>, qpn: u32) {
+        if let Some(off) = self.info.doorbells {
+            if ring.take_bell(&self.seg) {
+                abi::Doorbells {
+                    offset: off as usize,
+                }
+                .ring(&self.seg, qpn);
+            }
+        }
+    }
+
     fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
         self.call_with(req, &[])
     }
@@ -240,6 +253,14 @@ impl Device {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(Reply, Vec<OwnedFd>)> {
         self.inner.call_with(req, fds)
+    }
+
+    /// After writing entries into a ring of QP `qpn`: rings the QP's
+    /// doorbell when the daemon parked it (it stopped reading the QP's
+    /// rings while they were idle). For callers that keep their own
+    /// rings, such as the libibverbs provider.
+    pub fn ring_bell<T: abi::RingEntry>(&self, ring: &Producer<T>, qpn: u32) {
+        self.inner.ring_bell(ring, qpn);
     }
 
     /// The shared segment (rings and regions).
@@ -431,7 +452,13 @@ impl Srq {
 
     /// Posts receive WRs behind one doorbell, all or none.
     pub fn post_recv(&self, wrs: &[RecvRequest]) -> Result<()> {
-        post_recvs(&self.dev, &self.ring, &format!("of SRQ {}", self.srq), wrs)
+        post_recvs(
+            &self.dev,
+            &self.ring,
+            None,
+            &format!("of SRQ {}", self.srq),
+            wrs,
+        )
     }
 
     /// The receive WQEs the daemon holds for it, its armed limit and the
@@ -499,10 +526,12 @@ impl RecvRequest {
     }
 }
 
-/// Writes receive WQEs into a ring and publishes them with one store.
+/// Writes receive WQEs into a ring (of QP `qpn`, whose doorbell it rings
+/// when the daemon asks; an SRQ's ring is always read).
 fn post_recvs(
     dev: &Device,
     ring: &Mutex<Producer<abi::RecvWqe>>,
+    qpn: Option<u32>,
     what: &str,
     wrs: &[RecvRequest],
 ) -> Result<()> {
@@ -522,6 +551,9 @@ fn post_recvs(
     for w in wrs {
         let wqe = w.wqe()?;
         rq.write_prefix(seg, &wqe, wqe.used_len());
+    }
+    if let Some(qpn) = qpn {
+        dev.inner.ring_bell(&rq, qpn);
     }
     Ok(())
 }
@@ -1019,7 +1051,13 @@ impl Qp {
     /// QP attached to an SRQ.
     pub fn post_recv(&self, wrs: &[RecvRequest]) -> Result<()> {
         let rq = self.rq.as_ref().ok_or(VerbsError::QpUsesSrq(self.qpn))?;
-        post_recvs(&self.dev, rq, &format!("of QP {:#x}", self.qpn), wrs)
+        post_recvs(
+            &self.dev,
+            rq,
+            Some(self.qpn),
+            &format!("of QP {:#x}", self.qpn),
+            wrs,
+        )
     }
 
     /// SEND (with `imm`: SEND_WITH_IMM) of `local` into the peer's next
@@ -1120,6 +1158,7 @@ impl Qp {
             with_parts(w, |p| wqe.build_into(p))?;
             sq.write_prefix(seg, wqe, wqe.used_len());
         }
+        self.dev.inner.ring_bell(sq, self.qpn);
         Ok(())
     }
 }
@@ -1175,6 +1214,7 @@ impl Qp {
             });
         }
         sq.write(seg, wqe);
+        self.dev.inner.ring_bell(sq, self.qpn);
         Ok(())
     }
 
@@ -1186,6 +1226,9 @@ impl Qp {
         use transport::abi::SharedMem;
         let sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         self.dev.inner.seg.store_release(sq.ring.layout().prod(), v);
+        // As such an application's next post would: a parked QP's rings
+        // are read again once its doorbell rings.
+        self.dev.inner.ring_bell(&sq.ring, self.qpn);
     }
 
     /// RDMA WRITE of `local` to the peer's `remote.va + remote_offset`.

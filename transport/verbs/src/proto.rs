@@ -280,6 +280,10 @@ pub struct DeviceInfo {
     /// The rate the engine paces QPs at (the port's line rate), Gb/s.
     #[serde(default)]
     pub line_gbps: u32,
+    /// Offset of the application's doorbell block in its segment
+    /// (`transport::abi::Doorbells`; none before a segment exists).
+    #[serde(default)]
+    pub doorbells: Option<u64>,
 }
 
 /// What a device supports per QP and WR.

@@ -278,7 +278,12 @@ impl transport::abi::SharedMem for Segment {
     }
 
     fn swap(&self, off: usize, v: u32) -> u32 {
-        self.word(off).map_or(0, |w| w.swap(v, Ordering::AcqRel))
+        self.word(off).map_or(0, |w| w.swap(v, Ordering::SeqCst))
+    }
+
+    fn fetch_or(&self, off: usize, v: u32) -> u32 {
+        self.word(off)
+            .map_or(0, |w| w.fetch_or(v, Ordering::SeqCst))
     }
 
     fn read_bytes(&self, off: usize, dst: &mut [u8]) {
