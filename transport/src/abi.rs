@@ -659,7 +659,7 @@ impl RingLayout {
 /// a summary bit per group of 32 words, so that the daemon reads one
 /// cache line per application and pass while no bell rings. A producer
 /// rings the QP's bell only when the daemon parked the QP
-/// ([`Producer::take_bell`]); the daemon takes the bells, clearing them,
+/// ([`Producer::take_armed`]); the daemon takes the bells, clearing them,
 /// and watches the QPs' rings again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Doorbells {
@@ -822,19 +822,14 @@ impl<T: RingEntry> Producer<T> {
         Ok(true)
     }
 
-    /// Clears the consumer's wake-up flag and says whether it was set
-    /// (a plain load first: the line is written only when it was set).
+    /// After writing entries: clears the consumer's wake-up flag and says
+    /// whether it was set (the consumer waits for an event, or parked the
+    /// ring and wants a doorbell, [`Doorbells::ring`]). The swap orders
+    /// the entries' stamps before the flag's read, the mirror of
+    /// [`Consumer::arm`]: either the consumer sees the entries or this
+    /// sees its flag. The flag's line is the producer's own unless the
+    /// consumer has just armed it.
     pub fn take_armed(&self, mem: &impl SharedMem) -> bool {
-        mem.load_acquire(self.layout.armed()) != 0 && mem.swap(self.layout.armed(), 0) != 0
-    }
-
-    /// After writing entries: whether the consumer stopped watching the
-    /// ring and must be told through a doorbell ([`Doorbells::ring`]).
-    /// The swap orders the entries' stamps before the flag's read (see
-    /// [`Consumer::park`]), so that either the consumer sees the entries
-    /// or this sees its flag; the flag's line is the producer's own
-    /// unless the consumer has just parked.
-    pub fn take_bell(&self, mem: &impl SharedMem) -> bool {
         mem.swap(self.layout.armed(), 0) != 0
     }
 }
@@ -981,20 +976,21 @@ impl<T: RingEntry> Consumer<T> {
         Ok(Some(item))
     }
 
-    /// Asks the producer to signal the next entry (see
-    /// [`Producer::take_armed`]).
+    /// Asks the producer to signal its next entries
+    /// ([`Producer::take_armed`]); the caller then reads the ring once
+    /// more, as [`Consumer::park`] does. The swap is a full barrier
+    /// between the flag and the stamps read after it.
     pub fn arm(&self, mem: &impl SharedMem) {
-        mem.store_release(self.layout.armed(), 1);
+        mem.swap(self.layout.armed(), 1);
     }
 
-    /// Stops watching the ring: asks the producer to ring the doorbell for
-    /// its next entries ([`Producer::take_bell`]) and says whether the
-    /// ring is still empty. When it is not (an entry raced in before the
-    /// flag was seen), keep watching: the flag stays set and costs the
-    /// producer one needless doorbell. The swap is a full barrier between
-    /// the flag and the stamp read after it, the mirror of the producer's.
+    /// Stops watching the ring: arms it (the producer rings the doorbell
+    /// for its next entries) and says whether the ring is still empty.
+    /// When it is not (an entry raced in before the flag was seen), keep
+    /// watching: the flag stays set and costs the producer one needless
+    /// doorbell.
     pub fn park(&mut self, mem: &impl SharedMem) -> Result<bool, RingError> {
-        mem.swap(self.layout.armed(), 1);
+        self.arm(mem);
         Ok(self.available(mem)? == 0)
     }
 }
@@ -1030,13 +1026,13 @@ mod tests {
         let layout = RingLayout::new(0, 8, core::mem::size_of::<Cqe>()).unwrap();
         let (mut p, mut c) = (Producer::<Cqe>::new(layout), Consumer::<Cqe>::new(layout));
         p.push(&mem, &cqe(1)).unwrap();
-        assert!(!p.take_bell(&mem), "watched: no bell");
+        assert!(!p.take_armed(&mem), "watched: no bell");
         assert_eq!(c.park(&mem), Ok(false), "not empty: keep watching");
         c.advance(&mem);
         assert_eq!(c.park(&mem), Ok(true), "empty: parked");
         p.push(&mem, &cqe(2)).unwrap();
-        assert!(p.take_bell(&mem), "parked: the producer rings");
-        assert!(!p.take_bell(&mem), "once");
+        assert!(p.take_armed(&mem), "parked: the producer rings");
+        assert!(!p.take_armed(&mem), "once");
     }
 
     fn cqe(i: u64) -> Cqe {

@@ -326,6 +326,13 @@ struct Host {
 }
 
 impl Host {
+    /// Removes QP `qpn` from the table and from the watched QPs (a QPN
+    /// the engine hands out again must not be watched twice).
+    fn forget_qp(&mut self, qpn: Qpn) -> Option<QpRt> {
+        self.active.retain(|&q| q != qpn);
+        self.qps.remove(&qpn)
+    }
+
     fn port(&self) -> Option<&Port> {
         link(self.nic.port()).port()
     }
@@ -407,13 +414,15 @@ impl Service {
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
             let host = Self::start_host(eal, &cfg, &pool, &capture, i, spec)?;
-            shards[i % n].hosts.push(host);
+            shards[lcore_of(i, n)].hosts.push(host);
         }
-        let peers: Vec<HostSpec> = hosts
+        // Every host's spec, its MAC now resolved, in the daemon's order.
+        let mut peers: Vec<(usize, HostSpec)> = shards
             .iter()
-            .enumerate()
-            .map(|(i, _)| shards[i % n].hosts[i / n].spec.clone())
+            .flat_map(|s| s.hosts.iter().map(|h| (h.index, h.spec.clone())))
             .collect();
+        peers.sort_by_key(|p| p.0);
+        let peers: Vec<HostSpec> = peers.into_iter().map(|p| p.1).collect();
         for s in &mut shards {
             s.peers = peers.clone();
         }
@@ -465,17 +474,12 @@ impl Service {
     /// The daemon's hosts, in order, with the lcore (index into the
     /// services of [`Service::shards`]) each runs on.
     fn placement(shards: &[Service]) -> Vec<(String, usize)> {
-        let mut all: Vec<(usize, String, usize)> = shards
+        let peers = shards.first().map_or(&[][..], |s| &s.peers[..]);
+        peers
             .iter()
             .enumerate()
-            .flat_map(|(s, svc)| {
-                svc.hosts
-                    .iter()
-                    .map(move |h| (h.index, h.spec.name.clone(), s))
-            })
-            .collect();
-        all.sort();
-        all.into_iter().map(|(_, name, s)| (name, s)).collect()
+            .map(|(i, h)| (h.name.clone(), lcore_of(i, shards.len())))
+            .collect()
     }
 
     /// Closes the tap's pcap file: the frames it recorded and those it
@@ -656,6 +660,8 @@ impl Service {
             let _ = host.nic.engine_mut().destroy_qp(*qpn);
             host.qps.remove(qpn);
         }
+        let Host { qps, active, .. } = host;
+        active.retain(|q| qps.get(q).is_some());
         for srq in &app.srqs {
             let _ = host.nic.engine_mut().destroy_srq(*srq);
             host.srqs.remove(srq);
@@ -674,6 +680,11 @@ impl Service {
             .mem_mut()
             .detach(app.slot);
     }
+}
+
+/// The lcore of host `i` among `lcores`.
+fn lcore_of(i: usize, lcores: usize) -> usize {
+    i % lcores.max(1)
 }
 
 /// Serves until `stop` is set with `shards` (from [`Service::shards`]):

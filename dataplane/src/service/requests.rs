@@ -981,7 +981,7 @@ impl Service {
     fn destroy_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
         let host = self.own_qp(conn, qpn)?;
         let _ = self.hosts[host].nic.engine_mut().destroy_qp(qpn);
-        let rt = self.hosts[host].qps.remove(&qpn);
+        let rt = self.hosts[host].forget_qp(qpn);
         let a = self.app(conn);
         a.qps.retain(|&q| q != qpn);
         if let Some(rt) = rt {

@@ -124,7 +124,7 @@ impl Inner {
     /// doorbell (the daemon parked the QP): rings it.
     fn ring_bell<T: abi::RingEntry>(&self, ring: &Producer<T>, qpn: u32) {
         if let Some(off) = self.info.doorbells {
-            if ring.take_bell(&self.seg) {
+            if ring.take_armed(&self.seg) {
                 abi::Doorbells {
                     offset: off as usize,
                 }
