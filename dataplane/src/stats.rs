@@ -411,11 +411,12 @@ impl Snapshot {
         if let Some(c) = &self.service {
             let _ = writeln!(
                 s,
-                "service: apps {} (opened {} closed {})  qps {}  mrs {}  cqs {}  requests {} (errors {})  wqes_posted {}  wqe_errors {}  sq_corrupt {}  cqes_delivered {}  cq_overruns {}  tx_alloc_failures {}  passes {} (idle {}, rests {})",
+                "service: apps {} (opened {} closed {})  qps {}  mrs {}  cqs {}  requests {} (errors {})  wqes_posted {}  wqe_errors {}  sq_corrupt {}  cqes_delivered {}  cq_overruns {}  tx_alloc_failures {}  passes {} (idle {}, rests {})  busy {:.3} ms",
                 c.apps, c.apps_opened, c.apps_closed, c.qps, c.mrs, c.cqs, c.requests,
                 c.request_errors, c.wqes_posted, c.wqe_errors, c.sq_corrupt,
                 c.cqes_delivered, c.cq_overruns, c.tx_alloc_failures, c.passes, c.idle_passes,
-                c.rests
+                c.rests,
+                c.busy_ns as f64 / 1e6
             );
         }
         if !self.switch_ports.is_empty() {

@@ -721,6 +721,8 @@ fn main() {
     finish(ss, "steady-server");
     let st = stats(&sock);
     assert!(st.wqe_errors >= 3 && st.sq_corrupt == 1, "{st:?}");
+    // The steady pair kept the dataplane busy: its busy time counts.
+    assert!(st.busy_ns > 0 && st.passes > st.idle_passes, "{st:?}");
     println!("ok: garbage WQEs got error CQEs while the steady pair kept flowing");
 
     // 3. SIGKILL mid-transfer.

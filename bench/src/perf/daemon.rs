@@ -120,3 +120,25 @@ pub fn ensure(a: &PerfArgs) -> Result<Option<Daemon>, String> {
     }
     Ok(Some(Daemon(child, placement.map(|(_, dp)| dp.id))))
 }
+
+/// The daemon's busy time and message count so far (`busy_ns`,
+/// `wqes_posted` of its service counters), to say what a run cost the
+/// dataplane per message; `None` when it does not answer.
+pub fn busy(a: &PerfArgs) -> Option<(u64, u64)> {
+    let s = dataplane::service::query_stats(&a.socket).ok()?.service?;
+    Some((s.busy_ns, s.wqes_posted))
+}
+
+/// The line `busy` before and after a run of `secs` gives: the
+/// dataplane's busy nanoseconds per posted WR and the share of the run it
+/// was busy.
+pub fn busy_line(before: (u64, u64), after: (u64, u64), secs: f64) -> Option<String> {
+    let ns = after.0.checked_sub(before.0)?;
+    let msgs = after.1.checked_sub(before.1).filter(|&m| m > 0)?;
+    Some(format!(
+        " daemon: {:.0} ns busy per WR ({:.0}% of the run's {:.3} s)",
+        ns as f64 / msgs as f64,
+        100.0 * ns as f64 / 1e9 / secs.max(1e-9),
+        secs
+    ))
+}

@@ -150,6 +150,12 @@ pub struct ServiceCounters {
     /// Sleeps (or yields) of an idle dataplane.
     #[serde(default)]
     pub rests: u64,
+    /// Nanoseconds spent in passes that moved something (from the start
+    /// of such a pass to the start of the next): the dataplane's CPU cost,
+    /// which divided by the messages of a run gives its cost per message
+    /// whatever the application's side spends.
+    #[serde(default)]
+    pub busy_ns: u64,
 }
 
 impl ServiceCounters {
@@ -179,6 +185,7 @@ impl ServiceCounters {
             passes,
             idle_passes,
             rests,
+            busy_ns,
         } = o;
         self.apps += apps;
         self.qps += qps;
@@ -203,6 +210,7 @@ impl ServiceCounters {
         self.passes += passes;
         self.idle_passes += idle_passes;
         self.rests += rests;
+        self.busy_ns += busy_ns;
     }
 }
 
@@ -360,6 +368,8 @@ pub struct Service {
     /// The latency trace, and whether it is taking stamps.
     trace: trace::Trace,
     tracing: bool,
+    /// The start of the last pass, if it moved something (for `busy_ns`).
+    busy_since: Option<u64>,
 }
 
 impl Service {
@@ -410,6 +420,7 @@ impl Service {
                 capture: capture.clone(),
                 trace: trace::Trace::default(),
                 tracing: false,
+                busy_since: None,
             })
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
@@ -581,12 +592,16 @@ impl Service {
     /// One pass of every host's pipeline; returns whether anything moved.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
+        if let Some(t) = self.busy_since {
+            self.counters.busy_ns += now.saturating_sub(t);
+        }
         let mut moved = false;
         for h in 0..self.hosts.len() {
             let (nic, mut apps) = self.host_apps(h);
             moved |= nic.poll(now, &mut apps);
             moved |= apps.drain_pending();
         }
+        self.busy_since = moved.then_some(now);
         moved
     }
 
