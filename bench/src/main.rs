@@ -240,6 +240,9 @@ fn sim(args: &SimArgs) -> ExitCode {
     };
     println!("scenario={} seed={}", args.scenario, args.seed);
     print!("{}", sim_mod::table(&runs));
+    if args.port_stats {
+        print!("{}", sim_mod::port_table(&runs));
+    }
     if let Some(path) = &args.json {
         let results: Vec<_> = runs.iter().map(|r| &r.result).collect();
         let text = match serde_json::to_string_pretty(&results) {

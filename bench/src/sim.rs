@@ -44,6 +44,12 @@ pub struct SimArgs {
     /// --cc all, one file per controller (FILE.CC).
     #[arg(long, num_args = 2, value_names = ["ID", "FILE"])]
     pub trace_flow: Option<Vec<String>>,
+    /// Print the switches' egress ports by tier (tor->agg, agg->core, ...):
+    /// utilization (mean, lowest, highest), deepest queue and drops, and
+    /// the busiest ports, so that a hot spot or an uneven ECMP split shows
+    /// (the JSON has every port either way).
+    #[arg(long)]
+    pub port_stats: bool,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -192,6 +198,56 @@ pub fn table(runs: &[Run]) -> String {
                 let _ = write!(s, " {cell:>24}");
             }
             let _ = writeln!(s);
+        }
+    }
+    s
+}
+
+/// Busiest ports listed by `--port-stats`.
+const HOT_PORTS: usize = 8;
+
+/// The `--port-stats` report of each run: per tier, then the busiest ports.
+pub fn port_table(runs: &[Run]) -> String {
+    let mut s = String::new();
+    for r in runs.iter().map(|r| &r.result) {
+        let _ = writeln!(s, "switch ports of {} ({} ports):", r.cc, r.ports.len());
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>5} {:>9} {:>9} {:>9} {:>11} {:>8}",
+            "tier", "ports", "util_mean", "util_min", "util_max", "max_q_KB", "drops"
+        );
+        let mut tiers: Vec<&str> = r.ports.iter().map(|p| p.tier.as_str()).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        for t in tiers {
+            let ps: Vec<_> = r.ports.iter().filter(|p| p.tier == t).collect();
+            let u: Vec<f64> = ps.iter().map(|p| p.utilization).collect();
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>11.1} {:>8}",
+                t,
+                ps.len(),
+                u.iter().sum::<f64>() / u.len().max(1) as f64,
+                u.iter().copied().fold(f64::INFINITY, f64::min),
+                u.iter().copied().fold(0.0, f64::max),
+                ps.iter().map(|p| p.max_qlen_bytes).max().unwrap_or(0) as f64 / 1e3,
+                ps.iter().map(|p| p.drops).sum::<u64>()
+            );
+        }
+        let mut hot: Vec<_> = r.ports.iter().collect();
+        hot.sort_by(|a, b| b.utilization.total_cmp(&a.utilization));
+        let _ = writeln!(s, "  busiest:");
+        for p in hot.iter().take(HOT_PORTS) {
+            let _ = writeln!(
+                s,
+                "    node {:>4} port {:>2} {:<12} util {:.3}  max queue {:.1} KB  drops {}",
+                p.node,
+                p.port,
+                p.tier,
+                p.utilization,
+                p.max_qlen_bytes as f64 / 1e3,
+                p.drops
+            );
         }
     }
     s

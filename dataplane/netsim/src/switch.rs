@@ -1,7 +1,7 @@
 //! The software INT switch: per-egress-port FIFO queues drained at the
 //! port's capacity B, a drop-tail buffer, RED-style ECN marking for the
 //! DCQCN baseline, telemetry stamping at dequeue per wire.md, and ECMP by
-//! UDP source port.
+//! a seeded hash of the 5-tuple.
 //!
 //! Pure logic with time passed in: the simulator drives it in virtual time
 //! with `Vec<u8>` frames, the DPDK dataplane on real ports with wall time
@@ -71,6 +71,8 @@ struct Port<F> {
 #[derive(Debug)]
 pub struct Switch<F = Vec<u8>> {
     pub id: u8,
+    /// Seed of this switch's ECMP hash.
+    ecmp_seed: u32,
     ports: Vec<Port<F>>,
     rng: ChaCha8Rng,
     catch_up_ns: u64,
@@ -81,19 +83,35 @@ pub fn serialization_ns(bytes: usize, rate_bps: u64) -> u64 {
     (bytes as u64 * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
 }
 
-/// The UDP source port of a RoCEv2 frame (0 for anything else): its ECMP
-/// entropy.
-pub fn flow_entropy(frame: &[u8]) -> u16 {
-    RoceFrame::new_checked(frame).map_or(0, |f| f.entropy())
+/// The ECMP key of a frame: its IPv4 addresses and UDP ports (every
+/// RoCEv2 frame is UDP to port 4791, so the protocol adds nothing); all
+/// zero for a frame that is not RoCEv2.
+pub fn flow_tuple(frame: &[u8]) -> [u32; 3] {
+    RoceFrame::new_checked(frame).map_or([0; 3], |f| {
+        [
+            u32::from(f.src_ip()),
+            u32::from(f.dst_ip()),
+            u32::from(f.entropy()) | u32::from(transport::wire::udp::ROCE_PORT) << 16,
+        ]
+    })
 }
 
-/// Chooses among equal-cost egress ports by the frame's UDP source port.
-pub fn ecmp(frame: &[u8], choices: &[usize]) -> Option<usize> {
-    if choices.is_empty() {
-        return None;
+/// A seeded hash of an ECMP key: each word mixed in with a multiply and a
+/// rotation, then a full avalanche (the "lowbias32" finalizer), so that
+/// every bit of the addresses and ports moves the result and switches with
+/// other seeds split the same flows differently (no polarization across
+/// tiers).
+pub fn ecmp_hash(key: [u32; 3], seed: u32) -> u32 {
+    let mut h = seed ^ 0x9E37_79B9;
+    for w in key {
+        h = (h ^ w.wrapping_mul(0xCC9E_2D51)).rotate_left(13);
+        h = h.wrapping_mul(5).wrapping_add(0xE654_6B64);
     }
-    let h = u32::from(flow_entropy(frame)).wrapping_mul(0x9E37_79B1) >> 16;
-    Some(choices[h as usize % choices.len()])
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x7FEB_352D);
+    h ^= h >> 15;
+    h = h.wrapping_mul(0x846C_A68B);
+    h ^ (h >> 16)
 }
 
 impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
@@ -101,6 +119,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     pub fn new(id: u8, ports: &[PortConfig], seed: u64) -> Self {
         Switch {
             id,
+            ecmp_seed: u32::from(id),
             ports: ports
                 .iter()
                 .map(|&cfg| Port {
@@ -126,6 +145,23 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// every frame at `now`.
     pub fn set_catch_up(&mut self, ns: u64) {
         self.catch_up_ns = ns;
+    }
+
+    /// Seeds the ECMP hash (by default the switch id; the simulator gives
+    /// each switch its node number, as ns-3 does).
+    pub fn set_ecmp_seed(&mut self, seed: u32) {
+        self.ecmp_seed = seed;
+    }
+
+    /// Chooses among equal-cost egress ports by the hash of the frame's
+    /// 5-tuple with this switch's seed: a flow keeps its path, flows
+    /// spread over the choices.
+    pub fn ecmp(&self, frame: &[u8], choices: &[usize]) -> Option<usize> {
+        if choices.is_empty() {
+            return None;
+        }
+        let h = ecmp_hash(flow_tuple(frame), self.ecmp_seed);
+        Some(choices[h as usize % choices.len()])
     }
 
     pub fn port_count(&self) -> usize {
@@ -268,8 +304,12 @@ mod tests {
     use transport::wire::{Opcode, Packet, PacketRepr, RethRepr, TlmRepr};
 
     fn frame(maxhop: Option<u8>, payload: usize, sport: u16) -> Vec<u8> {
+        frame_from(Ipv4Addr::new(10, 0, 0, 1), maxhop, payload, sport)
+    }
+
+    fn frame_from(src: Ipv4Addr, maxhop: Option<u8>, payload: usize, sport: u16) -> Vec<u8> {
         let mut r = PacketRepr::new(Opcode::RdmaWriteOnly, 0x12, 7);
-        r.ip.src = Ipv4Addr::new(10, 0, 0, 1);
+        r.ip.src = src;
         r.ip.dst = Ipv4Addr::new(10, 0, 0, 2);
         r.ip.ecn = 2;
         r.udp.src_port = sport;
@@ -460,13 +500,37 @@ mod tests {
 
     #[test]
     fn ecmp_keeps_a_flow_on_one_port_and_spreads_flows() {
+        let s: Switch = Switch::new(1, &[port(100, 1 << 20)], 1);
         let ports = [2, 3, 4, 5];
         let a = frame(None, 10, 0xC001);
-        assert_eq!(ecmp(&a, &ports), ecmp(&a, &ports));
+        assert_eq!(s.ecmp(&a, &ports), s.ecmp(&a, &ports));
         let used: std::collections::HashSet<usize> = (0..64u16)
-            .map(|i| ecmp(&frame(None, 10, 0xC000 | i), &ports).unwrap())
+            .map(|i| s.ecmp(&frame(None, 10, 0xC000 | i), &ports).unwrap())
             .collect();
         assert_eq!(used.len(), 4);
-        assert_eq!(ecmp(&a, &[]), None);
+        assert_eq!(s.ecmp(&a, &[]), None);
+    }
+
+    #[test]
+    fn ecmp_hashes_addresses_too_and_each_switch_its_own_way() {
+        // One source port from 64 senders (QPNs reused alike): the source
+        // addresses alone spread them.
+        let from = |host: u8| frame_from(Ipv4Addr::new(10, 0, 0, host), None, 10, 0xC001);
+        let ports = [0, 1, 2, 3];
+        let a: Switch = Switch::new(1, &[port(100, 1 << 20)], 1);
+        let mut b: Switch = Switch::new(2, &[port(100, 1 << 20)], 1);
+        b.set_ecmp_seed(77);
+        let pa: Vec<usize> = (1..=64)
+            .map(|h| a.ecmp(&from(h), &ports).unwrap())
+            .collect();
+        let pb: Vec<usize> = (1..=64)
+            .map(|h| b.ecmp(&from(h), &ports).unwrap())
+            .collect();
+        for p in ports {
+            let n = pa.iter().filter(|&&x| x == p).count();
+            assert!((8..=24).contains(&n), "port {p}: {n} of 64 flows");
+        }
+        // A second tier with another seed does not repeat the first's split.
+        assert!(pa.iter().zip(&pb).filter(|(x, y)| x == y).count() < 32);
     }
 }

@@ -626,7 +626,7 @@ impl Qp {
                 ..Ipv4Repr::default()
             };
             let udp = UdpRepr {
-                src_port: udp::entropy_port(self.qpn),
+                src_port: udp::entropy_port(self.qpn, rtr.dest_qpn),
             };
             FrameTemplate::new(&eth, &ip, &udp)
         });

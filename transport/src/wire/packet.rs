@@ -228,7 +228,8 @@ impl PacketRepr {
             eth: EthernetRepr::default(),
             ip: Ipv4Repr::default(),
             udp: UdpRepr {
-                src_port: udp::entropy_port(dest_qp),
+                // The local QPN is not known here: the pair's stand-in.
+                src_port: udp::entropy_port(dest_qp, dest_qp),
             },
             bth: BthRepr::new(opcode, dest_qp, psn),
             tlm: None,

@@ -88,12 +88,19 @@ impl UdpRepr {
     }
 }
 
-/// The UDP source port of a QP, `0xC000 | (hash(qpn) & 0x3fff)`, so that
-/// all packets of a QP take one ECMP path.
-pub fn entropy_port(qpn: u32) -> u16 {
-    // Fibonacci hashing spreads consecutive QPNs over the 14 bits.
-    let h = qpn.wrapping_mul(0x9E37_79B9) >> 18;
-    0xC000 | (h as u16 & 0x3fff)
+/// The UDP source port of a connection, from the QPN pair as RoCEv2 NICs
+/// derive it (Linux's `rdma_get_udp_sport`, used by rxe and mlx5): a
+/// 20-bit flow label from the product of the two QPNs, folded to 14 bits
+/// in the dynamic range `0xC000..`. All packets of a QP take one ECMP path,
+/// both directions of a connection carry the same port, and QPs that reuse
+/// a QPN towards another peer get another port.
+pub fn entropy_port(local_qpn: u32, remote_qpn: u32) -> u16 {
+    let mut v = u64::from(local_qpn) * u64::from(remote_qpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let label = (v & 0xF_FFFF) as u32;
+    let low = (label & 0x3FFF) ^ (label >> 14);
+    0xC000 | low as u16
 }
 
 #[cfg(test)]
@@ -130,10 +137,21 @@ mod tests {
     #[test]
     fn entropy_port_is_in_the_dynamic_range_and_stable() {
         for qpn in 0..1000 {
-            let p = entropy_port(qpn);
+            let p = entropy_port(qpn, 17);
             assert_eq!(p & 0xC000, 0xC000);
-            assert_eq!(p, entropy_port(qpn));
+            assert_eq!(p, entropy_port(qpn, 17));
+            assert_eq!(p, entropy_port(17, qpn), "both ends agree");
         }
-        assert_ne!(entropy_port(1), entropy_port(2));
+        assert_ne!(entropy_port(2, 3), entropy_port(2, 4));
+    }
+
+    #[test]
+    fn entropy_port_matches_the_kernel_derivation() {
+        // Values of rdma_get_udp_sport(rdma_calc_flow_label(l, r), l, r)
+        // worked by hand: 0x11 * 0x12 = 0x132 (below 2^14: itself);
+        // 0x1234 * 0x5678 = 0x6260060; v ^= v >> 20 gives 0x6260002,
+        // label 0x60002, and 0x0002 ^ (0x60002 >> 14 = 0x18) = 0x1a.
+        assert_eq!(entropy_port(0x11, 0x12), 0xC000 | 0x132);
+        assert_eq!(entropy_port(0x1234, 0x5678), 0xC000 | 0x1a);
     }
 }

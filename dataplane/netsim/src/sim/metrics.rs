@@ -114,6 +114,23 @@ pub struct FlowResult {
     pub slowdown: Option<f64>,
 }
 
+/// One switch egress port over the run (`--port-stats`): where it
+/// leads, how busy it was, its deepest queue, what it dropped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PortStat {
+    pub node: usize,
+    pub port: usize,
+    /// Tier of the two ends, e.g. `tor->agg` (switch tiers by their
+    /// distance from the hosts: tor, agg, core).
+    pub tier: String,
+    pub tx_bytes: u64,
+    /// Share of the port's capacity used over the simulated time.
+    pub utilization: f64,
+    pub max_qlen_bytes: u64,
+    pub drops: u64,
+    pub ecn_marked: u64,
+}
+
 /// FCT slowdown percentiles of the flows in a size range.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
@@ -148,6 +165,8 @@ pub struct SimResult {
     pub flows_done: usize,
     pub slowdown: Vec<Bucket>,
     pub events: u64,
+    /// Every switch egress port (see [`PortStat`]).
+    pub ports: Vec<PortStat>,
     pub queue_series: Vec<(u64, u64)>,
     pub jain_series: Vec<(u64, f64)>,
     pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
@@ -246,6 +265,7 @@ impl SimResult {
             flows_done: flows.iter().filter(|f| f.fct_ns.is_some()).count(),
             slowdown,
             events,
+            ports: Vec::new(),
             queue_series: qs,
             jain_series: js,
             rate_series: rs,

@@ -28,7 +28,7 @@ use transport::wire::{MacAddr, Opcode, RoceFrame};
 use crate::link::SimLink;
 use crate::switch::{EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
-pub use metrics::{Bucket, FlowResult, SimResult};
+pub use metrics::{Bucket, FlowResult, PortStat, SimResult};
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 
 /// Memory that is all zeros and forgets what is written: the simulator
@@ -250,7 +250,10 @@ impl Simulator {
                     ecn: cfg.ecn,
                 })
                 .collect();
-            switches.push(Some(Switch::new(sid, &ports, cfg.seed)));
+            let mut sw = Switch::new(sid, &ports, cfg.seed);
+            // Per switch, as ns-3 seeds its ECMP hash with the node id.
+            sw.set_ecmp_seed(n as u32);
+            switches.push(Some(sw));
         }
         let monitor = match cfg.monitor {
             Some(e) => {
@@ -547,11 +550,11 @@ impl Simulator {
             self.unroutable += 1;
             return;
         };
-        let Some(out) = crate::switch::ecmp(&frame, choices) else {
+        let sw = self.switches[node].as_mut().expect("switch node");
+        let Some(out) = sw.ecmp(&frame, choices) else {
             self.unroutable += 1;
             return;
         };
-        let sw = self.switches[node].as_mut().expect("switch node");
         sw.enqueue(out, frame);
         let q = sw.qlen(out);
         if let Some(m) = self
@@ -648,7 +651,40 @@ impl Simulator {
         );
         r.probe_overhead = self.probe_bytes as f64 / self.host_tx_bytes.max(1) as f64;
         r.unroutable = self.unroutable;
+        r.ports = self.port_stats();
         r
+    }
+
+    /// Every switch egress port's counters over the run so far.
+    fn port_stats(&self) -> Vec<PortStat> {
+        let tiers = self.topo.tiers();
+        let name = |n: usize| match (self.topo.nodes[n], tiers[n]) {
+            (NodeKind::Host, _) => "host".to_string(),
+            (_, 1) => "tor".to_string(),
+            (_, 2) => "agg".to_string(),
+            (_, 3) => "core".to_string(),
+            (_, t) => format!("tier{t}"),
+        };
+        let span = self.now.max(1) as f64;
+        let mut out = Vec::new();
+        for (node, sw) in self.switches.iter().enumerate() {
+            let Some(sw) = sw else { continue };
+            for port in 0..sw.port_count() {
+                let c = sw.counters(port);
+                let (peer, link) = self.topo.peer(node, port);
+                out.push(PortStat {
+                    node,
+                    port,
+                    tier: format!("{}->{}", name(node), name(peer.node)),
+                    tx_bytes: c.tx_bytes,
+                    utilization: c.tx_bytes as f64 * 8e9 / (link.rate_bps as f64 * span),
+                    max_qlen_bytes: c.max_qlen,
+                    drops: c.dropped,
+                    ecn_marked: c.ecn_marked,
+                });
+            }
+        }
+        out
     }
 
     /// Records the telemetry events that reach flow `id`'s sender, as

@@ -83,6 +83,27 @@ impl Topology {
             .collect()
     }
 
+    /// Every node's tier: 0 for hosts, then the least number of links to
+    /// a host (1 for a ToR, 2 for an aggregation switch, 3 for a core);
+    /// `usize::MAX` for a node no host reaches.
+    pub fn tiers(&self) -> Vec<usize> {
+        let mut tier = vec![usize::MAX; self.nodes.len()];
+        let mut q: VecDeque<usize> = self.hosts().into();
+        for &h in &q {
+            tier[h] = 0;
+        }
+        while let Some(n) = q.pop_front() {
+            for port in 0..self.ports[n].len() {
+                let (e, _) = self.peer(n, port);
+                if tier[e.node] == usize::MAX {
+                    tier[e.node] = tier[n] + 1;
+                    q.push_back(e.node);
+                }
+            }
+        }
+        tier
+    }
+
     /// For every node, for every host (by host index), the ports on a
     /// shortest path towards it (ECMP choices).
     pub fn routes(&self) -> Vec<Vec<Vec<usize>>> {
@@ -147,6 +168,12 @@ pub enum TopologyError {
         spines: usize,
         hosts: usize,
     },
+    #[error("k = {0}: a k-ary fat tree needs an even k >= 2")]
+    FatTreeK(usize),
+    #[error(
+        "oversubscription = {0}: must be at least 1 (1 = every ToR's uplinks carry all its hosts)"
+    )]
+    Oversubscription(f64),
     #[error("kind = {0:?} is unknown (star, dumbbell, leaf-spine, fat-tree)")]
     Kind(String),
 }
@@ -156,8 +183,10 @@ pub enum TopologyError {
 #[serde(deny_unknown_fields)]
 pub struct TopologySpec {
     /// `star` (every host on one switch), `dumbbell` (two switches, the
-    /// bottleneck between them), `leaf-spine`, or `fat-tree` (the HPCC
-    /// paper's: 16 core, 20 agg, 20 ToR, 16 hosts per ToR).
+    /// bottleneck between them), `leaf-spine`, or `fat-tree` (without `k`
+    /// the HPCC paper's, wired as the authors' ns-3 `fat.txt`: 5 pods of 4
+    /// ToRs and 4 aggregation switches, 16 cores, 16 hosts per ToR; with
+    /// `k` a k-ary fat tree).
     pub kind: String,
     /// Hosts (star, dumbbell: per side x 2 = total given).
     #[serde(default = "default_hosts")]
@@ -176,6 +205,72 @@ pub struct TopologySpec {
     pub leaves: usize,
     #[serde(default = "default_two")]
     pub spines: usize,
+    /// fat-tree: a k-ary fat tree (k pods of k/2 ToRs and k/2 aggregation
+    /// switches, (k/2)^2 cores) instead of the paper's.
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// fat-tree: hosts per ToR over what its uplinks carry at line rate
+    /// (1 = none; 2 = twice as many hosts).
+    #[serde(default = "default_one")]
+    pub oversubscription: f64,
+}
+
+fn default_one() -> f64 {
+    1.0
+}
+
+/// The shape of a fat tree: pods of ToRs and aggregation switches, each
+/// ToR linked to every aggregation switch of its pod, aggregation switch
+/// `j` of every pod linked to cores `j * c .. (j + 1) * c` where `c` is
+/// cores per aggregation switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FatTree {
+    pub pods: usize,
+    pub tors_per_pod: usize,
+    pub aggs_per_pod: usize,
+    pub cores: usize,
+    pub hosts_per_tor: usize,
+}
+
+impl FatTree {
+    /// The HPCC paper's (the authors' `simulation/mix/fat.txt`): 320
+    /// hosts, 20 ToRs, 20 aggregation switches, 16 cores.
+    pub const PAPER: FatTree = FatTree {
+        pods: 5,
+        tors_per_pod: 4,
+        aggs_per_pod: 4,
+        cores: 16,
+        hosts_per_tor: 16,
+    };
+
+    /// Adds the tree to `t`, numbered as `fat.txt` numbers it: hosts
+    /// first, then ToRs, aggregation switches and cores.
+    fn build(&self, t: &mut Topology, host_bps: u64, fabric_bps: u64, delay_ns: u64) {
+        let tors = self.pods * self.tors_per_pod;
+        let aggs = self.pods * self.aggs_per_pod;
+        let hosts: Vec<usize> = (0..tors * self.hosts_per_tor)
+            .map(|_| t.add(NodeKind::Host))
+            .collect();
+        let tor: Vec<usize> = (0..tors).map(|_| t.add(NodeKind::Switch)).collect();
+        let agg: Vec<usize> = (0..aggs).map(|_| t.add(NodeKind::Switch)).collect();
+        let core: Vec<usize> = (0..self.cores).map(|_| t.add(NodeKind::Switch)).collect();
+        for (i, &h) in hosts.iter().enumerate() {
+            t.connect(h, tor[i / self.hosts_per_tor], host_bps, delay_ns);
+        }
+        for (i, &x) in tor.iter().enumerate() {
+            let pod = i / self.tors_per_pod;
+            for &a in &agg[pod * self.aggs_per_pod..(pod + 1) * self.aggs_per_pod] {
+                t.connect(x, a, fabric_bps, delay_ns);
+            }
+        }
+        let per_agg = (self.cores / self.aggs_per_pod).max(1);
+        for (i, &a) in agg.iter().enumerate() {
+            let j = i % self.aggs_per_pod;
+            for &c in core.iter().skip(j * per_agg).take(per_agg) {
+                t.connect(a, c, fabric_bps, delay_ns);
+            }
+        }
+    }
 }
 
 fn default_hosts() -> usize {
@@ -259,27 +354,29 @@ impl TopologySpec {
                 }
             }
             "fat-tree" => {
-                // The HPCC paper's fabric: 20 ToR x 16 hosts, 20 agg in 10
-                // pods of 2, 16 core; each ToR to both aggs of its pod, each
-                // agg to 8 cores.
-                let hosts: Vec<usize> = (0..320).map(|_| t.add(NodeKind::Host)).collect();
-                let tors: Vec<usize> = (0..20).map(|_| t.add(NodeKind::Switch)).collect();
-                let aggs: Vec<usize> = (0..20).map(|_| t.add(NodeKind::Switch)).collect();
-                let cores: Vec<usize> = (0..16).map(|_| t.add(NodeKind::Switch)).collect();
-                for (i, &hst) in hosts.iter().enumerate() {
-                    t.connect(hst, tors[i / 16], h, d);
+                if self.oversubscription.is_nan() || self.oversubscription < 1.0 {
+                    return Err(TopologyError::Oversubscription(self.oversubscription));
                 }
-                for (i, &tor) in tors.iter().enumerate() {
-                    let pod = i / 2;
-                    t.connect(tor, aggs[2 * pod], f, d);
-                    t.connect(tor, aggs[2 * pod + 1], f, d);
+                let shape = match self.k {
+                    None => FatTree::PAPER,
+                    Some(k) if k < 2 || k % 2 != 0 => return Err(TopologyError::FatTreeK(k)),
+                    Some(k) => FatTree {
+                        pods: k,
+                        tors_per_pod: k / 2,
+                        aggs_per_pod: k / 2,
+                        cores: k * k / 4,
+                        hosts_per_tor: k / 2,
+                    },
+                };
+                // Hosts per ToR: what its uplinks carry at line rate, times
+                // the oversubscription.
+                let line_rate = shape.aggs_per_pod as f64 * self.fabric_gbps / self.host_gbps;
+                let hosts_per_tor = (line_rate * self.oversubscription).round().max(1.0) as usize;
+                FatTree {
+                    hosts_per_tor,
+                    ..shape
                 }
-                for (i, &agg) in aggs.iter().enumerate() {
-                    let half = (i % 2) * 8;
-                    for &c in &cores[half..half + 8] {
-                        t.connect(agg, c, f, d);
-                    }
-                }
+                .build(&mut t, h, f, d);
             }
             other => return Err(TopologyError::Kind(other.into())),
         }
@@ -304,19 +401,60 @@ mod tests {
     }
 
     #[test]
-    fn fat_tree_has_the_paper_shape_and_ecmp_choices() {
-        let t = spec("fat-tree", 0).build().unwrap();
+    fn fat_tree_is_wired_as_the_authors_fat_txt() {
+        let t: Topology = toml::from_str::<TopologySpec>(
+            "kind = \"fat-tree\"\nhost_gbps = 100\nfabric_gbps = 400",
+        )
+        .unwrap()
+        .build()
+        .unwrap();
         assert_eq!(t.hosts().len(), 320);
-        assert_eq!(t.nodes.len(), 320 + 56);
+        assert_eq!(t.nodes.len(), 376);
+        assert_eq!(t.links.len(), 480, "fat.txt's link count");
+        let linked = |a: usize, b: usize| {
+            t.links
+                .iter()
+                .any(|l| (l.a.node, l.b.node) == (a, b) || (l.a.node, l.b.node) == (b, a))
+        };
+        // Host 17 on ToR 321; ToR 325 (pod 1) on aggregation 344..347;
+        // aggregation 357 (the second of pod 4) on cores 364..367.
+        assert!(linked(17, 321) && !linked(17, 320));
+        assert!((344..348).all(|a| linked(325, a)) && !linked(325, 340));
+        assert!((364..368).all(|c| linked(357, c)) && !linked(357, 360));
+        let tiers = t.tiers();
+        assert_eq!((tiers[0], tiers[320], tiers[340], tiers[375]), (0, 1, 2, 3));
+        // No oversubscription: 16 x 100G down, 4 x 400G up per ToR.
+        let tor = &t.ports[320];
+        assert_eq!(tor.len(), 20);
         let r = t.routes();
-        // A ToR reaching a host in another pod has two agg choices.
-        let tor0 = 320;
-        assert_eq!(r[tor0][319].len(), 2);
-        // Every host reaches every other host.
+        // A ToR reaching a host in another pod has four choices, an
+        // aggregation switch four cores.
+        assert_eq!(r[320][319].len(), 4);
+        assert_eq!(r[340][319].len(), 4);
         assert!(r[0]
             .iter()
             .enumerate()
             .all(|(i, p)| i == 0 || !p.is_empty()));
+    }
+
+    #[test]
+    fn k_ary_fat_tree_and_its_oversubscription() {
+        let tree = |extra: &str| {
+            toml::from_str::<TopologySpec>(&format!("kind = \"fat-tree\"\nk = 4\n{extra}"))
+                .unwrap()
+                .build()
+        };
+        let t = tree("").unwrap();
+        // k = 4: 4 pods x (2 ToRs x 2 hosts), 8 ToRs, 8 aggs, 4 cores.
+        assert_eq!(t.hosts().len(), 16);
+        assert_eq!(t.nodes.len(), 16 + 8 + 8 + 4);
+        let t2 = tree("oversubscription = 2.0").unwrap();
+        assert_eq!(t2.hosts().len(), 32, "4 hosts per ToR on 2 uplinks");
+        let bad = toml::from_str::<TopologySpec>("kind = \"fat-tree\"\nk = 3").unwrap();
+        assert!(bad.build().unwrap_err().to_string().contains("k = 3"));
+        let bad =
+            toml::from_str::<TopologySpec>("kind = \"fat-tree\"\noversubscription = 0.5").unwrap();
+        assert!(bad.build().unwrap_err().to_string().contains("0.5"));
     }
 
     #[test]
