@@ -240,6 +240,9 @@ fn sim(args: &SimArgs) -> ExitCode {
     };
     println!("scenario={} seed={}", args.scenario, args.seed);
     print!("{}", sim_mod::table(&runs));
+    if args.fct_groups {
+        print!("{}", sim_mod::group_table(&runs));
+    }
     if args.port_stats {
         print!("{}", sim_mod::port_table(&runs));
     }

@@ -28,6 +28,11 @@ pub struct SimArgs {
     /// Simulated time in microseconds [default: the scenario's].
     #[arg(long)]
     pub duration_us: Option<u64>,
+    /// After the duration, run up to this many more microseconds while
+    /// flows that started are unfinished (the rest is reported as
+    /// unfinished) [default: the scenario's drain_us].
+    #[arg(long)]
+    pub drain_us: Option<u64>,
     /// Incast senders [default: the scenario's].
     #[arg(long)]
     pub senders: Option<usize>,
@@ -50,6 +55,11 @@ pub struct SimArgs {
     /// (the JSON has every port either way).
     #[arg(long)]
     pub port_stats: bool,
+    /// Print the FCT slowdown by groups of 5% of the finished flows sorted
+    /// by size, as the HPCC authors' fct_analysis.py does (each group's
+    /// largest size, p50/p95/p99).
+    #[arg(long)]
+    pub fct_groups: bool,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -96,6 +106,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
     let o = Overrides {
         seed: Some(args.seed),
         duration_us: args.duration_us,
+        drain_us: args.drain_us,
         senders: args.senders,
         load: args.load,
     };
@@ -196,6 +207,9 @@ pub fn table(runs: &[Run]) -> String {
                     format!("{:.2}/{:.2}/{:.2} n={}", b.p50, b.p95, b.p99, b.flows)
                 };
                 let _ = write!(s, " {cell:>24}");
+                if b.unfinished > 0 {
+                    let _ = write!(s, " +{} unfinished", b.unfinished);
+                }
             }
             let _ = writeln!(s);
         }
@@ -249,6 +263,45 @@ pub fn port_table(runs: &[Run]) -> String {
                 p.drops
             );
         }
+    }
+    s
+}
+
+/// The `--fct-groups` table: per controller, the slowdown of each 5% of
+/// the finished flows by size.
+pub fn group_table(runs: &[Run]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "FCT slowdown by 5% groups of the finished flows, by size (fct_analysis.py):"
+    );
+    let _ = write!(s, "{:>6} ", "from");
+    for r in runs {
+        let _ = write!(
+            s,
+            " {:>34}",
+            format!("{}: max_size p50/p95/p99", r.result.cc)
+        );
+    }
+    let _ = writeln!(s);
+    let rows = runs
+        .iter()
+        .map(|r| r.result.count_groups.len())
+        .max()
+        .unwrap_or(0);
+    for i in 0..rows {
+        let from = runs
+            .iter()
+            .find_map(|r| r.result.count_groups.get(i).map(|g| g.from))
+            .unwrap_or(0.0);
+        let _ = write!(s, "{:>6.2} ", from);
+        for r in runs {
+            let cell = r.result.count_groups.get(i).map_or("-".to_string(), |g| {
+                format!("{:>9} {:.2}/{:.2}/{:.2}", g.max_size, g.p50, g.p95, g.p99)
+            });
+            let _ = write!(s, " {cell:>34}");
+        }
+        let _ = writeln!(s);
     }
     s
 }

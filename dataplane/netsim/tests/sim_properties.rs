@@ -86,3 +86,51 @@ fn the_same_seed_gives_byte_identical_json() {
     let c = serde_json::to_string(&run(&s, "hpcc", &Overrides { seed: Some(8), ..o })).unwrap();
     assert_ne!(a, c, "another seed, another workload");
 }
+
+/// A star of two hosts (100G, 1 us links, MTU 1024) and one 1000 B flow
+/// that starts `start_us` into a run of `duration_us` draining `drain_us`.
+fn lone_flow(start_us: u64, duration_us: u64, drain_us: u64) -> SimResult {
+    use netsim::sim::{FlowSpec, SimConfig, Simulator};
+    let topo = toml::from_str::<netsim::sim::topology::TopologySpec>("kind = \"star\"\nhosts = 2")
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut cfg = SimConfig::new(transport::rc::CcMode::None, duration_us * 1_000);
+    cfg.drain_ns = drain_us * 1_000;
+    let mut sim = Simulator::new(cfg, topo, 1 << 20).unwrap();
+    sim.add_flow(FlowSpec {
+        src: 0,
+        dst: 1,
+        size: 1000,
+        start_ns: start_us * 1_000,
+    })
+    .unwrap();
+    sim.run();
+    sim.result("none")
+}
+
+#[test]
+fn the_ideal_fct_counts_propagation_a_packet_per_hop_and_the_headers() {
+    let r = lone_flow(0, 100, 0);
+    // 2 x 2 links x 1 us, one 1024 B packet serialized at each of the two
+    // 100G hops (82 ns each), and 1000 B + 58 B of headers + a 16 B RETH
+    // at 100G (86 ns).
+    assert_eq!(r.flows[0].ideal_ns, 4_000 + 2 * 82 + 86);
+    // Alone on the path the flow is close to it, and never below 1.
+    let s = r.flows[0].slowdown.unwrap();
+    assert!((1.0..1.5).contains(&s), "slowdown {s}");
+}
+
+#[test]
+fn a_drained_run_finishes_what_started_and_reports_what_did_not() {
+    // Starts 1 us before the end: unfinished without a drain, and counted
+    // as such, not dropped from the statistics.
+    let cut = lone_flow(99, 100, 0);
+    assert_eq!(cut.flows_done, 0);
+    assert_eq!(cut.slowdown[0].unfinished, 1);
+    assert_eq!(cut.slowdown[0].flows, 0);
+    let drained = lone_flow(99, 100, 50);
+    assert_eq!(drained.flows_done, 1);
+    assert_eq!(drained.slowdown[0].unfinished, 0);
+    assert!(drained.simulated_ns > 100_000, "ran past the duration");
+}

@@ -18,6 +18,9 @@ pub(crate) struct Monitor {
     pub end: End,
     rate_bps: u64,
     measure_from: u64,
+    /// The end of the measured window (the run's duration: a draining run
+    /// goes on without it).
+    measure_until: u64,
     sample_ns: u64,
     hist: Histogram<u64>,
     last_t: u64,
@@ -45,6 +48,7 @@ impl Monitor {
             end,
             rate_bps,
             measure_from: cfg.measure_from_ns,
+            measure_until: cfg.duration_ns.max(cfg.measure_from_ns),
             sample_ns: cfg.sample_ns.max(1),
             hist: Histogram::new_with_bounds(1, 1 << 40, 3).expect("valid bounds"),
             last_t: 0,
@@ -60,8 +64,9 @@ impl Monitor {
     /// The queue became `q` bytes at `now`.
     pub fn queue_changed(&mut self, now: u64, q: u64) {
         let from = self.last_t.max(self.measure_from);
-        if now > from {
-            self.hist.saturating_record_n(self.last_q, now - from);
+        let to = now.min(self.measure_until);
+        if to > from {
+            self.hist.saturating_record_n(self.last_q, to - from);
         }
         self.last_t = now;
         self.last_q = q;
@@ -69,7 +74,7 @@ impl Monitor {
 
     /// `bytes` of `flow` left the port at `now`.
     pub fn sent(&mut self, now: u64, bytes: u64, flow: Option<usize>) {
-        if now >= self.measure_from {
+        if now >= self.measure_from && now < self.measure_until {
             self.tx_bytes += bytes;
         }
         if let Some(f) = flow {
@@ -80,6 +85,11 @@ impl Monitor {
     /// End of a sample bucket at `t`: queue `q`, flows `active`.
     pub fn sample(&mut self, t: u64, q: u64, active: &[usize]) {
         self.queue_changed(t, q);
+        if t > self.measure_until {
+            // Draining: the series end with the measured window.
+            self.bucket.clear();
+            return;
+        }
         let rates: Vec<(usize, f64)> = active
             .iter()
             .map(|f| {
@@ -110,9 +120,30 @@ pub struct FlowResult {
     pub start_ns: u64,
     /// Completion time (None: unfinished or failed).
     pub fct_ns: Option<u64>,
-    /// FCT / (base RTT + size / host bandwidth).
+    /// The FCT alone on an idle path (`Simulator::ideal_fct_ns`).
+    pub ideal_ns: u64,
+    /// FCT / ideal FCT, at least 1.
     pub slowdown: Option<f64>,
 }
+
+/// A group of flows by count, as the HPCC authors' `fct_analysis.py`
+/// groups them: the finished flows sorted by size, cut into groups of an
+/// equal share of the count; each group's largest size and its slowdown
+/// percentiles.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CountGroup {
+    /// Share of the flows below the group (0.00, 0.05, ...).
+    pub from: f64,
+    pub max_size: u64,
+    pub flows: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// Share of the flows in one group of [`CountGroup`] (fct_analysis.py's
+/// default step, 5%).
+pub const GROUP_STEP: f64 = 0.05;
 
 /// One switch egress port over the run (`--port-stats`): where it
 /// leads, how busy it was, its deepest queue, what it dropped.
@@ -135,7 +166,10 @@ pub struct PortStat {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
     pub label: String,
+    /// Finished flows (the percentiles are theirs).
     pub flows: usize,
+    /// Flows that started and did not finish (or failed).
+    pub unfinished: usize,
     pub p50: f64,
     pub p95: f64,
     pub p99: f64,
@@ -164,6 +198,8 @@ pub struct SimResult {
     pub flows_total: usize,
     pub flows_done: usize,
     pub slowdown: Vec<Bucket>,
+    /// Slowdown by groups of 5% of the flows (see [`CountGroup`]).
+    pub count_groups: Vec<CountGroup>,
     pub events: u64,
     /// Every switch egress port (see [`PortStat`]).
     pub ports: Vec<PortStat>,
@@ -205,10 +241,14 @@ impl SimResult {
                 let mut h = m.hist.clone();
                 // Count the time since the last change too.
                 let from = m.last_t.max(m.measure_from);
-                if now > from {
-                    h.saturating_record_n(m.last_q, now - from);
+                let to = now.min(m.measure_until);
+                if to > from {
+                    h.saturating_record_n(m.last_q, to - from);
                 }
-                let window = now.saturating_sub(m.measure_from).max(1);
+                let window = now
+                    .min(m.measure_until)
+                    .saturating_sub(m.measure_from)
+                    .max(1);
                 let util = m.tx_bytes as f64 * 8e9 / (m.rate_bps as f64 * window as f64);
                 let tail = &m.jain_series[m.jain_series.len() * 3 / 4..];
                 let j = if tail.is_empty() {
@@ -242,12 +282,17 @@ impl SimResult {
                 Bucket {
                     label: label.to_string(),
                     flows: s.len(),
+                    unfinished: flows
+                        .iter()
+                        .filter(|f| f.size >= lo && f.size < hi && f.slowdown.is_none())
+                        .count(),
                     p50: pct(&s, 50.0),
                     p95: pct(&s, 95.0),
                     p99: pct(&s, 99.0),
                 }
             })
             .collect();
+        let count_groups = count_groups(&flows);
         SimResult {
             cc: cc.to_string(),
             simulated_ns: now,
@@ -264,6 +309,7 @@ impl SimResult {
             flows_total: flows.len(),
             flows_done: flows.iter().filter(|f| f.fct_ns.is_some()).count(),
             slowdown,
+            count_groups,
             events,
             ports: Vec::new(),
             queue_series: qs,
@@ -272,6 +318,34 @@ impl SimResult {
             flows,
         }
     }
+}
+
+/// The finished flows' slowdowns in groups of [`GROUP_STEP`] of their
+/// count, by size.
+fn count_groups(flows: &[FlowResult]) -> Vec<CountGroup> {
+    let mut done: Vec<(u64, f64)> = flows
+        .iter()
+        .filter_map(|f| f.slowdown.map(|s| (f.size, s)))
+        .collect();
+    done.sort_by_key(|d| d.0);
+    let n = done.len();
+    let groups = (1.0 / GROUP_STEP).round() as usize;
+    (0..groups)
+        .filter_map(|g| {
+            let part = &done[g * n / groups..(g + 1) * n / groups];
+            let max_size = part.last()?.0;
+            let mut s: Vec<f64> = part.iter().map(|d| d.1).collect();
+            s.sort_by(f64::total_cmp);
+            Some(CountGroup {
+                from: g as f64 * GROUP_STEP,
+                max_size,
+                flows: s.len(),
+                p50: pct(&s, 50.0),
+                p95: pct(&s, 95.0),
+                p99: pct(&s, 99.0),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -283,6 +357,33 @@ mod tests {
         assert_eq!(jain(&[5.0, 5.0, 5.0]), 1.0);
         assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
         assert_eq!(jain(&[]), 1.0);
+    }
+
+    #[test]
+    fn count_groups_cut_the_finished_flows_by_size_into_twentieths() {
+        let flows: Vec<FlowResult> = (0..100u64)
+            .map(|i| FlowResult {
+                src: 0,
+                dst: 1,
+                size: 1000 - i,
+                start_ns: 0,
+                fct_ns: (i != 7).then_some(10),
+                ideal_ns: 5,
+                slowdown: (i != 7).then_some(i as f64),
+            })
+            .collect();
+        let g = count_groups(&flows);
+        assert_eq!(g.len(), 20);
+        assert_eq!(
+            g.iter().map(|x| x.flows).sum::<usize>(),
+            99,
+            "the unfinished one left out"
+        );
+        // 99 flows in twentieths: the first group holds the 4 smallest
+        // sizes (901..=904).
+        assert_eq!((g[0].flows, g[0].max_size), (4, 904));
+        assert_eq!(g[19].max_size, 1000);
+        assert!((g[1].from - 0.05).abs() < 1e-12);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use transport::wire::{MacAddr, Opcode, RoceFrame};
 use crate::link::SimLink;
 use crate::switch::{EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
-pub use metrics::{Bucket, FlowResult, PortStat, SimResult};
+pub use metrics::{Bucket, CountGroup, FlowResult, PortStat, SimResult};
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 
 /// Memory that is all zeros and forgets what is written: the simulator
@@ -58,8 +58,13 @@ pub struct SimConfig {
     /// AckReq at least every this many packets (HPCC++ inband reacts to
     /// the telemetry of each ACK, so 1 gives it the freshest).
     pub ack_req_every: u32,
-    /// Stop at this virtual time.
+    /// Flows start before this virtual time; the monitored port is
+    /// measured up to it.
     pub duration_ns: u64,
+    /// After `duration_ns`, keep running up to this long while flows that
+    /// started are unfinished (ns-3 lets its runs drain likewise); what is
+    /// still unfinished then is reported as such.
+    pub drain_ns: u64,
     /// Statistics (queue percentiles, utilization) start here.
     pub measure_from_ns: u64,
     /// Width of the buckets of the time series (queue, rates, fairness).
@@ -82,6 +87,7 @@ impl SimConfig {
             timeout: 10,
             ack_req_every: 1,
             duration_ns,
+            drain_ns: 0,
             measure_from_ns: 0,
             sample_ns: 10_000,
             monitor: None,
@@ -159,11 +165,21 @@ struct FlowState {
     qps: Option<(Qpn, Qpn)>,
     done_ns: Option<u64>,
     status: Option<WcStatus>,
-    base_rtt_ns: u64,
+    /// The flow's FCT alone on an idle path (see [`Simulator::ideal_fct_ns`]).
+    ideal_ns: u64,
 }
 
 /// Largest WRITE posted at once (flows above are split).
 const MAX_WRITE: u64 = 1 << 30;
+
+/// Bytes every packet of a flow carries besides its payload (Ethernet,
+/// IPv4, UDP, BTH, ICRC), and the RETH of a WRITE's first packet.
+const PACKET_OVERHEAD: u64 = (transport::wire::ethernet::HEADER_LEN
+    + transport::wire::ipv4::HEADER_LEN
+    + transport::wire::udp::HEADER_LEN
+    + transport::wire::bth::HEADER_LEN
+    + transport::wire::icrc::ICRC_LEN) as u64;
+const RETH_BYTES: u64 = transport::wire::reth::HEADER_LEN as u64;
 
 /// The simulator.
 pub struct Simulator {
@@ -305,16 +321,31 @@ impl Simulator {
         self.hosts.len()
     }
 
-    /// Hops (links) between two hosts.
-    fn hops(&self, src: usize, dst: usize) -> u64 {
-        let mut n = self.hosts[src].node;
+    /// The completion time of a flow of `size` bytes from `src` to `dst`
+    /// alone on an idle path, as the HPCC authors' ns-3 computes it
+    /// (`qp_finish` in `third.cc`): the round trip's propagation delay,
+    /// one MTU-sized packet serialized at every hop of the way there, and
+    /// the flow's bytes with their per-packet headers (ours, without
+    /// telemetry) at the path's slowest link.
+    pub fn ideal_fct_ns(&self, src: usize, dst: usize, size: u64) -> u64 {
+        let mtu = u64::from(self.cfg.mtu.bytes());
+        let (mut n, mut delay, mut per_hop, mut slowest) =
+            (self.hosts[src].node, 0u64, 0u64, u64::MAX);
         let mut hops = 0;
         while n != self.hosts[dst].node && hops < 64 {
-            let port = self.routes[n][dst][0];
-            n = self.topo.peer(n, port).0.node;
+            let Some(&port) = self.routes[n][dst].first() else {
+                break;
+            };
+            let (e, link) = self.topo.peer(n, port);
+            delay += link.delay_ns;
+            per_hop += crate::switch::serialization_ns(mtu as usize, link.rate_bps);
+            slowest = slowest.min(link.rate_bps);
+            n = e.node;
             hops += 1;
         }
-        hops
+        let packets = size.div_ceil(mtu).max(1);
+        let bytes = size + packets * PACKET_OVERHEAD + RETH_BYTES;
+        2 * delay + per_hop + crate::switch::serialization_ns(bytes as usize, slowest)
     }
 
     /// Adds a flow.
@@ -326,15 +357,14 @@ impl Simulator {
                 hosts: self.hosts.len(),
             });
         }
-        let hops = self.hops(spec.src, spec.dst);
-        let delay = self.hosts[spec.src].delay_ns;
+        let ideal_ns = self.ideal_fct_ns(spec.src, spec.dst, spec.size);
         let id = self.flows.len();
         self.flows.push(FlowState {
             spec,
             qps: None,
             done_ns: None,
             status: None,
-            base_rtt_ns: 2 * hops * delay,
+            ideal_ns,
         });
         self.push(spec.start_ns, Event::FlowStart { flow: id });
         Ok(id)
@@ -369,8 +399,9 @@ impl Simulator {
 
     /// Runs until the duration ends or nothing is left to happen.
     pub fn run(&mut self) {
+        let stop = self.cfg.duration_ns.saturating_add(self.cfg.drain_ns);
         while let Some(Reverse((t, _, e))) = self.events.pop() {
-            if t > self.cfg.duration_ns {
+            if t > stop {
                 break;
             }
             self.now = t;
@@ -598,7 +629,6 @@ impl Simulator {
 
     /// Results of the run so far.
     pub fn result(&self, label: &str) -> SimResult {
-        let host_bps = self.hosts.first().map_or(1, |h| h.nic.port().rate_bps());
         let flows: Vec<FlowResult> = self
             .flows
             .iter()
@@ -607,14 +637,16 @@ impl Simulator {
                     .done_ns
                     .filter(|_| f.status == Some(WcStatus::Success))
                     .map(|d| d - f.spec.start_ns);
-                let ideal = f.base_rtt_ns + f.spec.size * 8 * 1_000_000_000 / host_bps;
                 FlowResult {
                     src: f.spec.src,
                     dst: f.spec.dst,
                     size: f.spec.size,
                     start_ns: f.spec.start_ns,
                     fct_ns: fct,
-                    slowdown: fct.map(|x| x as f64 / ideal.max(1) as f64),
+                    ideal_ns: f.ideal_ns,
+                    // Clamped at 1 as the authors' fct_analysis.py does (a
+                    // flow can beat the ideal by a few ns of rounding).
+                    slowdown: fct.map(|x| (x as f64 / f.ideal_ns.max(1) as f64).max(1.0)),
                 }
             })
             .collect();

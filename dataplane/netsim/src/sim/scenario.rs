@@ -94,7 +94,11 @@ pub struct WorkloadSpec {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunSpec {
+    /// Flows start within this; the monitored port is measured up to it.
     pub duration_us: u64,
+    /// Then run up to this much longer while started flows are unfinished
+    /// (0: stop at the duration; long-flow scenarios never drain).
+    pub drain_us: u64,
     pub measure_from_us: u64,
     pub sample_us: u64,
     pub base_rtt_ns: u64,
@@ -114,6 +118,7 @@ impl Default for RunSpec {
     fn default() -> Self {
         RunSpec {
             duration_us: 2_000,
+            drain_us: 0,
             measure_from_us: 0,
             sample_us: 10,
             base_rtt_ns: 8_000,
@@ -259,6 +264,7 @@ pub struct Built {
 pub struct Overrides {
     pub seed: Option<u64>,
     pub duration_us: Option<u64>,
+    pub drain_us: Option<u64>,
     pub senders: Option<usize>,
     pub load: Option<f64>,
 }
@@ -286,6 +292,7 @@ impl ScenarioSpec {
         let seed = o.seed.unwrap_or(1);
         let duration_ns = o.duration_us.unwrap_or(r.duration_us) * 1_000;
         let mut cfg = SimConfig::new(cc, duration_ns);
+        cfg.drain_ns = o.drain_us.unwrap_or(r.drain_us) * 1_000;
         cfg.seed = seed;
         cfg.mtu = PathMtu::from_bytes(r.mtu).ok_or(ScenarioError::Mtu(r.mtu))?;
         cfg.hpcc = HpccSettings {
