@@ -33,6 +33,11 @@ pub struct SimArgs {
     /// unfinished) [default: the scenario's drain_us].
     #[arg(long)]
     pub drain_us: Option<u64>,
+    /// HPCC++ maxStage (multiplicative-increase stages before additive
+    /// increase) [default: the scenario's max_stage]; the HPCC paper's text
+    /// says 5, the authors' results page ran 0.
+    #[arg(long)]
+    pub max_stage: Option<u32>,
     /// Incast senders [default: the scenario's].
     #[arg(long)]
     pub senders: Option<usize>,
@@ -107,6 +112,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         seed: Some(args.seed),
         duration_us: args.duration_us,
         drain_us: args.drain_us,
+        max_stage: args.max_stage,
         senders: args.senders,
         load: args.load,
     };

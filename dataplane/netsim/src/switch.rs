@@ -24,6 +24,17 @@ pub struct EcnConfig {
     pub pmax: f64,
 }
 
+impl EcnConfig {
+    /// Thresholds times `factor` (a port `factor` times as fast).
+    pub fn scaled(self, factor: f64) -> Self {
+        EcnConfig {
+            kmin: (self.kmin as f64 * factor) as u64,
+            kmax: (self.kmax as f64 * factor) as u64,
+            ..self
+        }
+    }
+}
+
 /// One egress port.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PortConfig {
@@ -496,6 +507,23 @@ mod tests {
             t = done;
         }
         assert_eq!(marked, s.counters(0).ecn_marked);
+    }
+
+    #[test]
+    fn ecn_thresholds_scale_with_the_port_rate() {
+        let e = EcnConfig {
+            kmin: 400_000,
+            kmax: 1_600_000,
+            pmax: 0.2,
+        };
+        assert_eq!(
+            e.scaled(4.0),
+            EcnConfig {
+                kmin: 1_600_000,
+                kmax: 6_400_000,
+                pmax: 0.2
+            }
+        );
     }
 
     #[test]

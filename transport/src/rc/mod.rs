@@ -124,6 +124,12 @@ pub struct EngineConfig {
     pub cc: CcMode,
     /// HPCC++ parameters (all three HPCC++ modes).
     pub hpcc: HpccParams,
+    /// DCQCN's reaction point (`CcMode::Dcqcn`): its rate steps, timers
+    /// and stages.
+    pub dcqcn: pacer::dcqcn::DcqcnParams,
+    /// DCQCN's notification point: at most one CNP per QP per this many
+    /// nanoseconds (so at most one rate cut per interval at the sender).
+    pub cnp_interval_ns: u64,
     pub scheduler: SchedulerConfig,
     /// Unacknowledged PSNs a QP may have (the requester's PSN window).
     pub max_outstanding_psns: u32,
@@ -151,6 +157,8 @@ impl EngineConfig {
             line_rate_bps,
             cc: CcMode::None,
             hpcc,
+            dcqcn: pacer::dcqcn::DcqcnParams::new(line_rate_bps as f64),
+            cnp_interval_ns: pacer::dcqcn::CnpLimiter::DEFAULT_INTERVAL_NS,
             scheduler: SchedulerConfig::default(),
             max_outstanding_psns: 1 << 16,
             ack_req_every: requester::ACK_REQ_EVERY,

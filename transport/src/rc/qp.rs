@@ -2,7 +2,7 @@
 //! responder halves, its congestion controller and telemetry bookkeeping,
 //! and how its packets are built.
 
-use pacer::dcqcn::{CnpLimiter, Dcqcn, DcqcnParams};
+use pacer::dcqcn::{CnpLimiter, Dcqcn};
 use pacer::fixed::Fixed;
 use pacer::probe::{ProbeClock, ProbeRequest};
 use pacer::rx_hpcc::{Notification, RxHpcc, RxHpccSender};
@@ -191,9 +191,7 @@ impl Qp {
                 Controller::Hpcc(Hpcc::new(cfg.hpcc))
             }
             CcMode::RxHpcc { .. } => Controller::RxHpcc(RxHpccSender::new(cfg.hpcc)),
-            CcMode::Dcqcn => {
-                Controller::Dcqcn(Dcqcn::new(DcqcnParams::new(cfg.line_rate_bps as f64)))
-            }
+            CcMode::Dcqcn => Controller::Dcqcn(Dcqcn::new(cfg.dcqcn)),
         };
         Qp {
             qpn,
@@ -212,7 +210,7 @@ impl Qp {
                 _ => None,
             },
             rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
-            cnp: CnpLimiter::new(CnpLimiter::DEFAULT_INTERVAL_NS),
+            cnp: CnpLimiter::new(cfg.cnp_interval_ns),
             tlm: Box::new(QpTlm {
                 data: cfg.cc.data_tlm_maxhop().map(TlmRepr::empty),
                 ..QpTlm::default()

@@ -53,6 +53,14 @@ pub struct SimConfig {
     pub hpcc: HpccSettings,
     /// Switch ECN marking (used by DCQCN runs).
     pub ecn: Option<EcnConfig>,
+    /// With ECN: thresholds are for ports of this rate and scale with a
+    /// port's rate (the HPCC authors' KMIN_MAP/KMAX_MAP: x4 at 400G);
+    /// `None` gives every port the same.
+    pub ecn_ref_bps: Option<u64>,
+    /// DCQCN's reaction point (its line rate is each host's link rate).
+    pub dcqcn: pacer::dcqcn::DcqcnParams,
+    /// DCQCN's notification point: one CNP per QP per this interval.
+    pub cnp_interval_ns: u64,
     /// Local ACK timeout exponent of every QP.
     pub timeout: u8,
     /// AckReq at least every this many packets (HPCC++ inband reacts to
@@ -84,6 +92,9 @@ impl SimConfig {
                 ..HpccSettings::default()
             },
             ecn: None,
+            ecn_ref_bps: None,
+            dcqcn: pacer::dcqcn::DcqcnParams::new(100e9),
+            cnp_interval_ns: pacer::dcqcn::CnpLimiter::DEFAULT_INTERVAL_NS,
             timeout: 10,
             ack_req_every: 1,
             duration_ns,
@@ -236,6 +247,11 @@ impl Simulator {
                 .with_cc(cfg.cc, &cfg.hpcc, cfg.mtu.bytes())
                 .map_err(|e| SimError::Hpcc { host: i, source: e })?;
             ec.ack_req_every = cfg.ack_req_every;
+            ec.dcqcn = pacer::dcqcn::DcqcnParams {
+                line_rate_bps: link.rate_bps as f64,
+                ..cfg.dcqcn
+            };
+            ec.cnp_interval_ns = cfg.cnp_interval_ns;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
@@ -260,10 +276,16 @@ impl Simulator {
             }
             sid = sid.wrapping_add(1);
             let ports: Vec<PortConfig> = (0..topo.ports[n].len())
-                .map(|p| PortConfig {
-                    rate_bps: topo.peer(n, p).1.rate_bps,
-                    buffer_bytes,
-                    ecn: cfg.ecn,
+                .map(|p| {
+                    let rate_bps = topo.peer(n, p).1.rate_bps;
+                    PortConfig {
+                        rate_bps,
+                        buffer_bytes,
+                        ecn: cfg.ecn.map(|e| match cfg.ecn_ref_bps {
+                            Some(r) => e.scaled(rate_bps as f64 / r.max(1) as f64),
+                            None => e,
+                        }),
+                    }
                 })
                 .collect();
             let mut sw = Switch::new(sid, &ports, cfg.seed);

@@ -111,11 +111,30 @@ pub struct RunSpec {
     pub ecn_kmin_bytes: u64,
     pub ecn_kmax_bytes: u64,
     pub ecn_pmax: f64,
+    /// The ECN thresholds are for host-rate ports and scale with a port's
+    /// rate (x4 at a 400G port of a 100G fabric), as the HPCC authors'
+    /// run.py sets KMIN_MAP and KMAX_MAP.
+    pub ecn_scale_by_rate: bool,
+    /// DCQCN: R_AI and R_HAI (Mb/s), the rate-increase timer and the alpha
+    /// update interval (us), the byte counter (bytes; 0 = none), the fast
+    /// recovery stages F, the gain g, the lowest rate (Mb/s), and the
+    /// notification point's CNP interval (us; one rate cut per interval).
+    pub dcqcn_rai_mbps: f64,
+    pub dcqcn_rhai_mbps: f64,
+    pub dcqcn_timer_us: u64,
+    pub dcqcn_alpha_us: u64,
+    pub dcqcn_byte_counter_bytes: u64,
+    pub dcqcn_f: u32,
+    pub dcqcn_g: f64,
+    pub dcqcn_min_rate_mbps: f64,
+    pub dcqcn_cnp_interval_us: u64,
     pub timeout: u8,
 }
 
 impl Default for RunSpec {
     fn default() -> Self {
+        // DCQCN's documented defaults (the line rate is set per host).
+        let d = pacer::dcqcn::DcqcnParams::new(100e9);
         RunSpec {
             duration_us: 2_000,
             drain_us: 0,
@@ -132,6 +151,16 @@ impl Default for RunSpec {
             ecn_kmin_bytes: 400_000,
             ecn_kmax_bytes: 1_600_000,
             ecn_pmax: 0.2,
+            ecn_scale_by_rate: false,
+            dcqcn_rai_mbps: d.rai_bps / 1e6,
+            dcqcn_rhai_mbps: d.rhai_bps / 1e6,
+            dcqcn_timer_us: d.timer_ns / 1_000,
+            dcqcn_alpha_us: d.alpha_period_ns / 1_000,
+            dcqcn_byte_counter_bytes: d.byte_counter,
+            dcqcn_f: d.f,
+            dcqcn_g: d.g,
+            dcqcn_min_rate_mbps: d.min_rate_bps / 1e6,
+            dcqcn_cnp_interval_us: pacer::dcqcn::CnpLimiter::DEFAULT_INTERVAL_NS / 1_000,
             timeout: 10,
         }
     }
@@ -265,6 +294,8 @@ pub struct Overrides {
     pub seed: Option<u64>,
     pub duration_us: Option<u64>,
     pub drain_us: Option<u64>,
+    /// HPCC++ maxStage instead of the scenario's.
+    pub max_stage: Option<u32>,
     pub senders: Option<usize>,
     pub load: Option<f64>,
 }
@@ -310,6 +341,27 @@ impl ScenarioSpec {
                 kmax: r.ecn_kmax_bytes,
                 pmax: r.ecn_pmax,
             });
+            cfg.ecn_ref_bps = r
+                .ecn_scale_by_rate
+                .then_some((topo_spec.host_gbps * 1e9) as u64);
+        }
+        cfg.dcqcn = pacer::dcqcn::DcqcnParams {
+            rai_bps: r.dcqcn_rai_mbps * 1e6,
+            rhai_bps: r.dcqcn_rhai_mbps * 1e6,
+            timer_ns: r.dcqcn_timer_us.max(1) * 1_000,
+            alpha_period_ns: r.dcqcn_alpha_us.max(1) * 1_000,
+            byte_counter: match r.dcqcn_byte_counter_bytes {
+                0 => u64::MAX,
+                b => b,
+            },
+            f: r.dcqcn_f,
+            g: r.dcqcn_g,
+            min_rate_bps: r.dcqcn_min_rate_mbps * 1e6,
+            ..cfg.dcqcn
+        };
+        cfg.cnp_interval_ns = r.dcqcn_cnp_interval_us * 1_000;
+        if let Some(m) = o.max_stage {
+            cfg.hpcc.max_stage = m;
         }
         // A long flow: twice what a host link carries in the whole run.
         let long = if w.size_bytes == 0 {
