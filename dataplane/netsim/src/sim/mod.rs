@@ -14,7 +14,7 @@ pub mod scenario;
 pub mod topology;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use nic::{Completions, Nic};
 use pacer::HpccSettings;
@@ -155,9 +155,6 @@ enum Event {
     HostWake {
         host: usize,
     },
-    FlowStart {
-        flow: usize,
-    },
     Sample,
 }
 
@@ -206,6 +203,10 @@ pub struct Simulator {
     /// (destination host, QPN) -> flow, for attributing frames.
     by_qp: HashMap<(usize, Qpn), usize>,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// Flows not started yet, by (start time, flow).
+    starts: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Flows started and not finished, in flow order.
+    active: BTreeSet<usize>,
     seq: u64,
     frames: Vec<Vec<u8>>,
     free_frames: Vec<usize>,
@@ -321,6 +322,8 @@ impl Simulator {
             flows: Vec::new(),
             by_qp: HashMap::new(),
             events: BinaryHeap::new(),
+            starts: BinaryHeap::new(),
+            active: BTreeSet::new(),
             seq: 0,
             frames: Vec::new(),
             free_frames: Vec::new(),
@@ -388,7 +391,10 @@ impl Simulator {
             status: None,
             ideal_ns,
         });
-        self.push(spec.start_ns, Event::FlowStart { flow: id });
+        // Flow starts wait in their own queue, not in the event heap (a
+        // workload of 100k flows would make every heap operation walk a
+        // 100k-entry heap).
+        self.starts.push(Reverse((spec.start_ns, id)));
         Ok(id)
     }
 
@@ -422,7 +428,31 @@ impl Simulator {
     /// Runs until the duration ends or nothing is left to happen.
     pub fn run(&mut self) {
         let stop = self.cfg.duration_ns.saturating_add(self.cfg.drain_ns);
-        while let Some(Reverse((t, _, e))) = self.events.pop() {
+        loop {
+            // A flow starts before any event of the same time.
+            let next_start = self.starts.peek().map(|s| s.0 .0);
+            let next_event = self.events.peek().map(|e| e.0 .0);
+            let start_first = match (next_start, next_event) {
+                (Some(a), Some(b)) => a <= b,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if start_first {
+                let Some(Reverse((t, flow))) = self.starts.pop() else {
+                    break;
+                };
+                if t > stop {
+                    break;
+                }
+                self.now = t;
+                self.events_run += 1;
+                self.start_flow(flow);
+                continue;
+            }
+            let Some(Reverse((t, _, e))) = self.events.pop() else {
+                break;
+            };
             if t > stop {
                 break;
             }
@@ -437,7 +467,6 @@ impl Simulator {
                         self.poll_host(host);
                     }
                 }
-                Event::FlowStart { flow } => self.start_flow(flow),
                 Event::Sample => {
                     let active = self.active_flows();
                     if let Some(m) = self.monitor.as_mut() {
@@ -456,12 +485,7 @@ impl Simulator {
     }
 
     fn active_flows(&self) -> Vec<usize> {
-        self.flows
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.qps.is_some() && f.done_ns.is_none())
-            .map(|(i, _)| i)
-            .collect()
+        self.active.iter().copied().collect()
     }
 
     fn start_flow(&mut self, id: usize) {
@@ -522,6 +546,7 @@ impl Simulator {
             }
         }
         self.flows[id].qps = Some((qa, qb));
+        self.active.insert(id);
         self.by_qp.insert((spec.dst, qb), id);
         self.wake(spec.src, now);
     }
@@ -575,6 +600,7 @@ impl Simulator {
         f.done_ns = Some(self.now);
         f.status = Some(c.status);
         self.flows_done += 1;
+        self.active.remove(&id);
         if let Some((qa, qb)) = f.qps {
             let (src, dst) = (f.spec.src, f.spec.dst);
             let ea = self.hosts[src].nic.engine_mut();
