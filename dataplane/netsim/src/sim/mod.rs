@@ -164,7 +164,10 @@ struct Host {
     keys: MrKeys,
     peer: End,
     delay_ns: u64,
-    wake_at: Option<u64>,
+    /// Times of this host's HostWake events in the heap (a few at most:
+    /// one is added only when none falls between now and the time
+    /// wanted, since a poll reschedules the next).
+    wakes: Vec<u64>,
     retransmitted: u64,
 }
 
@@ -264,7 +267,7 @@ impl Simulator {
                 keys,
                 peer,
                 delay_ns: link.delay_ns,
-                wake_at: None,
+                wakes: Vec::new(),
                 retransmitted: 0,
             });
         }
@@ -416,12 +419,18 @@ impl Simulator {
         }
     }
 
+    /// Makes host `h` poll at `t` at the latest. A wake already queued
+    /// between now and `t` does: that poll asks for the next one. (Waking
+    /// only when no earlier wake is queued, rather than queuing every time
+    /// asked and skipping stale ones, keeps the heap from filling with
+    /// far timer deadlines that every poll would add again.)
     fn wake(&mut self, h: usize, t: u64) {
+        let now = self.now;
         let host = &mut self.hosts[h];
-        if host.wake_at.is_some_and(|w| w <= t) {
+        if host.wakes.iter().any(|&w| w >= now && w <= t) {
             return;
         }
-        host.wake_at = Some(t);
+        host.wakes.push(t);
         self.push(t, Event::HostWake { host: h });
     }
 
@@ -462,10 +471,11 @@ impl Simulator {
                 Event::Arrive { node, frame } => self.arrive(node, frame),
                 Event::PortFree { node, port } => self.port_free(node, port),
                 Event::HostWake { host } => {
-                    if self.hosts[host].wake_at == Some(t) {
-                        self.hosts[host].wake_at = None;
-                        self.poll_host(host);
+                    let wakes = &mut self.hosts[host].wakes;
+                    if let Some(i) = wakes.iter().position(|&w| w == t) {
+                        wakes.swap_remove(i);
                     }
+                    self.poll_host(host);
                 }
                 Event::Sample => {
                     let active = self.active_flows();
