@@ -98,13 +98,16 @@ pub fn serialization_ns(bytes: usize, rate_bps: u64) -> u64 {
 /// RoCEv2 frame is UDP to port 4791, so the protocol adds nothing); all
 /// zero for a frame that is not RoCEv2.
 pub fn flow_tuple(frame: &[u8]) -> [u32; 3] {
-    RoceFrame::new_checked(frame).map_or([0; 3], |f| {
-        [
-            u32::from(f.src_ip()),
-            u32::from(f.dst_ip()),
-            u32::from(f.entropy()) | u32::from(transport::wire::udp::ROCE_PORT) << 16,
-        ]
-    })
+    RoceFrame::new_checked(frame).map_or([0; 3], |f| tuple_of(&f))
+}
+
+/// The ECMP key of a frame already viewed.
+pub fn tuple_of<T: AsRef<[u8]>>(f: &RoceFrame<T>) -> [u32; 3] {
+    [
+        u32::from(f.src_ip()),
+        u32::from(f.dst_ip()),
+        u32::from(f.entropy()) | u32::from(transport::wire::udp::ROCE_PORT) << 16,
+    ]
 }
 
 /// A seeded hash of an ECMP key: each word mixed in with a multiply and a
@@ -168,10 +171,15 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// 5-tuple with this switch's seed: a flow keeps its path, flows
     /// spread over the choices.
     pub fn ecmp(&self, frame: &[u8], choices: &[usize]) -> Option<usize> {
+        self.ecmp_by_key(flow_tuple(frame), choices)
+    }
+
+    /// [`Switch::ecmp`] of a frame whose key ([`tuple_of`]) is known.
+    pub fn ecmp_by_key(&self, key: [u32; 3], choices: &[usize]) -> Option<usize> {
         if choices.is_empty() {
             return None;
         }
-        let h = ecmp_hash(flow_tuple(frame), self.ecmp_seed);
+        let h = ecmp_hash(key, self.ecmp_seed);
         Some(choices[h as usize % choices.len()])
     }
 

@@ -571,9 +571,11 @@ impl Simulator {
         let (peer, delay) = (host.peer, host.delay_ns);
         if let Some((left, frame)) = host.nic.port_mut().take_sent() {
             self.host_tx_bytes += frame.len() as u64;
-            let probe = RoceFrame::new_checked(&frame[..]).is_ok_and(|f| {
-                [Opcode::TlmRequest as u8, Opcode::TlmResponse as u8].contains(&f.opcode_raw())
-            });
+            let probing = matches!(self.cfg.cc, CcMode::HpccProbe { .. });
+            let probe = probing
+                && RoceFrame::new_checked(&frame[..]).is_ok_and(|f| {
+                    [Opcode::TlmRequest as u8, Opcode::TlmResponse as u8].contains(&f.opcode_raw())
+                });
             if probe {
                 self.probe_bytes += frame.len() as u64;
             }
@@ -635,12 +637,19 @@ impl Simulator {
             self.poll_host(h);
             return;
         }
-        let Some(choices) = dst_host(&frame).and_then(|dst| self.routes[node].get(dst)) else {
+        // One view of the frame for both the route and the ECMP key.
+        let route = RoceFrame::new_checked(&frame[..]).ok().and_then(|f| {
+            let dst = host_index(f.dst_ip())?;
+            Some((dst, crate::switch::tuple_of(&f)))
+        });
+        let Some((choices, key)) =
+            route.and_then(|(dst, key)| Some((self.routes[node].get(dst)?, key)))
+        else {
             self.unroutable += 1;
             return;
         };
         let sw = self.switches[node].as_mut().expect("switch node");
-        let Some(out) = sw.ecmp(&frame, choices) else {
+        let Some(out) = sw.ecmp_by_key(key, choices) else {
             self.unroutable += 1;
             return;
         };
@@ -836,13 +845,6 @@ impl Simulator {
     pub fn events_run(&self) -> u64 {
         self.events_run
     }
-}
-
-/// Destination host of a frame.
-fn dst_host(frame: &[u8]) -> Option<usize> {
-    RoceFrame::new_checked(frame)
-        .ok()
-        .and_then(|f| host_index(f.dst_ip()))
 }
 
 /// (destination host, DestQP) of a RoCEv2 frame.
