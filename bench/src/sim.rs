@@ -188,6 +188,21 @@ pub fn table(runs: &[Run]) -> String {
             r.flows_total
         );
     }
+    for r in runs.iter().map(|r| &r.result) {
+        if r.first_burst_peak_bytes == 0 {
+            continue;
+        }
+        let drained = r.first_burst_drained_ns.map_or("never".to_string(), |t| {
+            format!("at {:.1} us", t as f64 / 1e3)
+        });
+        let _ = writeln!(
+            s,
+            "{:<11} first burst: peak {:.1} KB, back to {} KB {drained}",
+            r.cc,
+            r.first_burst_peak_bytes as f64 / 1e3,
+            netsim::sim::BURST_DRAINED_BYTES / 1024
+        );
+    }
     if runs
         .iter()
         .any(|r| r.result.slowdown.iter().any(|b| b.flows > 0))

@@ -38,6 +38,13 @@ fn incast_hpcc_keeps_the_queue_10x_below_dcqcn_at_high_utilization() {
         hpcc.utilization
     );
     assert_eq!(hpcc.drops, 0);
+    // The first round trip's burst is reported, and HPCC++ drains it.
+    assert!(
+        hpcc.first_burst_peak_bytes > 100_000,
+        "{}",
+        hpcc.first_burst_peak_bytes
+    );
+    assert!(hpcc.first_burst_drained_ns.is_some());
 }
 
 #[test]

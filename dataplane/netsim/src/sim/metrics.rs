@@ -14,6 +14,10 @@ use super::SimConfig;
 /// Most points kept per time series (longer runs are thinned).
 const MAX_POINTS: usize = 4000;
 
+/// The monitored queue's first burst ends when it falls back to this many
+/// bytes (HPCC++'s target of a near-empty queue: a few packets).
+pub const BURST_DRAINED_BYTES: u64 = 4096;
+
 pub(crate) struct Monitor {
     pub end: End,
     rate_bps: u64,
@@ -30,6 +34,11 @@ pub(crate) struct Monitor {
     pub queue_series: Vec<(u64, u64)>,
     pub jain_series: Vec<(u64, f64)>,
     pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
+    /// The first burst: the highest queue until it first falls back to
+    /// [`BURST_DRAINED_BYTES`] after rising above, and when it did.
+    burst_peak: u64,
+    burst_rose: bool,
+    burst_drained_at: Option<u64>,
 }
 
 /// Jain's fairness index of `xs` (1 when all equal; 1/n when one has all).
@@ -58,11 +67,22 @@ impl Monitor {
             queue_series: Vec::new(),
             jain_series: Vec::new(),
             rate_series: Vec::new(),
+            burst_peak: 0,
+            burst_rose: false,
+            burst_drained_at: None,
         }
     }
 
     /// The queue became `q` bytes at `now`.
     pub fn queue_changed(&mut self, now: u64, q: u64) {
+        if self.burst_drained_at.is_none() {
+            self.burst_peak = self.burst_peak.max(q);
+            if q > BURST_DRAINED_BYTES {
+                self.burst_rose = true;
+            } else if self.burst_rose {
+                self.burst_drained_at = Some(now);
+            }
+        }
         let from = self.last_t.max(self.measure_from);
         let to = now.min(self.measure_until);
         if to > from {
@@ -184,6 +204,11 @@ pub struct SimResult {
     pub queue_p95_bytes: u64,
     pub queue_p99_bytes: u64,
     pub queue_max_bytes: u64,
+    /// The monitored queue's first burst (an incast's first round trip):
+    /// its peak and when it fell back to `BURST_DRAINED_BYTES` (None: it
+    /// never rose above, or never fell back).
+    pub first_burst_peak_bytes: u64,
+    pub first_burst_drained_ns: Option<u64>,
     /// Fraction of the monitored port's capacity used while measuring.
     pub utilization: f64,
     /// Mean Jain index over the last quarter of the samples.
@@ -293,6 +318,9 @@ impl SimResult {
             })
             .collect();
         let count_groups = count_groups(&flows);
+        let (first_burst_peak_bytes, first_burst_drained_ns) = m
+            .filter(|m| m.burst_rose)
+            .map_or((0, None), |m| (m.burst_peak, m.burst_drained_at));
         SimResult {
             cc: cc.to_string(),
             simulated_ns: now,
@@ -300,6 +328,8 @@ impl SimResult {
             queue_p95_bytes: q95,
             queue_p99_bytes: q99,
             queue_max_bytes: qmax,
+            first_burst_peak_bytes,
+            first_burst_drained_ns,
             utilization: util,
             jain_fairness,
             drops,
@@ -384,6 +414,27 @@ mod tests {
         assert_eq!((g[0].flows, g[0].max_size), (4, 904));
         assert_eq!(g[19].max_size, 1000);
         assert!((g[1].from - 0.05).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_first_burst_ends_when_the_queue_falls_back() {
+        let cfg = SimConfig::new(transport::rc::CcMode::None, 1_000_000);
+        let mut m = Monitor::new(End { node: 0, port: 0 }, 100_000_000_000, &cfg);
+        for (t, q) in [
+            (0, 2_000),
+            (10, 10_000),
+            (20, 20_000),
+            (30, 3_000),
+            (40, 50_000),
+        ] {
+            m.queue_changed(t, q);
+        }
+        assert_eq!((m.burst_peak, m.burst_drained_at), (20_000, Some(30)));
+        // A queue that never rose above the mark has no burst.
+        let mut calm = Monitor::new(End { node: 0, port: 0 }, 100_000_000_000, &cfg);
+        calm.queue_changed(5, 4_000);
+        calm.queue_changed(6, 0);
+        assert!(!calm.burst_rose && calm.burst_drained_at.is_none());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use transport::wire::{MacAddr, Opcode, RoceFrame};
 use crate::link::SimLink;
 use crate::switch::{EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
-pub use metrics::{Bucket, CountGroup, FlowResult, PortStat, SimResult};
+pub use metrics::{Bucket, CountGroup, FlowResult, PortStat, SimResult, BURST_DRAINED_BYTES};
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 
 /// Memory that is all zeros and forgets what is written: the simulator
