@@ -698,29 +698,16 @@ impl Doorbells {
     /// application's to scribble on). Reads one line when none rang.
     pub fn take(&self, mem: &impl SharedMem, mut woken: impl FnMut(u32)) {
         for t in 0..BELL_SUMMARY_WORDS {
-            let top_at = self.offset + 4 * t;
-            if mem.load_acquire(top_at) == 0 {
-                continue;
-            }
             // The summary is cleared before the words are read: a bit set
             // after it sets the summary again.
-            let mut groups = mem.swap(top_at, 0);
-            while groups != 0 {
-                let group = t * 32 + groups.trailing_zeros() as usize;
-                groups &= groups - 1;
+            take_bits(mem, self.offset + 4 * t, |g| {
+                let group = t * 32 + g;
                 for word in group * 32..(group + 1) * 32 {
-                    let at = self.offset + CACHE_LINE + 4 * word;
-                    if mem.load_acquire(at) == 0 {
-                        continue;
-                    }
-                    let mut bits = mem.swap(at, 0);
-                    while bits != 0 {
-                        let i = word * 32 + bits.trailing_zeros() as usize;
-                        bits &= bits - 1;
-                        woken(crate::rc::QPN_BASE + i as u32);
-                    }
+                    take_bits(mem, self.offset + CACHE_LINE + 4 * word, |b| {
+                        woken(crate::rc::QPN_BASE + (word * 32 + b) as u32)
+                    });
                 }
-            }
+            });
         }
     }
 }
@@ -992,6 +979,19 @@ impl<T: RingEntry> Consumer<T> {
     pub fn park(&mut self, mem: &impl SharedMem) -> Result<bool, RingError> {
         self.arm(mem);
         Ok(self.available(mem)? == 0)
+    }
+}
+
+/// Clears the word at `at` and hands `each` the index of every bit that
+/// was set in it (nothing, and no write, when none was).
+fn take_bits(mem: &impl SharedMem, at: usize, mut each: impl FnMut(usize)) {
+    if mem.load_acquire(at) == 0 {
+        return;
+    }
+    let mut bits = mem.swap(at, 0);
+    while bits != 0 {
+        each(bits.trailing_zeros() as usize);
+        bits &= bits - 1;
     }
 }
 

@@ -420,14 +420,14 @@ impl Simulator {
     }
 
     /// Makes host `h` poll at `t` at the latest. A wake already queued
-    /// between now and `t` does: that poll asks for the next one. (Waking
-    /// only when no earlier wake is queued, rather than queuing every time
-    /// asked and skipping stale ones, keeps the heap from filling with
-    /// far timer deadlines that every poll would add again.)
+    /// for `t` or earlier does (every queued wake is at now or later): that
+    /// poll asks for the next one. (Waking only when no earlier wake is
+    /// queued, rather than queuing every time asked and skipping stale
+    /// ones, keeps the heap from filling with far timer deadlines that
+    /// every poll would add again.)
     fn wake(&mut self, h: usize, t: u64) {
-        let now = self.now;
         let host = &mut self.hosts[h];
-        if host.wakes.iter().any(|&w| w >= now && w <= t) {
+        if host.wakes.iter().any(|&w| w <= t) {
             return;
         }
         host.wakes.push(t);
@@ -441,13 +441,7 @@ impl Simulator {
             // A flow starts before any event of the same time.
             let next_start = self.starts.peek().map(|s| s.0 .0);
             let next_event = self.events.peek().map(|e| e.0 .0);
-            let start_first = match (next_start, next_event) {
-                (Some(a), Some(b)) => a <= b,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            if start_first {
+            if next_start.is_some_and(|a| next_event.is_none_or(|b| a <= b)) {
                 let Some(Reverse((t, flow))) = self.starts.pop() else {
                     break;
                 };
