@@ -318,7 +318,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             for m in rx.drain(..) {
                 match route(m.data(), n + 1) {
                     Some(dst) => {
-                        switch.enqueue(dst, m); // dropped frames are freed and counted
+                        switch.enqueue(now, None, dst, m); // dropped frames are freed and counted
                     }
                     None => unroutable += 1,
                 }

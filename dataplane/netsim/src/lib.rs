@@ -5,6 +5,8 @@
 //!   B, drop-tail or ECN marking, telemetry stamping at dequeue, ECMP),
 //!   pure logic with time passed in. The simulator runs it in virtual time
 //!   on `Vec<u8>` frames; the DPDK incast testbed runs it on mbufs.
+//! - [`mmu`]: the shared buffer of a lossless switch and the PFC rules
+//!   (when to pause an ingress port's upstream, when to resume it).
 //! - [`link`]: the simulator's link as a frame port, so the simulator's
 //!   hosts run the one NIC pipeline (`nic::Nic::poll`).
 //! - [`sim`]: the simulator, its topologies, scenarios and metrics.
@@ -15,5 +17,6 @@
 #![forbid(unsafe_code)]
 
 pub mod link;
+pub mod mmu;
 pub mod sim;
 pub mod switch;

@@ -1,19 +1,34 @@
 //! The software INT switch: per-egress-port FIFO queues drained at the
-//! port's capacity B, a drop-tail buffer, RED-style ECN marking for the
-//! DCQCN baseline, telemetry stamping at dequeue per wire.md, and ECMP by
-//! a seeded hash of the 5-tuple.
+//! port's capacity B, a drop-tail buffer or a shared buffer with priority
+//! flow control ([`crate::mmu`]), RED-style ECN marking for the DCQCN
+//! baseline, telemetry stamping at dequeue per wire.md, and ECMP by a
+//! seeded hash of the 5-tuple.
 //!
 //! Pure logic with time passed in: the simulator drives it in virtual time
 //! with `Vec<u8>` frames, the DPDK dataplane on real ports with wall time
 //! and mbufs (any `F: AsRef<[u8]> + AsMut<[u8]>`), so frames are queued
 //! and stamped in place, never copied. It reads and writes frames through
 //! the wire codec's in-flight view ([`RoceFrame`]) and no further.
+//!
+//! PFC: with [`Switch::enable_pfc`], frames of the lossless priority are
+//! admitted by the shared buffer's rules per ingress port; when an
+//! ingress port must be held, the switch asks its driver to send a PAUSE
+//! out of that port ([`Switch::take_pfc`]), refreshes it before it runs
+//! out ([`Switch::refresh_pauses`]) and sends a RESUME when the port's
+//! bytes drain. A PAUSE received on a port ([`Switch::receive_pfc`])
+//! stops that port's data queue for the time it names. Control frames
+//! (ACKs, NAKs, CNPs) can be given a queue of their own, sent first and
+//! never paused ([`Switch::set_control_first`]), as the HPCC authors'
+//! switches do for DCQCN.
 
 use std::collections::VecDeque;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use transport::wire::{HopRecord, RoceFrame};
+use transport::wire::pfc::{priority_of_dscp, quanta_ns, PfcRepr};
+use transport::wire::{HopRecord, MacAddr, Opcode, RoceFrame};
+
+use crate::mmu::{IngressLimits, Mmu, PfcConfig};
 
 /// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
 /// of queue to `pmax` at `kmax`, and is 1 above `kmax`.
@@ -40,7 +55,8 @@ impl EcnConfig {
 pub struct PortConfig {
     /// Capacity B, bits per second (stamped in units of 100 Mb/s).
     pub rate_bps: u64,
-    /// Queue limit in bytes (drop-tail).
+    /// Queue limit in bytes (drop-tail; with PFC, for frames not of the
+    /// lossless priority only).
     pub buffer_bytes: u64,
     pub ecn: Option<EcnConfig>,
 }
@@ -57,6 +73,20 @@ pub struct PortCounters {
     pub tlm_full: u64,
     pub tlm_stamped: u64,
     pub max_qlen: u64,
+    /// PFC frames this port sent upstream: PAUSE (refreshes included)
+    /// and RESUME.
+    pub pause_tx: u64,
+    pub resume_tx: u64,
+    /// PFC frames this port received: PAUSE and RESUME of the lossless
+    /// priority, and frames naming only other priorities (ignored).
+    pub pause_rx: u64,
+    pub resume_rx: u64,
+    pub pfc_other_rx: u64,
+    /// Head-of-line delay PFC caused: over the frames this port sent,
+    /// the time the port was paused while each waited in its queue (sum
+    /// and largest).
+    pub hol_ns: u64,
+    pub hol_max_ns: u64,
 }
 
 /// What happened to an offered frame.
@@ -67,15 +97,83 @@ pub enum Enqueue {
     Dropped,
 }
 
+/// Why PFC cannot be set up as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwitchError {
+    #[error("PFC limits for {given} ports; the switch has {ports}")]
+    PfcPorts { given: usize, ports: usize },
+}
+
+/// A queued data frame, with the ingress port whose shared-buffer bytes
+/// it holds (`NOT_LOSSLESS`: none) and the port's paused-time clock when
+/// it was queued (for the head-of-line delay).
+#[derive(Debug)]
+struct Queued<F> {
+    frame: F,
+    ingress: u32,
+    paused_clock: u64,
+}
+
+const NOT_LOSSLESS: u32 = u32::MAX;
+
+/// An egress port's data queue held by PFC from downstream: the pause
+/// interval [from, until) last set, and the closed intervals before it.
+#[derive(Debug, Default, Clone, Copy)]
+struct EgressPause {
+    from: u64,
+    until: u64,
+    closed_ns: u64,
+    longest_ns: u64,
+}
+
+impl EgressPause {
+    fn is_paused(&self, now: u64) -> bool {
+        now < self.until
+    }
+
+    /// Time paused up to `now`.
+    fn clock(&self, now: u64) -> u64 {
+        self.closed_ns + now.min(self.until).saturating_sub(self.from)
+    }
+
+    fn longest(&self, now: u64) -> u64 {
+        self.longest_ns
+            .max(now.min(self.until).saturating_sub(self.from))
+    }
+
+    /// Paused from `now` for `ns` (a PAUSE that arrives while paused
+    /// extends the same interval).
+    fn pause(&mut self, now: u64, ns: u64) {
+        if now >= self.until {
+            let last = self.until.saturating_sub(self.from);
+            self.closed_ns += last;
+            self.longest_ns = self.longest_ns.max(last);
+            self.from = now;
+        }
+        self.until = now + ns;
+    }
+
+    fn resume(&mut self, now: u64) {
+        self.until = self.until.min(now);
+    }
+}
+
 #[derive(Debug)]
 struct Port<F> {
     cfg: PortConfig,
-    queue: VecDeque<F>,
+    queue: VecDeque<Queued<F>>,
+    /// Control frames (with [`Switch::set_control_first`]) and PFC frames
+    /// the driver chose to queue: sent first, never paused.
+    control: VecDeque<F>,
     qlen: u64,
     /// Bytes sent before the packet being sent now (wire.md: tx_bytes).
     tx_bytes: u64,
     busy_until: u64,
     counters: PortCounters,
+    pause: EgressPause,
+    /// As an ingress port whose upstream is paused: when to send PAUSE
+    /// again.
+    refresh_at: Option<u64>,
 }
 
 /// A switch: its ports, forwarding by destination IPv4 address, ECMP.
@@ -87,6 +185,10 @@ pub struct Switch<F = Vec<u8>> {
     ports: Vec<Port<F>>,
     rng: ChaCha8Rng,
     catch_up_ns: u64,
+    mmu: Option<Mmu>,
+    control_first: bool,
+    /// PFC messages to send, by port.
+    pfc_out: Vec<(usize, PfcRepr)>,
 }
 
 /// Time to put `bytes` on a link of `rate_bps`, in nanoseconds (rounded up).
@@ -128,6 +230,22 @@ pub fn ecmp_hash(key: [u32; 3], seed: u32) -> u32 {
     h ^ (h >> 16)
 }
 
+/// Whether a frame is an acknowledgement or a congestion notification
+/// (what a switch may send ahead of data), and its priority (the top
+/// bits of its DSCP; 0 for a frame that is not RoCEv2).
+fn classify(frame: &[u8]) -> (bool, u8) {
+    RoceFrame::new_checked(frame).map_or((false, 0), |f| {
+        let op = f.opcode_raw();
+        let control = [
+            Opcode::Acknowledge as u8,
+            Opcode::AtomicAcknowledge as u8,
+            Opcode::Cnp as u8,
+        ]
+        .contains(&op);
+        (control, priority_of_dscp(f.dscp()))
+    })
+}
+
 impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// A switch with `ports`; `seed` drives ECN marking.
     pub fn new(id: u8, ports: &[PortConfig], seed: u64) -> Self {
@@ -139,17 +257,53 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                 .map(|&cfg| Port {
                     cfg,
                     queue: VecDeque::new(),
+                    control: VecDeque::new(),
                     qlen: 0,
                     tx_bytes: 0,
                     busy_until: 0,
                     counters: PortCounters::default(),
+                    pause: EgressPause::default(),
+                    refresh_at: None,
                 })
                 .collect(),
             rng: ChaCha8Rng::seed_from_u64(
                 seed ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ),
             catch_up_ns: 0,
+            mmu: None,
+            control_first: false,
+            pfc_out: Vec::new(),
         }
+    }
+
+    /// Makes the switch lossless for `cfg.priority`: a shared buffer with
+    /// PFC, `limits` per port (headroom and share, see
+    /// [`IngressLimits::for_link`]).
+    pub fn enable_pfc(
+        &mut self,
+        cfg: PfcConfig,
+        limits: &[IngressLimits],
+    ) -> Result<(), SwitchError> {
+        if limits.len() != self.ports.len() {
+            return Err(SwitchError::PfcPorts {
+                given: limits.len(),
+                ports: self.ports.len(),
+            });
+        }
+        self.mmu = Some(Mmu::new(cfg, limits));
+        Ok(())
+    }
+
+    /// The shared buffer, when PFC is on.
+    pub fn mmu(&self) -> Option<&Mmu> {
+        self.mmu.as_ref()
+    }
+
+    /// ACKs, NAKs and CNPs go to a queue of their own per port, sent
+    /// before data and never paused (ns-3's ACK_HIGH_PRIO); off, they
+    /// wait behind data like any frame.
+    pub fn set_control_first(&mut self, on: bool) {
+        self.control_first = on;
     }
 
     /// On wall time a poll loop visits a port late; a port that fell behind
@@ -200,14 +354,57 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         &self.ports[port].cfg
     }
 
-    /// Offers a frame to `port`'s queue: drop-tail against the
-    /// buffer, ECN CE marking for ECN-capable frames when configured.
-    pub fn enqueue(&mut self, port: usize, mut frame: F) -> Enqueue {
-        let p = &mut self.ports[port];
+    /// The MAC address PFC frames of `port` come from.
+    pub fn port_mac(&self, port: usize) -> MacAddr {
+        let p = (port as u16).to_be_bytes();
+        MacAddr([0x02, 0xFC, 0, self.id, p[0], p[1]])
+    }
+
+    /// Offers a frame that came in on `ingress` (`None`: from nowhere the
+    /// switch accounts, e.g. a test) to `port`'s queue. Frames of the
+    /// lossless priority are admitted by the shared buffer when PFC is on
+    /// (and may make the switch pause `ingress`); others are held to the
+    /// port's drop-tail limit. ECN CE marking for ECN-capable data frames
+    /// when configured.
+    pub fn enqueue(
+        &mut self,
+        now: u64,
+        ingress: Option<usize>,
+        port: usize,
+        mut frame: F,
+    ) -> Enqueue {
         let len = frame.as_ref().len() as u64;
-        if p.qlen + len > p.cfg.buffer_bytes {
-            p.counters.dropped += 1;
-            return Enqueue::Dropped;
+        let (control, priority) = classify(frame.as_ref());
+        let lossless = self
+            .mmu
+            .as_ref()
+            .filter(|m| m.config().priority == priority)
+            .and(ingress.filter(|&i| i < self.ports.len()));
+        let p = &mut self.ports[port];
+        if control && self.control_first {
+            if self.mmu.is_none() && p.qlen + len > p.cfg.buffer_bytes {
+                p.counters.dropped += 1;
+                return Enqueue::Dropped;
+            }
+            p.qlen += len;
+            p.counters.max_qlen = p.counters.max_qlen.max(p.qlen);
+            p.counters.enqueued += 1;
+            p.control.push_back(frame);
+            return Enqueue::Queued;
+        }
+        match (lossless, self.mmu.as_mut()) {
+            (Some(i), Some(mmu)) => {
+                if !mmu.admit(i, len) {
+                    p.counters.dropped += 1;
+                    return Enqueue::Dropped;
+                }
+            }
+            _ => {
+                if p.qlen + len > p.cfg.buffer_bytes {
+                    p.counters.dropped += 1;
+                    return Enqueue::Dropped;
+                }
+            }
         }
         if let Some(ecn) = p.cfg.ecn {
             let q = p.qlen;
@@ -225,14 +422,104 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         p.qlen += len;
         p.counters.max_qlen = p.counters.max_qlen.max(p.qlen);
         p.counters.enqueued += 1;
-        p.queue.push_back(frame);
+        p.queue.push_back(Queued {
+            frame,
+            ingress: lossless.map_or(NOT_LOSSLESS, |i| i as u32),
+            paused_clock: p.pause.clock(now),
+        });
+        if let Some(i) = lossless {
+            if self.mmu.as_ref().is_some_and(|m| m.should_pause(i)) {
+                self.send_pause(now, i);
+            }
+        }
         Enqueue::Queued
     }
 
-    /// Whether `port` can start sending at `now` (idle and non-empty).
+    /// Asks for a PAUSE out of ingress `port` and remembers to refresh it.
+    fn send_pause(&mut self, now: u64, port: usize) {
+        let Some(mmu) = self.mmu.as_mut() else { return };
+        mmu.set_paused(port, true);
+        let cfg = *mmu.config();
+        self.pfc_out
+            .push((port, PfcRepr::one(cfg.priority, cfg.pause_quanta)));
+        let p = &mut self.ports[port];
+        p.counters.pause_tx += 1;
+        let lasts = quanta_ns(cfg.pause_quanta, p.cfg.rate_bps);
+        p.refresh_at = Some(now + (lasts / 2).max(1));
+    }
+
+    /// The PFC frames to send, by port: the driver puts each on the wire
+    /// of that port (towards the upstream neighbour), ahead of its queue.
+    pub fn take_pfc(&mut self) -> std::vec::Drain<'_, (usize, PfcRepr)> {
+        self.pfc_out.drain(..)
+    }
+
+    /// Whether PFC frames wait to be taken.
+    pub fn has_pfc(&self) -> bool {
+        !self.pfc_out.is_empty()
+    }
+
+    /// The earliest time a PAUSE this switch sent must be refreshed.
+    pub fn next_refresh(&self) -> Option<u64> {
+        self.ports.iter().filter_map(|p| p.refresh_at).min()
+    }
+
+    /// Sends PAUSE again on every port still holding its upstream whose
+    /// refresh time has come (before the last one runs out).
+    pub fn refresh_pauses(&mut self, now: u64) {
+        for port in 0..self.ports.len() {
+            if self.ports[port].refresh_at.is_some_and(|t| t <= now) {
+                self.ports[port].refresh_at = None;
+                if self.mmu.as_ref().is_some_and(|m| m.is_paused(port)) {
+                    self.send_pause(now, port);
+                }
+            }
+        }
+    }
+
+    /// A PFC frame received on `port` from its downstream neighbour: a
+    /// PAUSE of the lossless priority stops the port's data queue for the
+    /// time it names (in quanta at the port's rate), a RESUME lets it go.
+    /// Returns when the pause ends (the driver looks at the port again
+    /// then), `None` when nothing changed.
+    pub fn receive_pfc(&mut self, now: u64, port: usize, pfc: &PfcRepr) -> Option<u64> {
+        let priority = self
+            .mmu
+            .as_ref()
+            .map_or(PfcConfig::new(0).priority, |m| m.config().priority);
+        let p = self.ports.get_mut(port)?;
+        let Some(quanta) = pfc.quanta_for(priority) else {
+            p.counters.pfc_other_rx += 1;
+            return None;
+        };
+        if quanta == 0 {
+            p.counters.resume_rx += 1;
+            p.pause.resume(now);
+        } else {
+            p.counters.pause_rx += 1;
+            p.pause.pause(now, quanta_ns(quanta, p.cfg.rate_bps));
+        }
+        Some(p.pause.until.max(now))
+    }
+
+    /// Whether `port`'s data queue is held by PFC at `now`.
+    pub fn is_paused(&self, now: u64, port: usize) -> bool {
+        self.ports[port].pause.is_paused(now)
+    }
+
+    /// Time `port`'s data queue has been held by PFC up to `now`, and the
+    /// longest single pause (a stuck receiver shows as one long pause).
+    pub fn paused_ns(&self, now: u64, port: usize) -> (u64, u64) {
+        let p = &self.ports[port].pause;
+        (p.clock(now), p.longest(now))
+    }
+
+    /// Whether `port` can start sending at `now` (idle, and a control
+    /// frame waits or a data frame and the port is not paused).
     pub fn can_send(&self, now: u64, port: usize) -> bool {
         let p = &self.ports[port];
-        !p.queue.is_empty() && p.busy_until <= now
+        p.busy_until <= now
+            && (!p.control.is_empty() || (!p.queue.is_empty() && !p.pause.is_paused(now)))
     }
 
     /// When `port` finishes the frame it is sending.
@@ -240,10 +527,11 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         self.ports[port].busy_until
     }
 
-    /// Starts sending the head of `port`'s queue at `now`: stamps its
-    /// telemetry (ts, tx_bytes before it, qlen after this dequeue, B,
-    /// switch and port ids) and returns it with the time its last bit
-    /// leaves. `None` when the queue is empty or the port is busy.
+    /// Starts sending the head of `port`'s queue at `now` (control frames
+    /// first): stamps its telemetry (ts, tx_bytes before it, qlen after
+    /// this dequeue, B, switch and port ids) and returns it with the time
+    /// its last bit leaves. `None` when nothing may go: the queue is
+    /// empty, the port is busy, or its data is paused.
     pub fn dequeue(&mut self, now: u64, port: usize) -> Option<(F, u64)> {
         if !self.can_send(now, port) {
             return None;
@@ -251,7 +539,16 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         let id = self.id;
         let catch_up = self.catch_up_ns;
         let p = &mut self.ports[port];
-        let mut frame = p.queue.pop_front()?;
+        let (mut frame, ingress) = match p.control.pop_front() {
+            Some(f) => (f, NOT_LOSSLESS),
+            None => {
+                let q = p.queue.pop_front()?;
+                let hol = p.pause.clock(now) - q.paused_clock;
+                p.counters.hol_ns += hol;
+                p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
+                (q.frame, q.ingress)
+            }
+        };
         let len = frame.as_ref().len() as u64;
         p.qlen -= len;
         let start = if now - p.busy_until <= catch_up {
@@ -276,7 +573,26 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         p.counters.tx_packets += 1;
         p.counters.tx_bytes += len;
         p.busy_until = start + serialization_ns(len as usize, p.cfg.rate_bps);
-        Some((frame, p.busy_until))
+        let done = p.busy_until;
+        if ingress != NOT_LOSSLESS {
+            self.release(ingress as usize, len);
+        }
+        Some((frame, done))
+    }
+
+    /// Gives a lossless frame's bytes back to its ingress port; resumes
+    /// the port's upstream when it has drained enough.
+    fn release(&mut self, ingress: usize, len: u64) {
+        let Some(mmu) = self.mmu.as_mut() else { return };
+        mmu.release(ingress, len);
+        if mmu.should_resume(ingress) {
+            mmu.set_paused(ingress, false);
+            let priority = mmu.config().priority;
+            self.pfc_out.push((ingress, PfcRepr::one(priority, 0)));
+            let p = &mut self.ports[ingress];
+            p.counters.resume_tx += 1;
+            p.refresh_at = None;
+        }
     }
 }
 
@@ -319,8 +635,9 @@ pub fn mark_ce(frame: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mmu::{IngressLimits, PfcConfig};
     use std::net::Ipv4Addr;
-    use transport::wire::{Opcode, Packet, PacketRepr, RethRepr, TlmRepr};
+    use transport::wire::{Packet, PacketRepr, RethRepr, TlmRepr};
 
     fn frame(maxhop: Option<u8>, payload: usize, sport: u16) -> Vec<u8> {
         frame_from(Ipv4Addr::new(10, 0, 0, 1), maxhop, payload, sport)
@@ -359,7 +676,7 @@ mod tests {
         let len = f.len() as u64;
         assert_eq!(len, 14 + 20 + 8 + 12 + 4 + 2 * 16 + 16 + 1000 + 4);
         for _ in 0..3 {
-            assert_eq!(s.enqueue(1, f.clone()), Enqueue::Queued);
+            assert_eq!(s.enqueue(0, None, 1, f.clone()), Enqueue::Queued);
         }
         // First dequeue at t = 1,000 ns: nothing sent before, two frames
         // left behind it.
@@ -408,7 +725,7 @@ mod tests {
         let mut s = Switch::new(1, &[port(1, 1 << 20)], 1);
         s.set_catch_up(10 * ser);
         for _ in 0..4 {
-            s.enqueue(0, f.clone());
+            s.enqueue(0, None, 0, f.clone());
         }
         let (_, d1) = s.dequeue(0, 0).unwrap();
         assert_eq!(d1, ser);
@@ -421,8 +738,8 @@ mod tests {
         assert!(s.dequeue(late, 0).is_none(), "busy until 3 frame times");
         // Without catch-up (virtual time), the frame starts at the visit.
         let mut v = Switch::new(1, &[port(1, 1 << 20)], 1);
-        v.enqueue(0, f.clone());
-        v.enqueue(0, f.clone());
+        v.enqueue(0, None, 0, f.clone());
+        v.enqueue(0, None, 0, f.clone());
         v.dequeue(0, 0).unwrap();
         assert_eq!(v.dequeue(late, 0).unwrap().1, late + ser);
     }
@@ -438,13 +755,13 @@ mod tests {
                 ..HopRecord::default()
             },
         );
-        s.enqueue(0, f.clone());
+        s.enqueue(0, None, 0, f.clone());
         let (out, _) = s.dequeue(0, 0).unwrap();
         assert_eq!(out, f, "unchanged");
         assert_eq!(s.counters(0).tlm_full, 1);
         // Frames without telemetry pass untouched, and so do echoed stacks.
         let g = frame(None, 10, 1);
-        s.enqueue(0, g.clone());
+        s.enqueue(0, None, 0, g.clone());
         assert_eq!(s.dequeue(10_000, 0).unwrap().0, g);
         let mut e = frame(Some(3), 10, 1);
         let mut v = RoceFrame::new_checked(&mut e[..]).unwrap();
@@ -456,7 +773,7 @@ mod tests {
     fn timestamps_and_tx_bytes_wrap_mod_2_pow_32() {
         let mut s = Switch::new(1, &[port(100, 1 << 20)], 1);
         let f = frame(Some(1), 10, 1);
-        s.enqueue(0, f.clone());
+        s.enqueue(0, None, 0, f.clone());
         let t = (1u64 << 32) + 5;
         let (out, _) = s.dequeue(t, 0).unwrap();
         assert_eq!(
@@ -469,9 +786,9 @@ mod tests {
     fn drop_tail_at_the_buffer_limit() {
         let f = frame(None, 1000, 1);
         let mut s = Switch::new(1, &[port(100, 2 * f.len() as u64 + 10)], 1);
-        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Queued);
-        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Queued);
-        assert_eq!(s.enqueue(0, f.clone()), Enqueue::Dropped);
+        assert_eq!(s.enqueue(0, None, 0, f.clone()), Enqueue::Queued);
+        assert_eq!(s.enqueue(0, None, 0, f.clone()), Enqueue::Queued);
+        assert_eq!(s.enqueue(0, None, 0, f.clone()), Enqueue::Dropped);
         assert_eq!(s.counters(0).dropped, 1);
         assert_eq!(s.qlen(0), 2 * f.len() as u64);
     }
@@ -493,7 +810,7 @@ mod tests {
             1,
         );
         for _ in 0..6 {
-            s.enqueue(0, f.clone());
+            s.enqueue(0, None, 0, f.clone());
         }
         assert_eq!(
             s.counters(0).ecn_marked,
@@ -501,7 +818,7 @@ mod tests {
             "queue at most kmin when they arrived"
         );
         for _ in 0..100 {
-            s.enqueue(0, f.clone());
+            s.enqueue(0, None, 0, f.clone());
         }
         assert!(
             s.counters(0).ecn_marked >= 90,
@@ -568,5 +885,153 @@ mod tests {
         }
         // A second tier with another seed does not repeat the first's split.
         assert!(pa.iter().zip(&pb).filter(|(x, y)| x == y).count() < 32);
+    }
+
+    fn lossless(ports: usize, buffer: u64, headroom: u64) -> Switch {
+        let mut s = Switch::new(4, &vec![port(100, 1 << 30); ports], 1);
+        let limits = vec![
+            IngressLimits {
+                headroom_bytes: headroom,
+                shift: 1
+            };
+            ports
+        ];
+        s.enable_pfc(PfcConfig::new(buffer), &limits).unwrap();
+        s
+    }
+
+    /// A frame of priority 3 (DSCP 26), as the engine sends.
+    fn data(payload: usize) -> Vec<u8> {
+        let mut f = frame(None, payload, 7);
+        f[15] = (26 << 2) | (f[15] & 3);
+        let mut v = RoceFrame::new_checked(&mut f[..]).unwrap();
+        // Keep the IPv4 checksum right: marking CE recomputes it.
+        v.mark_ce();
+        f
+    }
+
+    #[test]
+    fn pfc_limits_must_name_every_port() {
+        let mut s: Switch = Switch::new(1, &[port(100, 1 << 20); 3], 1);
+        let l = IngressLimits {
+            headroom_bytes: 1,
+            shift: 1,
+        };
+        assert_eq!(
+            s.enable_pfc(PfcConfig::new(1 << 20), &[l; 2]),
+            Err(SwitchError::PfcPorts { given: 2, ports: 3 })
+        );
+    }
+
+    #[test]
+    fn a_paused_port_sends_no_data_of_that_priority_until_the_pause_ends() {
+        let mut s = lossless(2, 1 << 20, 1 << 16);
+        s.set_control_first(true);
+        let f = data(1000);
+        for _ in 0..3 {
+            s.enqueue(0, Some(0), 1, f.clone());
+        }
+        // 100 quanta at 100 Gb/s = 512 ns.
+        let end = s.receive_pfc(1_000, 1, &PfcRepr::one(3, 100));
+        assert_eq!(end, Some(1_512));
+        assert!(s.is_paused(1_000, 1));
+        assert!(s.dequeue(1_000, 1).is_none(), "paused");
+        assert!(s.dequeue(1_511, 1).is_none(), "still paused");
+        // A control frame still goes while data is held.
+        let mut ack = frame(None, 0, 7);
+        ack[14 + 20 + 8] = Opcode::Acknowledge as u8;
+        assert!(classify(&ack).0);
+        s.enqueue(1_100, Some(0), 1, ack.clone());
+        let (out, _) = s.dequeue(1_100, 1).unwrap();
+        assert_eq!(out, ack);
+        // Other priorities' PAUSE frames do not hold it.
+        assert_eq!(s.receive_pfc(1_200, 1, &PfcRepr::one(5, 0xFFFF)), None);
+        assert_eq!(s.counters(1).pfc_other_rx, 1);
+        // The pause runs out: data goes again.
+        let (_, done) = s.dequeue(1_512, 1).unwrap();
+        // A PAUSE then a RESUME: held, then free at once.
+        s.receive_pfc(done, 1, &PfcRepr::one(3, 0xFFFF));
+        assert!(s.dequeue(done, 1).is_none());
+        s.receive_pfc(done + 50, 1, &PfcRepr::one(3, 0));
+        assert!(s.dequeue(done + 50, 1).is_some());
+        let c = s.counters(1);
+        assert_eq!((c.pause_rx, c.resume_rx), (2, 1));
+        // Time paused: 512 ns, then 50 ns; the longest single pause 512.
+        assert_eq!(s.paused_ns(done + 1_000, 1), (562, 512));
+        // The frames that waited through the pauses carry it as HOL delay.
+        assert_eq!(c.hol_max_ns, 512 + 50);
+    }
+
+    #[test]
+    fn an_ingress_over_its_share_is_paused_then_resumed_and_nothing_drops() {
+        // Two ingress ports at 100G into one egress at 100G; the senders
+        // stop the moment a PAUSE is sent and go on at the RESUME.
+        let mut s = lossless(3, 256 * 1024, 16 * 1024);
+        let f = data(1000);
+        let ser = serialization_ns(f.len(), 100_000_000_000);
+        let mut held = [false; 2];
+        let (mut pauses, mut resumes) = (0, 0);
+        let mut t = 0;
+        let mut sent = 0u64;
+        while t < 2_000_000 {
+            for (i, h) in held.iter().enumerate() {
+                if !h {
+                    assert_eq!(s.enqueue(t, Some(i), 2, f.clone()), Enqueue::Queued);
+                }
+            }
+            // The egress drains one frame per frame time: half the offer.
+            if s.dequeue(t, 2).is_some() {
+                sent += 1;
+            }
+            for (p, m) in s.take_pfc().collect::<Vec<_>>() {
+                let q = m.quanta_for(3).unwrap();
+                held[p] = q > 0;
+                if q > 0 {
+                    pauses += 1
+                } else {
+                    resumes += 1
+                }
+            }
+            t += ser;
+        }
+        assert_eq!(s.counters(2).dropped, 0, "lossless");
+        assert!(pauses >= 2 && resumes >= 2, "{pauses} {resumes}");
+        assert!(sent > 1_000);
+        // The buffer never held more than the pool allows.
+        assert!(s.counters(2).max_qlen <= 256 * 1024);
+    }
+
+    #[test]
+    fn a_pause_is_refreshed_while_the_port_must_stay_held() {
+        let mut s = lossless(2, 64 * 1024, 32 * 1024);
+        let f = data(1000);
+        let mut t = 0;
+        while !s.has_pfc() {
+            s.enqueue(t, Some(0), 1, f.clone());
+            t += 1;
+        }
+        let sent: Vec<_> = s.take_pfc().collect();
+        assert_eq!(sent, vec![(0, PfcRepr::one(3, 0xFFFF))]);
+        // Nothing drains (the egress is paused from downstream).
+        s.receive_pfc(t, 1, &PfcRepr::one(3, 0xFFFF));
+        let due = s.next_refresh().unwrap();
+        assert_eq!(due, t - 1 + quanta_ns(0xFFFF, 100_000_000_000) / 2);
+        s.refresh_pauses(due - 1);
+        assert!(!s.has_pfc(), "not yet");
+        s.refresh_pauses(due);
+        assert_eq!(s.take_pfc().collect::<Vec<_>>(), sent, "again");
+        assert_eq!(s.counters(0).pause_tx, 2);
+    }
+
+    #[test]
+    fn without_pfc_the_buffer_is_drop_tail_per_port() {
+        // The same overload without PFC drops (and sends no PFC).
+        let f = data(1000);
+        let mut s = Switch::new(1, &[port(100, 8 * f.len() as u64); 2], 1);
+        for _ in 0..20 {
+            s.enqueue(0, Some(0), 1, f.clone());
+        }
+        assert_eq!(s.counters(1).dropped, 12);
+        assert!(!s.has_pfc());
     }
 }

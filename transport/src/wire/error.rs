@@ -26,6 +26,7 @@ pub enum Layer {
     Payload,
     Icrc,
     Arp,
+    Pfc,
 }
 
 impl Layer {
@@ -49,6 +50,7 @@ impl Layer {
             Layer::Payload => "payload",
             Layer::Icrc => "icrc",
             Layer::Arp => "arp",
+            Layer::Pfc => "pfc",
         }
     }
 }
@@ -125,6 +127,13 @@ pub enum WireError {
     /// 0).
     #[error("VLAN {0} is not this device's (0: untagged)")]
     WrongVlan(u16),
+    /// The Ethernet frame is not a MAC control frame (EtherType 0x8808).
+    #[error("not MAC control: ethertype {0:#06x}")]
+    NotMacControl(u16),
+    /// A MAC control frame that is not priority flow control (opcode
+    /// 0x0101), e.g. an 802.3x PAUSE (0x0001).
+    #[error("MAC control opcode {0:#06x} is not priority flow control (0x0101)")]
+    UnsupportedMacControl(u16),
 }
 
 /// Fieldless reason for counting drops; one counter per variant.
@@ -151,11 +160,13 @@ pub enum ErrorKind {
     NotArp,
     UnsupportedArp,
     WrongVlan,
+    NotMacControl,
+    UnsupportedMacControl,
 }
 
 impl ErrorKind {
     /// Every kind, in counter order.
-    pub const ALL: [ErrorKind; 20] = [
+    pub const ALL: [ErrorKind; 22] = [
         ErrorKind::Truncated,
         ErrorKind::NotIpv4,
         ErrorKind::BadIpVersion,
@@ -176,6 +187,8 @@ impl ErrorKind {
         ErrorKind::NotArp,
         ErrorKind::UnsupportedArp,
         ErrorKind::WrongVlan,
+        ErrorKind::NotMacControl,
+        ErrorKind::UnsupportedMacControl,
     ];
 
     /// Index into a counter array of length `ErrorKind::ALL.len()`.
@@ -206,6 +219,8 @@ impl ErrorKind {
             ErrorKind::NotArp => "not_arp",
             ErrorKind::UnsupportedArp => "unsupported_arp",
             ErrorKind::WrongVlan => "wrong_vlan",
+            ErrorKind::NotMacControl => "not_mac_control",
+            ErrorKind::UnsupportedMacControl => "unsupported_mac_control",
         }
     }
 }
@@ -234,6 +249,8 @@ impl WireError {
             WireError::NotArp(_) => ErrorKind::NotArp,
             WireError::UnsupportedArp => ErrorKind::UnsupportedArp,
             WireError::WrongVlan(_) => ErrorKind::WrongVlan,
+            WireError::NotMacControl(_) => ErrorKind::NotMacControl,
+            WireError::UnsupportedMacControl(_) => ErrorKind::UnsupportedMacControl,
         }
     }
 }

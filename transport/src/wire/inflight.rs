@@ -86,6 +86,11 @@ impl<T: AsRef<[u8]>> RoceFrame<T> {
         self.ip().dst()
     }
 
+    /// The IPv4 DSCP (its top three bits are the frame's priority).
+    pub fn dscp(&self) -> u8 {
+        self.ip().dscp()
+    }
+
     /// The IPv4 ECN bits.
     pub fn ecn(&self) -> u8 {
         self.ip().ecn()

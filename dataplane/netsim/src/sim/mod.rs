@@ -647,7 +647,7 @@ impl Simulator {
             self.unroutable += 1;
             return;
         };
-        sw.enqueue(out, frame);
+        sw.enqueue(self.now, None, out, frame);
         let q = sw.qlen(out);
         if let Some(m) = self
             .monitor
