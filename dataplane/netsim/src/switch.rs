@@ -28,6 +28,8 @@ use rand_chacha::ChaCha8Rng;
 use transport::wire::pfc::{priority_of_dscp, quanta_ns, PfcRepr};
 use transport::wire::{HopRecord, MacAddr, Opcode, RoceFrame};
 
+use nic::PauseState;
+
 use crate::mmu::{IngressLimits, Mmu, PfcConfig};
 
 /// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
@@ -116,48 +118,6 @@ struct Queued<F> {
 
 const NOT_LOSSLESS: u32 = u32::MAX;
 
-/// An egress port's data queue held by PFC from downstream: the pause
-/// interval [from, until) last set, and the closed intervals before it.
-#[derive(Debug, Default, Clone, Copy)]
-struct EgressPause {
-    from: u64,
-    until: u64,
-    closed_ns: u64,
-    longest_ns: u64,
-}
-
-impl EgressPause {
-    fn is_paused(&self, now: u64) -> bool {
-        now < self.until
-    }
-
-    /// Time paused up to `now`.
-    fn clock(&self, now: u64) -> u64 {
-        self.closed_ns + now.min(self.until).saturating_sub(self.from)
-    }
-
-    fn longest(&self, now: u64) -> u64 {
-        self.longest_ns
-            .max(now.min(self.until).saturating_sub(self.from))
-    }
-
-    /// Paused from `now` for `ns` (a PAUSE that arrives while paused
-    /// extends the same interval).
-    fn pause(&mut self, now: u64, ns: u64) {
-        if now >= self.until {
-            let last = self.until.saturating_sub(self.from);
-            self.closed_ns += last;
-            self.longest_ns = self.longest_ns.max(last);
-            self.from = now;
-        }
-        self.until = now + ns;
-    }
-
-    fn resume(&mut self, now: u64) {
-        self.until = self.until.min(now);
-    }
-}
-
 #[derive(Debug)]
 struct Port<F> {
     cfg: PortConfig,
@@ -170,7 +130,7 @@ struct Port<F> {
     tx_bytes: u64,
     busy_until: u64,
     counters: PortCounters,
-    pause: EgressPause,
+    pause: PauseState,
     /// As an ingress port whose upstream is paused: when to send PAUSE
     /// again.
     refresh_at: Option<u64>,
@@ -262,7 +222,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                     tx_bytes: 0,
                     busy_until: 0,
                     counters: PortCounters::default(),
-                    pause: EgressPause::default(),
+                    pause: PauseState::default(),
                     refresh_at: None,
                 })
                 .collect(),
@@ -425,7 +385,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         p.queue.push_back(Queued {
             frame,
             ingress: lossless.map_or(NOT_LOSSLESS, |i| i as u32),
-            paused_clock: p.pause.clock(now),
+            paused_clock: p.pause.paused_ns(now),
         });
         if let Some(i) = lossless {
             if self.mmu.as_ref().is_some_and(|m| m.should_pause(i)) {
@@ -499,7 +459,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             p.counters.pause_rx += 1;
             p.pause.pause(now, quanta_ns(quanta, p.cfg.rate_bps));
         }
-        Some(p.pause.until.max(now))
+        Some(p.pause.until().max(now))
     }
 
     /// Whether `port`'s data queue is held by PFC at `now`.
@@ -511,7 +471,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// longest single pause (a stuck receiver shows as one long pause).
     pub fn paused_ns(&self, now: u64, port: usize) -> (u64, u64) {
         let p = &self.ports[port].pause;
-        (p.clock(now), p.longest(now))
+        (p.paused_ns(now), p.longest_ns(now))
     }
 
     /// Whether `port` can start sending at `now` (idle, and a control
@@ -543,7 +503,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             Some(f) => (f, NOT_LOSSLESS),
             None => {
                 let q = p.queue.pop_front()?;
-                let hol = p.pause.clock(now) - q.paused_clock;
+                let hol = p.pause.paused_ns(now) - q.paused_clock;
                 p.counters.hol_ns += hol;
                 p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
                 (q.frame, q.ingress)

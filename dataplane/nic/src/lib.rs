@@ -13,6 +13,7 @@
 //!   duplication, reordering, delay, bit flips; or a per-frame script).
 //! - [`tap`]: a wrapper that mirrors a port's frames into a pcap capture.
 //! - [`pcap`]: classic pcap files in and out.
+//! - [`pfc`]: the pause state of a transmitter held by PFC frames.
 //! - [`stage`]: the trace points of the pipeline and the key of a frame.
 //!
 //! No `unsafe`, no clock: time is passed in as nanoseconds.
@@ -22,6 +23,7 @@ pub mod faults;
 pub mod link;
 pub mod neighbour;
 pub mod pcap;
+pub mod pfc;
 pub mod pipeline;
 pub mod port;
 pub mod stage;
@@ -30,6 +32,7 @@ pub mod tap;
 pub use faults::{Direction, Fault, FaultConfig, FaultCounters, FaultInjector};
 pub use link::{mem_link, MemPort};
 pub use neighbour::{NeighbourConfig, NeighbourCounters, NeighbourTable, Resolution};
+pub use pfc::PauseState;
 pub use pipeline::{Completions, Host, Nic, NicCounters, BURST, MAX_HEADERS};
 pub use port::{copy_frame, Frame, FramePort, TooSmall};
 pub use stage::{FrameKey, Stage};

@@ -27,15 +27,22 @@
 //! counted while a request goes out, and RC's retransmission sends them
 //! again once the table has the answer.
 //!
+//! Priority flow control is the pipeline's too: a PAUSE frame from the
+//! link's far end naming the engine's priority (its DSCP's class bits)
+//! holds the TX pipe, nothing is built or sent, until the time it names
+//! runs out or a RESUME comes; timers still run.
+//!
 //! Nothing is lost silently: a frame that finds no buffer is built anyway
 //! (so the engine moves on and recovers it like any loss) and counted.
 
 use transport::mr::Memory;
 use transport::rc::{Cqe, Engine};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
+use transport::wire::pfc::{self, PfcRepr};
 use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
 
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
+use crate::pfc::PauseState;
 
 use crate::port::{Frame, FramePort};
 use crate::stage::{FrameKey, Stage};
@@ -116,6 +123,13 @@ pub struct NicCounters {
     /// Completions handed to the host by `poll` (a host that drains the
     /// engine itself, outside a pass, counts its own).
     pub completions: u64,
+    /// PFC frames received: PAUSE and RESUME of the engine's priority,
+    /// frames naming only other priorities (ignored), and MAC control
+    /// frames that are not PFC or are malformed.
+    pub pfc_pause_rx: u64,
+    pub pfc_resume_rx: u64,
+    pub pfc_other_rx: u64,
+    pub pfc_bad: u64,
 }
 
 /// An RC engine on a frame port.
@@ -140,6 +154,8 @@ pub struct Nic<P: FramePort, M: Memory> {
     counters: NicCounters,
     /// Keys of the frames of a traced TX burst (empty unless tracing).
     trace_keys: Vec<Option<FrameKey>>,
+    /// The TX pipe held by PFC.
+    pause: PauseState,
 }
 
 impl<P: FramePort, M: Memory> Nic<P, M> {
@@ -162,6 +178,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             tx_more: false,
             counters: NicCounters::default(),
             trace_keys: Vec::new(),
+            pause: PauseState::default(),
         }
     }
 
@@ -192,6 +209,11 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         &self.counters
     }
 
+    /// The TX pipe's PFC state (whether held, time held so far).
+    pub fn pause(&self) -> &PauseState {
+        &self.pause
+    }
+
     pub fn neighbours(&self) -> &NeighbourTable {
         &self.neighbours
     }
@@ -215,13 +237,22 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// The next time this NIC has work without new input: an engine timer
     /// or pacing deadline, a port event, or `now` again when the last pass
     /// stopped at the burst limit.
+    /// While PFC holds the TX pipe, the frames to send wait for the end
+    /// of the pause, and only timers and arrivals matter.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let again = (self.tx_more
-            || !self.tx.is_empty()
-            || !self.looped.is_empty()
-            || !self.arp_out.is_empty())
-        .then_some(now);
-        [again, self.engine.poll_timeout(), self.port.next_event()]
+        let paused = self.pause.is_paused(now);
+        let to_send = self.tx_more || !self.tx.is_empty() || !self.arp_out.is_empty();
+        let again = (!self.looped.is_empty() || (to_send && !paused)).then_some(now);
+        let engine = if paused {
+            Some(
+                self.engine
+                    .next_timer()
+                    .map_or(self.pause.until(), |t| t.min(self.pause.until())),
+            )
+        } else {
+            self.engine.poll_timeout()
+        };
+        [again, engine, self.port.next_event()]
             .into_iter()
             .flatten()
             .min()
@@ -261,6 +292,8 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         for f in rx.drain(..) {
             if arp::is_arp(f.as_ref()) {
                 self.on_arp(now, f.as_ref());
+            } else if pfc::is_mac_control(f.as_ref()) {
+                self.on_pfc(now, f.as_ref());
             } else {
                 self.engine.handle_packet(now, f.as_ref());
                 if tracing {
@@ -292,6 +325,27 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         }
         if for_us && a.op == ArpOp::Request {
             self.arp_out.push(a.reply_from(mac));
+        }
+    }
+
+    /// A PFC frame: holds or frees the TX pipe when it names the engine's
+    /// priority (pause times in quanta at the engine's line rate).
+    fn on_pfc(&mut self, now: u64, frame: &[u8]) {
+        let Ok(p) = PfcRepr::parse(frame) else {
+            self.counters.pfc_bad += 1;
+            return;
+        };
+        let c = self.engine.config();
+        match p.quanta_for(pfc::priority_of_dscp(c.dscp)) {
+            None => self.counters.pfc_other_rx += 1,
+            Some(0) => {
+                self.counters.pfc_resume_rx += 1;
+                self.pause.resume(now);
+            }
+            Some(q) => {
+                self.counters.pfc_pause_rx += 1;
+                self.pause.pause(now, pfc::quanta_ns(q, c.line_rate_bps));
+            }
         }
     }
 
@@ -359,6 +413,11 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// Builds frames in port buffers while the port takes them, then
     /// bursts them out.
     fn transmit(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
+        if self.pause.is_paused(now) {
+            // Held by PFC: frames built wait, nothing new is built.
+            self.tx_more = false;
+            return false;
+        }
         let tracing = host.tracing();
         let room = self.port.tx_ready(now).min(self.burst);
         self.tx_more = false;

@@ -564,3 +564,81 @@ fn a_traced_write_is_stamped_at_every_stage_on_both_nics_in_order() {
     );
     assert_eq!(ha.done.0[0].status, WcStatus::Success);
 }
+
+#[test]
+fn a_pfc_pause_of_the_engines_priority_holds_tx_until_it_ends_or_resumes() {
+    use transport::wire::PfcRepr;
+    let (pa, pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
+    let (mut ea, ka, qa) = engine(0);
+    let (mut eb, kb, qb) = engine(1);
+    let p = ConnectParams::new(PathMtu::Mtu1024);
+    let end = |i: u8, qpn| Endpoint {
+        qpn,
+        psn: 0,
+        mac: mac(i),
+        ip: ip(i),
+    };
+    ea.connect_to(qa, 0, &end(1, qb), &p).unwrap();
+    eb.connect_to(qb, 0, &end(0, qa), &p).unwrap();
+    let sender = MacAddr([2, 0xFC, 0, 0, 0, 1]);
+    // A PAUSE of priority 3 (the engine's DSCP 26) for 100 quanta (512 ns
+    // at 100 Gb/s), and one of priority 5 that must not hold anything.
+    pa.inject(0, PfcRepr::one(5, 0xFFFF).to_frame(sender));
+    pa.inject(0, PfcRepr::one(3, 100).to_frame(sender));
+    let (mut na, mut nb) = (Nic::new(ea, pa, 1024), Nic::new(eb, pb, 1024));
+    let sge = Sge {
+        lkey: ka.lkey,
+        va: BASE,
+        len: 100,
+    };
+    let wr = SendWr::new(1, WrOp::Write, sge, kb.rkey, BASE);
+    na.engine_mut().post_send(qa, wr, 0).unwrap();
+    na.poll(0, &mut Completions::default());
+    let c = *na.counters();
+    assert_eq!((c.pfc_pause_rx, c.pfc_other_rx), (1, 1));
+    assert_eq!(c.tx_frames, 0, "held");
+    assert!(na.pause().is_paused(511));
+    // Nothing to do before the pause ends (no busy polling while held).
+    assert_eq!(na.next_wakeup(0), Some(512));
+    na.poll(300, &mut Completions::default());
+    assert_eq!(na.counters().tx_frames, 0, "still held");
+    na.poll(512, &mut Completions::default());
+    assert_eq!(na.counters().tx_frames, 1, "free at the end of the pause");
+    assert_eq!(na.pause().paused_ns(10_000), 512);
+    // A long PAUSE, then a RESUME long before it runs out.
+    na.port_mut()
+        .inject(600, PfcRepr::one(3, 0xFFFF).to_frame(sender));
+    na.port_mut()
+        .inject(2_000, PfcRepr::one(3, 0).to_frame(sender));
+    na.poll(600, &mut Completions::default());
+    let wr = SendWr::new(2, WrOp::Write, sge, kb.rkey, BASE);
+    na.engine_mut().post_send(qa, wr, 600).unwrap();
+    na.poll(700, &mut Completions::default());
+    assert_eq!(na.counters().tx_frames, 1, "held by the long pause");
+    na.poll(2_000, &mut Completions::default());
+    assert_eq!(na.counters().pfc_resume_rx, 1);
+    assert_eq!(na.counters().tx_frames, 2, "the RESUME frees it at once");
+    assert_eq!(na.pause().longest_ns(5_000), 1_400);
+    // Both WRITEs arrive and complete.
+    let mut done = Completions::default();
+    let mut now = 2_000;
+    while done.0.len() < 2 && now < 1_000_000_000 {
+        na.poll(now, &mut done);
+        nb.poll(now, &mut Completions::default());
+        now = [na.next_wakeup(now), nb.next_wakeup(now)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 1_000)
+            .max(now + 1);
+    }
+    assert_eq!(done.0.len(), 2);
+    assert!(done.0.iter().all(|c| c.status == WcStatus::Success));
+    // A MAC control frame that is not PFC is counted, not obeyed.
+    let mut bad = PfcRepr::one(3, 0xFFFF).to_frame(sender);
+    bad[14] = 0; // 802.3x PAUSE
+    na.port_mut().inject(now, bad);
+    na.poll(now, &mut Completions::default());
+    assert_eq!(na.counters().pfc_bad, 1);
+    assert!(!na.pause().is_paused(now));
+}

@@ -1,10 +1,10 @@
-//! Fuzz the frame parsers (RoCEv2 and ARP): no input may panic, and
+//! Fuzz the frame parsers (RoCEv2, ARP and PFC): no input may panic, and
 //! whatever parses must emit again and parse back to the same headers and
 //! payload; a frame template of its outer headers emits the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use transport::wire::{ArpRepr, EthernetFrame, FrameTemplate, Packet};
+use transport::wire::{ArpRepr, EthernetFrame, FrameTemplate, MacAddr, Packet, PfcRepr};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(a) = ArpRepr::parse(data) {
@@ -16,6 +16,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(ArpRepr::parse(&out[..n]), Ok(a));
         let back = EthernetFrame::new_checked(&out[..n]).map(|e| e.vlan());
         assert_eq!(back, Ok(vlan));
+    }
+    if let Ok(p) = PfcRepr::parse(data) {
+        let src = MacAddr([2, 0, 0, 0, 0, 1]);
+        assert_eq!(PfcRepr::parse(&p.to_frame(src)), Ok(p));
     }
     let _ = Packet::parse(data);
     if let Ok(p) = Packet::parse_unverified(data) {

@@ -992,6 +992,13 @@ impl<M: Memory> Engine<M> {
         qp.into_iter().chain(self.sched.next_wakeup()).min()
     }
 
+    /// The earliest timer (retransmission, congestion control, probe),
+    /// leaving out when the scheduler has packets to send: what a NIC
+    /// whose transmitter is held by PFC waits for.
+    pub fn next_timer(&self) -> Option<u64> {
+        self.timers.peek().map(|r| r.0 .0)
+    }
+
     /// Runs every timer due at `now`: retransmission timeouts, retry
     /// exhaustion, congestion-control timers, probe timeouts.
     pub fn handle_timeout(&mut self, now: u64) {
