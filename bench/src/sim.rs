@@ -44,6 +44,11 @@ pub struct SimArgs {
     /// Load of the Poisson workloads, 0..1 [default: the scenario's].
     #[arg(long)]
     pub load: Option<f64>,
+    /// Switch buffers: `pfc` (lossless: a shared buffer per switch with
+    /// priority flow control) or `drop-tail` (per port) [default: the
+    /// scenario's `pfc` key].
+    #[arg(long, value_parser = ["pfc", "drop-tail"])]
+    pub buffer: Option<String>,
     /// Write every run's results to this JSON file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -115,6 +120,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         max_stage: args.max_stage,
         senders: args.senders,
         load: args.load,
+        pfc: args.buffer.as_deref().map(|b| b == "pfc"),
     };
     let mut runs = Vec::new();
     for name in ccs {
@@ -202,6 +208,36 @@ pub fn table(runs: &[Run]) -> String {
             r.first_burst_peak_bytes as f64 / 1e3,
             netsim::sim::BURST_DRAINED_BYTES / 1024
         );
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        let p = &r.pfc;
+        if p.pause_frames == 0 && p.hosts_paused == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<11} pfc: {} pause / {} resume frames; {} switch ports held {:.1} us, {} hosts held {:.1} us in all; HOL delay mean {:.2} us, max {:.1} us",
+            r.cc,
+            p.pause_frames,
+            p.resume_frames,
+            p.ports_paused,
+            p.switch_paused_ns as f64 / 1e3,
+            p.hosts_paused,
+            p.host_paused_ns as f64 / 1e3,
+            p.hol_mean_ns as f64 / 1e3,
+            p.hol_max_ns as f64 / 1e3
+        );
+        if !p.storm_ports.is_empty() || p.stuck_drops > 0 {
+            let longest = p.storm_ports.iter().map(|x| x.2).max().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "{:<11} PFC STORM: {} ports held without a break past storm_us (longest {:.1} us); stuck hosts refused {} frames",
+                r.cc,
+                p.storm_ports.len(),
+                longest as f64 / 1e3,
+                p.stuck_drops
+            );
+        }
     }
     if runs
         .iter()

@@ -89,6 +89,8 @@ pub struct PortCounters {
     /// and largest).
     pub hol_ns: u64,
     pub hol_max_ns: u64,
+    /// Frames that waited through a pause (those `hol_ns` sums over).
+    pub hol_frames: u64,
 }
 
 /// What happened to an offered frame.
@@ -505,6 +507,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                 let q = p.queue.pop_front()?;
                 let hol = p.pause.paused_ns(now) - q.paused_clock;
                 p.counters.hol_ns += hol;
+                p.counters.hol_frames += u64::from(hol > 0);
                 p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
                 (q.frame, q.ingress)
             }

@@ -180,6 +180,41 @@ pub struct PortStat {
     pub max_qlen_bytes: u64,
     pub drops: u64,
     pub ecn_marked: u64,
+    /// PFC: frames this port sent upstream (PAUSE with refreshes, RESUME)
+    /// and PAUSE frames it received; the time its data was held, the
+    /// longest single hold, and the head-of-line delay its frames saw
+    /// (sum over frames and largest).
+    pub pause_tx: u64,
+    pub resume_tx: u64,
+    pub pause_rx: u64,
+    pub paused_ns: u64,
+    pub longest_pause_ns: u64,
+    pub hol_ns: u64,
+    pub hol_max_ns: u64,
+}
+
+/// Priority flow control over a run, all switches and NICs together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PfcSummary {
+    /// PAUSE (refreshes included) and RESUME frames switches sent.
+    pub pause_frames: u64,
+    pub resume_frames: u64,
+    /// Switch ports whose data was held at some time, and for how long in
+    /// all.
+    pub ports_paused: usize,
+    pub switch_paused_ns: u64,
+    /// Host NICs held, and for how long in all.
+    pub hosts_paused: usize,
+    pub host_paused_ns: u64,
+    /// Head-of-line delay of the frames switches sent: mean over the
+    /// frames that waited through a pause, and the largest.
+    pub hol_mean_ns: u64,
+    pub hol_max_ns: u64,
+    /// Ports (switch node, port) held without a break for at least the
+    /// storm threshold, with that longest hold: a PFC storm.
+    pub storm_ports: Vec<(usize, usize, u64)>,
+    /// Frames stuck hosts did not take.
+    pub stuck_drops: u64,
 }
 
 /// FCT slowdown percentiles of the flows in a size range.
@@ -228,6 +263,7 @@ pub struct SimResult {
     pub events: u64,
     /// Every switch egress port (see [`PortStat`]).
     pub ports: Vec<PortStat>,
+    pub pfc: PfcSummary,
     pub queue_series: Vec<(u64, u64)>,
     pub jain_series: Vec<(u64, f64)>,
     pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
@@ -342,6 +378,7 @@ impl SimResult {
             count_groups,
             events,
             ports: Vec::new(),
+            pfc: PfcSummary::default(),
             queue_series: qs,
             jain_series: js,
             rate_series: rs,

@@ -26,10 +26,14 @@ use transport::rc::{
 use transport::wire::{MacAddr, Opcode, RoceFrame};
 
 use crate::link::SimLink;
-use crate::switch::{EcnConfig, PortConfig, Switch};
+use crate::mmu::{IngressLimits, PfcConfig};
+use crate::switch::{serialization_ns, EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
-pub use metrics::{Bucket, CountGroup, FlowResult, PortStat, SimResult, BURST_DRAINED_BYTES};
+pub use metrics::{
+    Bucket, CountGroup, FlowResult, PfcSummary, PortStat, SimResult, BURST_DRAINED_BYTES,
+};
 use topology::{host_index, host_ip, End, NodeKind, Topology};
+use transport::wire::pfc::{self, PfcRepr};
 
 /// Memory that is all zeros and forgets what is written: the simulator
 /// moves bytes but does not keep them.
@@ -79,6 +83,20 @@ pub struct SimConfig {
     pub sample_ns: u64,
     /// The egress port whose queue, utilization and fairness are reported.
     pub monitor: Option<End>,
+    /// Lossless switches: the buffer given to [`Simulator::new`] is each
+    /// switch's shared buffer, with PFC by these rules (headroom and
+    /// share per port as the HPCC authors set them); `None`: drop-tail
+    /// per port.
+    pub pfc: Option<PfcConfig>,
+    /// Switches send ACKs, NAKs and CNPs before data, never paused (the
+    /// authors' ACK_HIGH_PRIO, on in their DCQCN runs).
+    pub control_first: bool,
+    /// Hosts whose NIC stops taking frames from this time on and holds
+    /// its link with PAUSE frames for ever (a stuck receiver: the start
+    /// of a PFC storm).
+    pub stuck_hosts: Vec<(usize, u64)>,
+    /// A port paused this long without a break is reported as stormed.
+    pub storm_ns: u64,
 }
 
 impl SimConfig {
@@ -102,6 +120,10 @@ impl SimConfig {
             measure_from_ns: 0,
             sample_ns: 10_000,
             monitor: None,
+            pfc: None,
+            control_first: false,
+            stuck_hosts: Vec::new(),
+            storm_ns: 1_000_000,
         }
     }
 }
@@ -122,6 +144,13 @@ pub enum SimError {
     MonitorNotSwitch(usize),
     #[error("the monitored switch has no port {0}")]
     MonitorPort(usize),
+    #[error("stuck host {host}: there are {hosts} hosts")]
+    StuckHost { host: usize, hosts: usize },
+    #[error("switch {node}: {source}")]
+    Switch {
+        node: usize,
+        source: crate::switch::SwitchError,
+    },
     #[error("flow {src} -> {dst}: bad hosts (there are {hosts})")]
     FlowHosts {
         src: usize,
@@ -141,9 +170,10 @@ pub struct FlowSpec {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// A frame (slot in `frames`) reaches `node`.
+    /// A frame (slot in `frames`) reaches `node` on its `port`.
     Arrive {
         node: usize,
+        port: usize,
         frame: usize,
     },
     /// A switch port finished sending.
@@ -153,6 +183,14 @@ enum Event {
     },
     /// A host's NIC should look for work.
     HostWake {
+        host: usize,
+    },
+    /// A switch refreshes the PAUSE frames it holds its upstreams with.
+    PfcRefresh {
+        node: usize,
+    },
+    /// A stuck host's NIC sends PAUSE again.
+    StuckPause {
         host: usize,
     },
     Sample,
@@ -169,6 +207,10 @@ struct Host {
     /// wanted, since a poll reschedules the next).
     wakes: Vec<u64>,
     retransmitted: u64,
+    /// Stuck from this time on (see [`SimConfig::stuck_hosts`]).
+    stuck_from: Option<u64>,
+    /// Frames a stuck host did not take.
+    stuck_drops: u64,
 }
 
 struct FlowState {
@@ -226,6 +268,8 @@ pub struct Simulator {
     probe_bytes: u64,
     /// Frames a switch could not route (not RoCEv2, or to no host).
     unroutable: u64,
+    /// Per switch node: the time of its queued PFC refresh (u64::MAX: none).
+    refresh_at: Vec<u64>,
 }
 
 fn mac_of(host: usize) -> MacAddr {
@@ -269,8 +313,20 @@ impl Simulator {
                 delay_ns: link.delay_ns,
                 wakes: Vec::new(),
                 retransmitted: 0,
+                stuck_from: None,
+                stuck_drops: 0,
             });
         }
+        for &(h, from) in &cfg.stuck_hosts {
+            let hosts_n = hosts.len();
+            let host = hosts.get_mut(h).ok_or(SimError::StuckHost {
+                host: h,
+                hosts: hosts_n,
+            })?;
+            host.stuck_from = Some(from);
+        }
+        // The hosts' rate: a port this fast gets 1/8 of the free buffer.
+        let host_rate = hosts.first().map_or(0, |h| h.nic.port().rate_bps());
         let mut switches: Vec<Option<Switch>> = Vec::with_capacity(topo.nodes.len());
         let mut sid = 0u8;
         for n in 0..topo.nodes.len() {
@@ -295,6 +351,21 @@ impl Simulator {
             let mut sw = Switch::new(sid, &ports, cfg.seed);
             // Per switch, as ns-3 seeds its ECMP hash with the node id.
             sw.set_ecmp_seed(n as u32);
+            sw.set_control_first(cfg.control_first);
+            if let Some(pfc) = cfg.pfc {
+                let limits: Vec<IngressLimits> = (0..topo.ports[n].len())
+                    .map(|p| {
+                        let link = topo.peer(n, p).1;
+                        IngressLimits::for_link(link.rate_bps, link.delay_ns, host_rate)
+                    })
+                    .collect();
+                let pfc = PfcConfig {
+                    buffer_bytes,
+                    ..pfc
+                };
+                sw.enable_pfc(pfc, &limits)
+                    .map_err(|source| SimError::Switch { node: n, source })?;
+            }
             switches.push(Some(sw));
         }
         let monitor = match cfg.monitor {
@@ -310,6 +381,7 @@ impl Simulator {
             }
             None => None,
         };
+        let refresh_at = vec![u64::MAX; topo.nodes.len()];
         let mut node_host = vec![usize::MAX; topo.nodes.len()];
         for (i, h) in hosts.iter().enumerate() {
             node_host[h.node] = i;
@@ -338,9 +410,15 @@ impl Simulator {
             host_tx_bytes: 0,
             probe_bytes: 0,
             unroutable: 0,
+            refresh_at,
         };
         if s.monitor.is_some() {
             s.push(s.cfg.sample_ns, Event::Sample);
+        }
+        for h in 0..s.hosts.len() {
+            if let Some(t) = s.hosts[h].stuck_from {
+                s.push(t, Event::StuckPause { host: h });
+            }
         }
         Ok(s)
     }
@@ -462,7 +540,7 @@ impl Simulator {
             self.now = t;
             self.events_run += 1;
             match e {
-                Event::Arrive { node, frame } => self.arrive(node, frame),
+                Event::Arrive { node, port, frame } => self.arrive(node, port, frame),
                 Event::PortFree { node, port } => self.port_free(node, port),
                 Event::HostWake { host } => {
                     let wakes = &mut self.hosts[host].wakes;
@@ -471,6 +549,16 @@ impl Simulator {
                     }
                     self.poll_host(host);
                 }
+                Event::PfcRefresh { node } => {
+                    if self.refresh_at[node] == t {
+                        self.refresh_at[node] = u64::MAX;
+                        if let Some(sw) = self.switches[node].as_mut() {
+                            sw.refresh_pauses(t);
+                        }
+                        self.send_pfc(node);
+                    }
+                }
+                Event::StuckPause { host } => self.stuck_pause(host),
                 Event::Sample => {
                     let active = self.active_flows();
                     if let Some(m) = self.monitor.as_mut() {
@@ -578,6 +666,7 @@ impl Simulator {
                 left + delay,
                 Event::Arrive {
                     node: peer.node,
+                    port: peer.port,
                     frame: slot,
                 },
             );
@@ -619,16 +708,39 @@ impl Simulator {
         }
     }
 
-    fn arrive(&mut self, node: usize, slot: usize) {
+    fn arrive(&mut self, node: usize, in_port: usize, slot: usize) {
         let frame = std::mem::take(&mut self.frames[slot]);
         self.free_frames.push(slot);
         if self.topo.nodes[node] == NodeKind::Host {
             let h = self.node_host[node];
+            if self.hosts[h].stuck_from.is_some_and(|t| t <= self.now) {
+                self.hosts[h].stuck_drops += 1;
+                return;
+            }
             if self.trace.is_some() {
                 self.record_trace(h, &frame);
             }
             self.hosts[h].nic.port_mut().deliver(frame);
             self.poll_host(h);
+            return;
+        }
+        if pfc::is_mac_control(&frame) {
+            // PFC from downstream: holds (or frees) this port's data.
+            let sw = self.switches[node].as_mut().expect("switch node");
+            let end = PfcRepr::parse(&frame)
+                .ok()
+                .and_then(|p| sw.receive_pfc(self.now, in_port, &p));
+            if let Some(end) = end {
+                // Look at the port when the pause ends (at once for a
+                // RESUME).
+                self.push(
+                    end,
+                    Event::PortFree {
+                        node,
+                        port: in_port,
+                    },
+                );
+            }
             return;
         }
         // One view of the frame for both the route and the ECMP key.
@@ -647,7 +759,8 @@ impl Simulator {
             self.unroutable += 1;
             return;
         };
-        sw.enqueue(self.now, None, out, frame);
+        sw.enqueue(self.now, Some(in_port), out, frame);
+        let pfc = sw.has_pfc();
         let q = sw.qlen(out);
         if let Some(m) = self
             .monitor
@@ -656,7 +769,64 @@ impl Simulator {
         {
             m.queue_changed(self.now, q);
         }
+        if pfc {
+            self.send_pfc(node);
+        }
         self.port_free(node, out);
+    }
+
+    /// Puts the PFC frames switch `node` asked for on their links (a MAC
+    /// control frame goes out as soon as the frame on the wire has left,
+    /// ahead of the queue; its own 60 bytes take no turn of the queue),
+    /// and queues the switch's next PAUSE refresh.
+    fn send_pfc(&mut self, node: usize) {
+        let Some(sw) = self.switches[node].as_mut() else {
+            return;
+        };
+        let out: Vec<(usize, PfcRepr)> = sw.take_pfc().collect();
+        for (port, msg) in out {
+            let sw = self.switches[node].as_ref().expect("switch node");
+            let frame = msg.to_frame(sw.port_mac(port));
+            let leaves = sw.busy_until(port).max(self.now);
+            let (peer, link) = self.topo.peer(node, port);
+            let at = leaves + serialization_ns(frame.len(), link.rate_bps) + link.delay_ns;
+            let slot = self.store(frame);
+            self.push(
+                at,
+                Event::Arrive {
+                    node: peer.node,
+                    port: peer.port,
+                    frame: slot,
+                },
+            );
+        }
+        let next = self.switches[node].as_ref().and_then(|s| s.next_refresh());
+        if let Some(t) = next.filter(|&t| t < self.refresh_at[node]) {
+            self.refresh_at[node] = t;
+            self.push(t, Event::PfcRefresh { node });
+        }
+    }
+
+    /// A stuck host's NIC holds its link: PAUSE for the longest time,
+    /// again before it runs out.
+    fn stuck_pause(&mut self, h: usize) {
+        let host = &self.hosts[h];
+        let (peer, delay, rate) = (host.peer, host.delay_ns, host.nic.port().rate_bps());
+        let quanta = self.cfg.pfc.map_or(pfc::MAX_QUANTA, |p| p.pause_quanta);
+        let priority = self.cfg.pfc.map_or(3, |p| p.priority);
+        let frame = PfcRepr::one(priority, quanta).to_frame(mac_of(h));
+        let at = self.now + serialization_ns(frame.len(), rate) + delay;
+        let slot = self.store(frame);
+        self.push(
+            at,
+            Event::Arrive {
+                node: peer.node,
+                port: peer.port,
+                frame: slot,
+            },
+        );
+        let again = (pfc::quanta_ns(quanta, rate) / 2).max(1);
+        self.push(self.now + again, Event::StuckPause { host: h });
     }
 
     fn port_free(&mut self, node: usize, port: usize) {
@@ -665,6 +835,10 @@ impl Simulator {
         let Some((frame, done)) = sw.dequeue(now, port) else {
             return;
         };
+        if sw.has_pfc() {
+            self.send_pfc(node);
+        }
+        let sw = self.switches[node].as_ref().expect("switch node");
         let q = sw.qlen(port);
         if let Some(m) = self
             .monitor
@@ -682,6 +856,7 @@ impl Simulator {
             done + delay,
             Event::Arrive {
                 node: peer.node,
+                port: peer.port,
                 frame: slot,
             },
         );
@@ -745,7 +920,43 @@ impl Simulator {
         r.probe_overhead = self.probe_bytes as f64 / self.host_tx_bytes.max(1) as f64;
         r.unroutable = self.unroutable;
         r.ports = self.port_stats();
+        r.pfc = self.pfc_summary(&r.ports);
         r
+    }
+
+    /// PFC over the run, from the ports' and the NICs' counters.
+    fn pfc_summary(&self, ports: &[PortStat]) -> PfcSummary {
+        let now = self.now;
+        let held: Vec<&PortStat> = ports.iter().filter(|p| p.paused_ns > 0).collect();
+        let hol_frames: u64 = self
+            .switches
+            .iter()
+            .flatten()
+            .flat_map(|sw| (0..sw.port_count()).map(|p| sw.counters(p).hol_frames))
+            .sum();
+        let hol_ns: u64 = ports.iter().map(|p| p.hol_ns).sum();
+        let host_paused: Vec<u64> = self
+            .hosts
+            .iter()
+            .map(|h| h.nic.pause().paused_ns(now))
+            .filter(|&t| t > 0)
+            .collect();
+        PfcSummary {
+            pause_frames: ports.iter().map(|p| p.pause_tx).sum(),
+            resume_frames: ports.iter().map(|p| p.resume_tx).sum(),
+            ports_paused: held.len(),
+            switch_paused_ns: held.iter().map(|p| p.paused_ns).sum(),
+            hosts_paused: host_paused.len(),
+            host_paused_ns: host_paused.iter().sum(),
+            hol_mean_ns: hol_ns / hol_frames.max(1),
+            hol_max_ns: ports.iter().map(|p| p.hol_max_ns).max().unwrap_or(0),
+            storm_ports: held
+                .iter()
+                .filter(|p| p.longest_pause_ns >= self.cfg.storm_ns)
+                .map(|p| (p.node, p.port, p.longest_pause_ns))
+                .collect(),
+            stuck_drops: self.hosts.iter().map(|h| h.stuck_drops).sum(),
+        }
     }
 
     /// Every switch egress port's counters over the run so far.
@@ -764,6 +975,7 @@ impl Simulator {
             let Some(sw) = sw else { continue };
             for port in 0..sw.port_count() {
                 let c = sw.counters(port);
+                let paused = sw.paused_ns(self.now, port);
                 let (peer, link) = self.topo.peer(node, port);
                 out.push(PortStat {
                     node,
@@ -774,6 +986,13 @@ impl Simulator {
                     max_qlen_bytes: c.max_qlen,
                     drops: c.dropped,
                     ecn_marked: c.ecn_marked,
+                    pause_tx: c.pause_tx,
+                    resume_tx: c.resume_tx,
+                    pause_rx: c.pause_rx,
+                    paused_ns: paused.0,
+                    longest_pause_ns: paused.1,
+                    hol_ns: c.hol_ns,
+                    hol_max_ns: c.hol_max_ns,
                 });
             }
         }

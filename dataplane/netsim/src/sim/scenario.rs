@@ -10,6 +10,7 @@ use transport::rc::{CcMode, PathMtu, UnknownCc};
 
 use super::topology::{End, Topology, TopologyError, TopologySpec};
 use super::{FlowSpec, SimConfig, SimError, Simulator};
+use crate::mmu::PfcConfig;
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
@@ -129,6 +130,24 @@ pub struct RunSpec {
     pub dcqcn_min_rate_mbps: f64,
     pub dcqcn_cnp_interval_us: u64,
     pub timeout: u8,
+    /// Lossless switches: `[topology] buffer_bytes` is each switch's
+    /// shared buffer, with PFC (802.1Qbb) by the HPCC authors' rules:
+    /// a reserve per port, a dynamic share of the free buffer, headroom
+    /// of 3 x each link's bandwidth-delay product. Off: drop-tail per port.
+    pub pfc: bool,
+    pub pfc_reserve_bytes: u64,
+    pub pfc_resume_offset_bytes: u64,
+    /// Pause time each PAUSE asks for (quanta of 512 bit times).
+    pub pfc_pause_quanta: u16,
+    /// Controllers whose runs have switches send ACKs, NAKs and CNPs
+    /// before data, never paused (the authors' run.py: dcqcn yes, hp no).
+    pub ack_high_priority: Vec<String>,
+    /// Hosts whose NIC gets stuck at `stuck_from_us` (takes no frame,
+    /// holds its link with PAUSE for ever): a PFC storm.
+    pub stuck_hosts: Vec<usize>,
+    pub stuck_from_us: u64,
+    /// A port held this long without a break is reported as a storm.
+    pub storm_us: u64,
 }
 
 impl Default for RunSpec {
@@ -162,6 +181,14 @@ impl Default for RunSpec {
             dcqcn_min_rate_mbps: d.min_rate_bps / 1e6,
             dcqcn_cnp_interval_us: pacer::dcqcn::CnpLimiter::DEFAULT_INTERVAL_NS / 1_000,
             timeout: 10,
+            pfc: false,
+            pfc_reserve_bytes: PfcConfig::new(0).reserve_bytes,
+            pfc_resume_offset_bytes: PfcConfig::new(0).resume_offset_bytes,
+            pfc_pause_quanta: PfcConfig::new(0).pause_quanta,
+            ack_high_priority: Vec::new(),
+            stuck_hosts: Vec::new(),
+            stuck_from_us: 0,
+            storm_us: 1_000,
         }
     }
 }
@@ -298,6 +325,8 @@ pub struct Overrides {
     pub max_stage: Option<u32>,
     pub senders: Option<usize>,
     pub load: Option<f64>,
+    /// PFC on or off instead of the scenario's `pfc`.
+    pub pfc: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -363,6 +392,23 @@ impl ScenarioSpec {
         if let Some(m) = o.max_stage {
             cfg.hpcc.max_stage = m;
         }
+        if o.pfc.unwrap_or(r.pfc) {
+            cfg.pfc = Some(PfcConfig {
+                reserve_bytes: r.pfc_reserve_bytes,
+                resume_offset_bytes: r.pfc_resume_offset_bytes,
+                pause_quanta: r.pfc_pause_quanta.max(1),
+                ..PfcConfig::new(topo_spec.buffer_bytes)
+            });
+        }
+        for name in &r.ack_high_priority {
+            cfg.control_first |= r.cc(name)? == cc;
+        }
+        cfg.stuck_hosts = r
+            .stuck_hosts
+            .iter()
+            .map(|&h| (h, r.stuck_from_us * 1_000))
+            .collect();
+        cfg.storm_ns = r.storm_us * 1_000;
         // A long flow: twice what a host link carries in the whole run.
         let long = if w.size_bytes == 0 {
             (topo_spec.host_gbps * 1e9 / 8.0 * duration_ns as f64 / 1e9 * 2.0) as u64 + 1
