@@ -93,6 +93,11 @@ pub struct IncastSection {
     pub host_gbps: f64,
     pub bottleneck_gbps: f64,
     pub buffer_bytes: u64,
+    /// Lossless switch: `buffer_bytes` is the switch's buffer, shared by
+    /// its ports with priority flow control (PAUSE/RESUME frames to the
+    /// senders' NICs) [default: false, drop-tail per port].
+    #[serde(default)]
+    pub pfc: bool,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -778,6 +783,7 @@ impl IncastSection {
                     host_bps,
                     bottleneck_bps,
                     buffer_bytes: self.buffer_bytes,
+                    pfc: self.pfc,
                     cc,
                     base_rtt_ns,
                     mtu,

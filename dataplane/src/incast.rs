@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use hdrhistogram::Histogram;
+use netsim::mmu::{IngressLimits, PfcConfig};
 use netsim::switch::{EcnConfig, PortConfig, Switch};
 use nic::{Completions, FramePort, Nic};
 use pacer::HpccSettings;
@@ -18,6 +19,7 @@ use transport::rc::{
     CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, Sge,
     WcStatus, WrOp,
 };
+use transport::wire::pfc::{self, PfcRepr};
 use transport::wire::{MacAddr, RoceFrame};
 
 use crate::dpdk::{ring_pair, DpdkError, Eal, Mbuf, Mempool, Port, TscClock};
@@ -31,8 +33,12 @@ pub struct IncastConfig {
     pub host_bps: u64,
     /// Capacity of the switch port towards the receiver, b/s.
     pub bottleneck_bps: u64,
-    /// Switch buffer per port, bytes.
+    /// Switch buffer per port, bytes (with `pfc`: the switch's whole
+    /// buffer, shared).
     pub buffer_bytes: u64,
+    /// Lossless: a shared buffer with priority flow control; the switch
+    /// sends PAUSE/RESUME to the hosts' NICs, which hold their TX.
+    pub pfc: bool,
     pub cc: CcMode,
     /// HPCC++ T, ns (the testbed's base RTT: software hops take microseconds).
     pub base_rtt_ns: u64,
@@ -79,6 +85,13 @@ pub struct IncastReport {
     pub retransmitted: u64,
     pub completed: u64,
     pub failed: u64,
+    /// PFC frames the switch sent (PAUSE with refreshes, RESUME) and the
+    /// time the hosts' NICs were held, all together.
+    pub pause_frames: u64,
+    pub resume_frames: u64,
+    pub host_paused_ns: u64,
+    /// PFC frames the switch could not send for want of an mbuf.
+    pub pfc_no_buffer: u64,
 }
 
 /// Why an incast run could not start or stopped.
@@ -278,6 +291,22 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     // The poll loop visits ports late by its iteration time; let ports
     // catch up by up to 200 us so they keep their rate.
     switch.set_catch_up(200_000);
+    if cfg.pfc {
+        // The ring hop has no propagation delay; what is in flight when a
+        // PAUSE leaves is what a sender's pass puts out before it reads
+        // the PAUSE at its next pass: two bursts of full frames.
+        let limits: Vec<IngressLimits> = port_cfg
+            .iter()
+            .map(|p| IngressLimits {
+                headroom_bytes: 2 * nic::BURST as u64 * frame as u64,
+                ..IngressLimits::for_link(p.rate_bps, 0, cfg.host_bps)
+            })
+            .collect();
+        switch
+            .enable_pfc(PfcConfig::new(cfg.buffer_bytes), &limits)
+            .map_err(|e| IncastError::Host(e.to_string()))?;
+    }
+    let mut pfc_no_buffer = 0u64;
     let mut sw_tx: Vec<Vec<Mbuf>> = (0..=n).map(|_| Vec::new()).collect();
     let mut unroutable = 0u64;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 1 << 40, 3).expect("valid bounds");
@@ -311,20 +340,28 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             };
         }
         receiver.0.clear();
-        // The switch: RX on every port, forward by destination address.
-        for port in sw_ports.iter_mut() {
+        // The switch: RX on every port, forward by destination address;
+        // PFC frames hold or free the port they came in on.
+        for (p, port) in sw_ports.iter_mut().enumerate() {
             rx.clear();
             port.rx_burst(now, &mut rx, crate::dpdk::port::BURST);
             for m in rx.drain(..) {
+                if pfc::is_mac_control(m.data()) {
+                    if let Ok(msg) = PfcRepr::parse(m.data()) {
+                        switch.receive_pfc(now, p, &msg);
+                    }
+                    continue;
+                }
                 match route(m.data(), n + 1) {
                     Some(dst) => {
-                        switch.enqueue(now, None, dst, m); // dropped frames are freed and counted
+                        switch.enqueue(now, Some(p), dst, m); // dropped frames are freed and counted
                     }
                     None => unroutable += 1,
                 }
             }
         }
-        for p in 0..=n {
+        switch.refresh_pauses(now);
+        for (p, out) in sw_tx.iter_mut().enumerate() {
             while let Some((m, _)) = switch.dequeue(now, p) {
                 if p == recv && tapped < TAP_FRAMES {
                     if let Some(w) = tap.as_mut() {
@@ -332,10 +369,26 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
                         tapped += 1;
                     }
                 }
-                sw_tx[p].push(m);
+                out.push(m);
             }
-            if !sw_tx[p].is_empty() {
-                sw_ports[p].tx_burst(now, &mut sw_tx[p]);
+        }
+        // PFC frames go ahead of the data waiting for the ring, in the
+        // order the switch sent them.
+        let msgs: Vec<(usize, PfcRepr)> = switch.take_pfc().collect();
+        let mut ahead = vec![0usize; n + 1];
+        for (q, msg) in msgs {
+            let bytes = msg.to_frame(switch.port_mac(q));
+            match nic::copy_frame(&mut sw_ports[q], &bytes) {
+                Some(f) => {
+                    sw_tx[q].insert(ahead[q], f);
+                    ahead[q] += 1;
+                }
+                None => pfc_no_buffer += 1,
+            }
+        }
+        for (port, out) in sw_ports.iter_mut().zip(sw_tx.iter_mut()) {
+            if !out.is_empty() {
+                port.tx_burst(now, out);
             }
         }
         last_q = switch.qlen(recv);
@@ -358,7 +411,8 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     if let Some(w) = tap {
         w.finish()?;
     }
-    let t = clock.now_ns() as f64 / 1e9;
+    let t_end = clock.now_ns();
+    let t = t_end as f64 / 1e9;
     let retransmitted = hosts
         .iter()
         .flat_map(|h| h.qpns.iter().map(move |q| (h, q)))
@@ -382,5 +436,9 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         retransmitted,
         completed: writers.iter().map(|w| w.completed).sum(),
         failed: writers.iter().map(|w| w.failed).sum(),
+        pause_frames: (0..=n).map(|p| switch.counters(p).pause_tx).sum(),
+        resume_frames: (0..=n).map(|p| switch.counters(p).resume_tx).sum(),
+        host_paused_ns: hosts.iter().map(|h| h.nic.pause().paused_ns(t_end)).sum(),
+        pfc_no_buffer,
     })
 }

@@ -16,6 +16,7 @@ fn main() {
         host_bps: 1_000_000_000,
         bottleneck_bps: 200_000_000,
         buffer_bytes: 256 * 1024,
+        pfc: false,
         cc,
         base_rtt_ns: 100_000,
         mtu: PathMtu::Mtu1024,
@@ -42,5 +43,17 @@ fn main() {
         "HPCC++ keeps the queue well below the buffer"
     );
     assert!(hpcc.completed > 0 && hpcc.failed == 0);
+    // The same overload on a lossless switch: PAUSE frames hold the
+    // senders' NICs and nothing is dropped.
+    let lossless = IncastConfig {
+        pfc: true,
+        ..cfg(CcMode::None, "t_pfc")
+    };
+    let pfc = run(&eal, &lossless, 1.5).expect("PFC run");
+    println!("incast_dpdk: no CC, PFC {pfc:?}");
+    assert_eq!(pfc.drops, 0, "lossless");
+    assert!(pfc.pause_frames > 0 && pfc.resume_frames > 0);
+    assert!(pfc.host_paused_ns > 0, "the senders' NICs were held");
+    assert!(pfc.completed > 0 && pfc.failed == 0);
     drop(eal);
 }

@@ -273,6 +273,15 @@ fn incast(
             r.completed,
             r.failed
         );
+        if cfg.pfc {
+            println!(
+                "{name:<10} pfc: {} pause / {} resume frames to the senders, NICs held {:.1} ms in all, {} PFC frames without an mbuf",
+                r.pause_frames,
+                r.resume_frames,
+                r.host_paused_ns as f64 / 1e6,
+                r.pfc_no_buffer
+            );
+        }
     }
     Ok(())
 }
