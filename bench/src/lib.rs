@@ -9,6 +9,7 @@
 //! a faulty wire, every byte verified).
 
 pub mod decode;
+pub mod fct_plot;
 pub mod perf;
 /// Pcap files, shared with the dataplane's tap.
 pub use nic::pcap;

@@ -56,6 +56,25 @@ enum Command {
     /// congestion controller, and print queue, utilization, fairness,
     /// drops and FCT slowdowns in one table.
     Sim(SimArgs),
+    /// Draw FCT slowdown against flow size (the HPCC paper's Fig. 11a) from
+    /// `bench sim --json` files: p95 and p50 per 5% count group, one line
+    /// per controller and file, log-log, as SVG.
+    FctPlot {
+        /// `bench sim --json` files; each file's runs are labelled with
+        /// the controller and the file's name.
+        #[arg(required = true)]
+        json: Vec<PathBuf>,
+        /// Where to write the SVG.
+        #[arg(long, default_value = "out/fct.svg")]
+        out: PathBuf,
+        /// Title of the figure.
+        #[arg(long, default_value = "FCT slowdown by flow size")]
+        title: String,
+        /// A reference point to mark, LABEL:SIZE:SLOWDOWN (e.g. the
+        /// paper's reading `paper-hpcc:3000:1.6`); repeat for more.
+        #[arg(long)]
+        mark: Vec<String>,
+    },
     /// RDMA WRITE latency (ping-pong, half the round trip) through the
     /// verbs API against a running daemon, like perftest's ib_write_lat.
     WriteLat(bench::perf::PerfArgs),
@@ -294,6 +313,60 @@ fn sim(args: &SimArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn fct_plot(files: &[PathBuf], out: &Path, title: &str, marks: &[String]) -> ExitCode {
+    let mut series = Vec::new();
+    for f in files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("bench fct-plot: {}: {e}", f.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        let name = f
+            .file_stem()
+            .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        match bench::fct_plot::series_of(&text, &format!(" ({name})")) {
+            Ok(s) => series.extend(s),
+            Err(e) => {
+                eprintln!("bench fct-plot: {}: {e}", f.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut points = Vec::new();
+    for m in marks {
+        let parts: Vec<&str> = m.split(':').collect();
+        let parsed = match parts.as_slice() {
+            [l, s, v] => s
+                .parse::<u64>()
+                .ok()
+                .zip(v.parse::<f64>().ok())
+                .map(|(s, v)| (l.to_string(), s, v)),
+            _ => None,
+        };
+        match parsed {
+            Some(p) => points.push(p),
+            None => {
+                eprintln!("bench fct-plot: --mark {m:?}: expected LABEL:SIZE:SLOWDOWN, e.g. paper-hpcc:3000:1.6");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("bench fct-plot: {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Err(e) = std::fs::write(out, bench::fct_plot::svg(title, &series, &points)) {
+        eprintln!("bench fct-plot: {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    println!("wrote {} ({} lines)", out.display(), series.len());
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Decode { file } => decode(&file),
@@ -301,6 +374,12 @@ fn main() -> ExitCode {
         Command::HpccReplay(args) => hpcc_replay(&args),
         Command::Torture(args) => torture(&args),
         Command::Sim(args) => sim(&args),
+        Command::FctPlot {
+            json,
+            out,
+            title,
+            mark,
+        } => fct_plot(&json, &out, &title, &mark),
         Command::WriteLat(a) => perf(Test::WriteLat, &a),
         Command::ReadLat(a) => perf(Test::ReadLat, &a),
         Command::WriteBw(a) => perf(Test::WriteBw, &a),

@@ -10,12 +10,13 @@ use netsim::sim::SimResult;
 const W: f64 = 900.0;
 const PANEL_H: f64 = 260.0;
 const LEFT: f64 = 80.0;
-const COLORS: [&str; 10] = [
+pub(crate) const COLORS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf",
 ];
 
-fn polyline(s: &mut String, pts: &[(f64, f64)], color: &str) {
+/// A line through `pts` (SVG coordinates).
+pub(crate) fn polyline(s: &mut String, pts: &[(f64, f64)], color: &str) {
     let mut d = String::new();
     for (x, y) in pts {
         let _ = write!(d, "{x:.1},{y:.1} ");
