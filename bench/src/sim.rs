@@ -11,8 +11,8 @@ use netsim::sim::SimResult;
 /// Flags of `bench sim`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
-    /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch or
-    /// paper-fig11a (configs/sim/NAME.toml, built in).
+    /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch,
+    /// paper-fig11a or paper-incast (configs/sim/NAME.toml, built in).
     #[arg(long, default_value = "incast")]
     pub scenario: String,
     /// A scenario file to use instead of the built-in one.

@@ -141,3 +141,34 @@ fn a_drained_run_finishes_what_started_and_reports_what_did_not() {
     assert_eq!(drained.slowdown[0].unfinished, 0);
     assert!(drained.simulated_ns > 100_000, "ran past the duration");
 }
+
+#[test]
+fn the_papers_incast_keeps_the_queue_p95_at_4_kb_with_w_ai_at_most_150_bytes() {
+    // 16-to-1 at 100G, T = 4 us: W_AI = 50 KB x 0.05 / N.
+    let mut s = scenario("paper-incast");
+    let o = Overrides {
+        duration_us: Some(3_000),
+        ..Overrides::default()
+    };
+    let w_ai = |n: u32| 100e9 / 8.0 * 4e-6 * 0.05 / f64::from(n);
+    assert!(w_ai(s.sim.hpcc_n) <= 150.0);
+    let small = run(&s, "hpcc", &o);
+    s.sim.hpcc_n = 8; // W_AI 312 B
+    assert!(w_ai(s.sim.hpcc_n) >= 300.0);
+    let large = run(&s, "hpcc", &o);
+    assert!(
+        small.queue_p95_bytes <= 4_096,
+        "W_AI <= 150 B: queue p95 {} B",
+        small.queue_p95_bytes
+    );
+    assert!(
+        large.queue_p95_bytes > 2 * small.queue_p95_bytes,
+        "W_AI 300 B queues more: {} B vs {} B",
+        large.queue_p95_bytes,
+        small.queue_p95_bytes
+    );
+    // The first round trip's burst: reported, and drained.
+    assert!(small.first_burst_peak_bytes > 100_000);
+    assert!(small.first_burst_drained_ns.is_some());
+    assert!(small.utilization > 0.95 && small.drops == 0);
+}

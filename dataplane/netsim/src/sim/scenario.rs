@@ -14,7 +14,7 @@ use crate::mmu::PfcConfig;
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
-pub const BUILTIN: [(&str, &str); 6] = [
+pub const BUILTIN: [(&str, &str); 7] = [
     (
         "incast",
         include_str!("../../../../configs/sim/incast.toml"),
@@ -38,6 +38,10 @@ pub const BUILTIN: [(&str, &str); 6] = [
     (
         "paper-fig11a",
         include_str!("../../../../configs/sim/paper-fig11a.toml"),
+    ),
+    (
+        "paper-incast",
+        include_str!("../../../../configs/sim/paper-incast.toml"),
     ),
 ];
 
