@@ -90,7 +90,7 @@ pub struct IncastReport {
     pub pause_frames: u64,
     pub resume_frames: u64,
     pub host_paused_ns: u64,
-    /// PFC frames the switch could not send for want of an mbuf.
+    /// Times a PFC frame found no mbuf (it waits and is sent later).
     pub pfc_no_buffer: u64,
 }
 
@@ -294,11 +294,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     if cfg.pfc {
         // The ring hop has no propagation delay; what is in flight when a
         // PAUSE leaves is what a sender's pass puts out before it reads
-        // the PAUSE at its next pass: two bursts of full frames.
+        // the PAUSE at its next pass: a burst of full frames (payload and
+        // headers with a full telemetry stack).
+        let full_frame = u64::from(cfg.mtu.bytes()) + 256;
         let limits: Vec<IngressLimits> = port_cfg
             .iter()
             .map(|p| IngressLimits {
-                headroom_bytes: 2 * nic::BURST as u64 * frame as u64,
+                headroom_bytes: nic::BURST as u64 * full_frame,
                 ..IngressLimits::for_link(p.rate_bps, 0, cfg.host_bps)
             })
             .collect();
@@ -307,6 +309,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             .map_err(|e| IncastError::Host(e.to_string()))?;
     }
     let mut pfc_no_buffer = 0u64;
+    // PFC messages waiting for an mbuf, and PFC frames waiting for the
+    // ring, per port: they go out in order, before any data of the port,
+    // and none is lost (a RESUME overtaking its PAUSE would hold a
+    // sender for the whole pause time).
+    let mut pfc_wait: Vec<std::collections::VecDeque<PfcRepr>> =
+        (0..=n).map(|_| Default::default()).collect();
+    let mut pfc_tx: Vec<Vec<Mbuf>> = (0..=n).map(|_| Vec::new()).collect();
     let mut sw_tx: Vec<Vec<Mbuf>> = (0..=n).map(|_| Vec::new()).collect();
     let mut unroutable = 0u64;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 1 << 40, 3).expect("valid bounds");
@@ -372,23 +381,25 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
                 out.push(m);
             }
         }
-        // PFC frames go ahead of the data waiting for the ring, in the
-        // order the switch sent them.
-        let msgs: Vec<(usize, PfcRepr)> = switch.take_pfc().collect();
-        let mut ahead = vec![0usize; n + 1];
-        for (q, msg) in msgs {
-            let bytes = msg.to_frame(switch.port_mac(q));
-            match nic::copy_frame(&mut sw_ports[q], &bytes) {
-                Some(f) => {
-                    sw_tx[q].insert(ahead[q], f);
-                    ahead[q] += 1;
-                }
-                None => pfc_no_buffer += 1,
-            }
+        for (q, msg) in switch.take_pfc() {
+            pfc_wait[q].push_back(msg);
         }
-        for (port, out) in sw_ports.iter_mut().zip(sw_tx.iter_mut()) {
-            if !out.is_empty() {
-                port.tx_burst(now, out);
+        for (q, port) in sw_ports.iter_mut().enumerate() {
+            while let Some(msg) = pfc_wait[q].front() {
+                let bytes = msg.to_frame(switch.port_mac(q));
+                let Some(f) = nic::copy_frame(port, &bytes) else {
+                    pfc_no_buffer += 1; // tried again at the next pass
+                    break;
+                };
+                pfc_tx[q].push(f);
+                pfc_wait[q].pop_front();
+            }
+            if !pfc_tx[q].is_empty() {
+                port.tx_burst(now, &mut pfc_tx[q]);
+            }
+            // Data only behind every PFC frame of the port.
+            if pfc_tx[q].is_empty() && pfc_wait[q].is_empty() && !sw_tx[q].is_empty() {
+                port.tx_burst(now, &mut sw_tx[q]);
             }
         }
         last_q = switch.qlen(recv);

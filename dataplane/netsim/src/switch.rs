@@ -80,10 +80,11 @@ pub struct PortCounters {
     pub pause_tx: u64,
     pub resume_tx: u64,
     /// PFC frames this port received: PAUSE and RESUME of the lossless
-    /// priority, and frames naming only other priorities (ignored).
+    /// priority, and frames ignored (naming only other priorities, or
+    /// any PFC frame while the switch has PFC off).
     pub pause_rx: u64,
     pub resume_rx: u64,
-    pub pfc_other_rx: u64,
+    pub pfc_ignored_rx: u64,
     /// Head-of-line delay PFC caused: over the frames this port sent,
     /// the time the port was paused while each waited in its queue (sum
     /// and largest).
@@ -106,6 +107,8 @@ pub enum Enqueue {
 pub enum SwitchError {
     #[error("PFC limits for {given} ports; the switch has {ports}")]
     PfcPorts { given: usize, ports: usize },
+    #[error("PFC: a buffer of {buffer} bytes cannot hold the ports' headroom and reserves ({set_aside} bytes)")]
+    PfcBuffer { buffer: u64, set_aside: u64 },
 }
 
 /// A queued data frame, with the ingress port whose shared-buffer bytes
@@ -252,6 +255,19 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                 ports: self.ports.len(),
             });
         }
+        let set_aside = limits.iter().map(|l| l.headroom_bytes).sum::<u64>()
+            + cfg.reserve_bytes * limits.len() as u64;
+        if set_aside >= cfg.buffer_bytes {
+            return Err(SwitchError::PfcBuffer {
+                buffer: cfg.buffer_bytes,
+                set_aside,
+            });
+        }
+        // A PAUSE of 0 quanta would be a RESUME.
+        let cfg = PfcConfig {
+            pause_quanta: cfg.pause_quanta.max(1),
+            ..cfg
+        };
         self.mmu = Some(Mmu::new(cfg, limits));
         Ok(())
     }
@@ -443,15 +459,13 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// PAUSE of the lossless priority stops the port's data queue for the
     /// time it names (in quanta at the port's rate), a RESUME lets it go.
     /// Returns when the pause ends (the driver looks at the port again
-    /// then), `None` when nothing changed.
+    /// then), `None` when nothing changed. A switch with PFC off ignores
+    /// PFC frames (and counts them).
     pub fn receive_pfc(&mut self, now: u64, port: usize, pfc: &PfcRepr) -> Option<u64> {
-        let priority = self
-            .mmu
-            .as_ref()
-            .map_or(PfcConfig::new(0).priority, |m| m.config().priority);
+        let priority = self.mmu.as_ref().map(|m| m.config().priority);
         let p = self.ports.get_mut(port)?;
-        let Some(quanta) = pfc.quanta_for(priority) else {
-            p.counters.pfc_other_rx += 1;
+        let Some(quanta) = priority.and_then(|prio| pfc.quanta_for(prio)) else {
+            p.counters.pfc_ignored_rx += 1;
             return None;
         };
         if quanta == 0 {
@@ -505,7 +519,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             Some(f) => (f, NOT_LOSSLESS),
             None => {
                 let q = p.queue.pop_front()?;
-                let hol = p.pause.paused_ns(now) - q.paused_clock;
+                let hol = p.pause.paused_ns(now).saturating_sub(q.paused_clock);
                 p.counters.hol_ns += hol;
                 p.counters.hol_frames += u64::from(hol > 0);
                 p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
@@ -514,8 +528,9 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         };
         let len = frame.as_ref().len() as u64;
         p.qlen -= len;
+        // Catching up never reaches back into a pause that held the port.
         let start = if now - p.busy_until <= catch_up {
-            p.busy_until
+            p.busy_until.max(p.pause.until().min(now))
         } else {
             now
         };
@@ -884,6 +899,25 @@ mod tests {
             s.enable_pfc(PfcConfig::new(1 << 20), &[l; 2]),
             Err(SwitchError::PfcPorts { given: 2, ports: 3 })
         );
+        let big = IngressLimits {
+            headroom_bytes: 400_000,
+            shift: 1,
+        };
+        let e = s
+            .enable_pfc(PfcConfig::new(1 << 20), &[big; 3])
+            .unwrap_err();
+        assert_eq!(
+            e,
+            SwitchError::PfcBuffer {
+                buffer: 1 << 20,
+                set_aside: 3 * (400_000 + 4096)
+            }
+        );
+        assert!(e.to_string().contains("1048576"), "{e}");
+        // Without PFC, PFC frames are ignored and counted.
+        assert_eq!(s.receive_pfc(0, 1, &PfcRepr::one(3, 0xFFFF)), None);
+        assert!(!s.is_paused(0, 1));
+        assert_eq!(s.counters(1).pfc_ignored_rx, 1);
     }
 
     #[test]
@@ -909,7 +943,7 @@ mod tests {
         assert_eq!(out, ack);
         // Other priorities' PAUSE frames do not hold it.
         assert_eq!(s.receive_pfc(1_200, 1, &PfcRepr::one(5, 0xFFFF)), None);
-        assert_eq!(s.counters(1).pfc_other_rx, 1);
+        assert_eq!(s.counters(1).pfc_ignored_rx, 1);
         // The pause runs out: data goes again.
         let (_, done) = s.dequeue(1_512, 1).unwrap();
         // A PAUSE then a RESUME: held, then free at once.
@@ -966,7 +1000,7 @@ mod tests {
 
     #[test]
     fn a_pause_is_refreshed_while_the_port_must_stay_held() {
-        let mut s = lossless(2, 64 * 1024, 32 * 1024);
+        let mut s = lossless(2, 128 * 1024, 32 * 1024);
         let f = data(1000);
         let mut t = 0;
         while !s.has_pfc() {

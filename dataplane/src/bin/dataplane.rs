@@ -275,7 +275,7 @@ fn incast(
         );
         if cfg.pfc {
             println!(
-                "{name:<10} pfc: {} pause / {} resume frames to the senders, NICs held {:.1} ms in all, {} PFC frames without an mbuf",
+                "{name:<10} pfc: {} pause / {} resume frames to the senders, NICs held {:.1} ms in all, {} waits for an mbuf",
                 r.pause_frames,
                 r.resume_frames,
                 r.host_paused_ns as f64 / 1e6,

@@ -143,8 +143,13 @@ pub struct RunSpec {
     pub pfc_resume_offset_bytes: u64,
     /// Pause time each PAUSE asks for (quanta of 512 bit times).
     pub pfc_pause_quanta: u16,
+    /// Local ACK timeout exponent of runs with PFC on [default:
+    /// `timeout`]: lossless fabrics run long timeouts, which a lossy run
+    /// (`--buffer drop-tail`) would pay at every drop.
+    pub lossless_timeout: Option<u8>,
     /// Controllers whose runs have switches send ACKs, NAKs and CNPs
-    /// before data, never paused (the authors' run.py: dcqcn yes, hp no).
+    /// before data, never paused (the authors' run.py: dcqcn yes, hp no);
+    /// with PFC on or off.
     pub ack_high_priority: Vec<String>,
     /// Hosts whose NIC gets stuck at `stuck_from_us` (takes no frame,
     /// holds its link with PAUSE for ever): a PFC storm.
@@ -189,6 +194,7 @@ impl Default for RunSpec {
             pfc_reserve_bytes: PfcConfig::new(0).reserve_bytes,
             pfc_resume_offset_bytes: PfcConfig::new(0).resume_offset_bytes,
             pfc_pause_quanta: PfcConfig::new(0).pause_quanta,
+            lossless_timeout: None,
             ack_high_priority: Vec::new(),
             stuck_hosts: Vec::new(),
             stuck_from_us: 0,
@@ -403,6 +409,7 @@ impl ScenarioSpec {
                 pause_quanta: r.pfc_pause_quanta.max(1),
                 ..PfcConfig::new(topo_spec.buffer_bytes)
             });
+            cfg.timeout = r.lossless_timeout.unwrap_or(r.timeout);
         }
         for name in &r.ack_high_priority {
             cfg.control_first |= r.cc(name)? == cc;
