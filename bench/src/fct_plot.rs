@@ -50,6 +50,15 @@ pub fn series_of(json: &str, suffix: &str) -> Result<Vec<Series>, String> {
     Ok(out)
 }
 
+/// `text` with the characters XML gives meaning to escaped, for labels
+/// the user chose.
+fn xml_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 const W: f64 = 900.0;
 const H: f64 = 520.0;
 const LEFT: f64 = 70.0;
@@ -83,7 +92,8 @@ pub fn svg(title: &str, series: &[Series], marks: &[(String, u64, f64)]) -> Stri
     );
     let _ = writeln!(
         s,
-        r#"<text x="{LEFT}" y="20" font-family="sans-serif" font-size="14">{title}</text>"#
+        r#"<text x="{LEFT}" y="20" font-family="sans-serif" font-size="14">{}</text>"#,
+        xml_text(title)
     );
     let _ = writeln!(
         s,
@@ -144,18 +154,19 @@ pub fn svg(title: &str, series: &[Series], marks: &[(String, u64, f64)]) -> Stri
             r#"<text x="{:.0}" y="{:.0}" font-family="sans-serif" font-size="12" fill="{color}">{}</text>"#,
             LEFT + PLOT_W + 15.0,
             TOP + 14.0 + 16.0 * i as f64,
-            ser.label
+            xml_text(&ser.label)
         );
     }
     for (i, (label, size, v)) in marks.iter().enumerate() {
         let (px, py) = (x(*size), y(*v));
         let _ = writeln!(
             s,
-            r##"<path d="M{:.1},{:.1} l8,8 m0,-8 l-8,8" stroke="#000" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" font-family="sans-serif" font-size="10">{label}</text>"##,
+            r##"<path d="M{:.1},{:.1} l8,8 m0,-8 l-8,8" stroke="#000" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" font-family="sans-serif" font-size="10">{}</text>"##,
             px - 4.0,
             py - 4.0,
             px + 6.0,
-            py - 6.0 - 10.0 * (i % 2) as f64
+            py - 6.0 - 10.0 * (i % 2) as f64,
+            xml_text(label)
         );
     }
     let _ = writeln!(s, "</svg>");
@@ -178,8 +189,9 @@ mod tests {
         assert!(series_of(r#"[{"cc":"x"}]"#, "")
             .unwrap_err()
             .contains("count_groups"));
-        let svg = svg("t", &s, &[("paper".into(), 1000, 1.6)]);
+        let svg = svg("t <3KB", &s, &[("paper <3KB & more".into(), 1000, 1.6)]);
         assert!(svg.starts_with("<svg") && svg.contains("hpcc seed 1"));
-        assert!(svg.contains("paper") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("paper &lt;3KB &amp; more"), "labels escaped");
+        assert!(svg.contains("t &lt;3KB") && svg.trim_end().ends_with("</svg>"));
     }
 }
