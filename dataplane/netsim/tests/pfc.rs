@@ -112,3 +112,18 @@ fn a_stuck_receiver_is_reported_as_a_pfc_storm_and_the_run_ends() {
     assert_eq!(r.pfc.hosts_paused, 16);
     assert_eq!(r.simulated_ns, 300_000, "ran to its end");
 }
+
+#[test]
+fn a_lossless_run_is_byte_identical_for_the_same_seed() {
+    let o = Overrides {
+        seed: Some(5),
+        ..Overrides::default()
+    };
+    let a = serde_json::to_string(&run(FABRIC, "dcqcn", &o)).unwrap();
+    let b = serde_json::to_string(&run(FABRIC, "dcqcn", &o)).unwrap();
+    assert!(a == b, "same seed, same JSON");
+    assert!(a.contains("\"pause_frames\""));
+    let c =
+        serde_json::to_string(&run(FABRIC, "dcqcn", &Overrides { seed: Some(6), ..o })).unwrap();
+    assert!(a != c, "another seed, another run");
+}
