@@ -62,6 +62,10 @@ pub struct PortEntry {
     pub arp_tx: u64,
     #[serde(default)]
     pub tx_unresolved: u64,
+    /// PFC frames the NIC received (PAUSE, RESUME of its priority; other
+    /// priorities' and malformed ones) and the time its TX was held.
+    #[serde(default)]
+    pub pfc: PfcEntry,
     /// What the port's fault injector did (all zero without faults).
     #[serde(default)]
     pub faults: FaultEntry,
@@ -72,6 +76,16 @@ pub struct PortEntry {
     /// Every QP's counters summed, closed QPs included.
     #[serde(default)]
     pub qp_totals: QpTotalsEntry,
+}
+
+/// A NIC's PFC counters (all zero when no PFC frame came).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PfcEntry {
+    pub pause_rx: u64,
+    pub resume_rx: u64,
+    pub other_rx: u64,
+    pub bad: u64,
+    pub paused_ns: u64,
 }
 
 /// The engine's QP counters summed over all QPs it ever had.
@@ -136,6 +150,11 @@ pub struct SwitchPortEntry {
     pub ecn_marked: u64,
     pub tx_packets: u64,
     pub tlm_stamped: u64,
+    /// PFC frames this port sent upstream (PAUSE with refreshes, RESUME).
+    #[serde(default)]
+    pub pause_tx: u64,
+    #[serde(default)]
+    pub resume_tx: u64,
 }
 
 /// Everything at one instant.
@@ -192,6 +211,13 @@ impl Snapshot {
             arp_rx: nic.counters().arp_rx,
             arp_tx: nic.counters().arp_tx,
             tx_unresolved: nic.counters().tx_unresolved,
+            pfc: PfcEntry {
+                pause_rx: nic.counters().pfc_pause_rx,
+                resume_rx: nic.counters().pfc_resume_rx,
+                other_rx: nic.counters().pfc_other_rx,
+                bad: nic.counters().pfc_bad,
+                paused_ns: nic.pause().paused_ns(self.at_ns),
+            },
             faults: FaultEntry {
                 frames: f.frames,
                 lost: f.lost,
@@ -265,6 +291,8 @@ impl Snapshot {
                 ecn_marked: c.ecn_marked,
                 tx_packets: c.tx_packets,
                 tlm_stamped: c.tlm_stamped,
+                pause_tx: c.pause_tx,
+                resume_tx: c.resume_tx,
             });
         }
     }
@@ -333,6 +361,19 @@ impl Snapshot {
                     s,
                     "host {} arp: rx {} tx {}; frames dropped awaiting a neighbour's MAC {}",
                     p.host, p.arp_rx, p.arp_tx, p.tx_unresolved
+                );
+            }
+            let c = &p.pfc;
+            if c.pause_rx + c.resume_rx + c.other_rx + c.bad > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} pfc: pause {} resume {} other priorities {} malformed {}; tx held {:.3} ms",
+                    p.host,
+                    c.pause_rx,
+                    c.resume_rx,
+                    c.other_rx,
+                    c.bad,
+                    c.paused_ns as f64 / 1e6
                 );
             }
             let (f, d) = (&p.faults, p.stats.rx_bad_checksum + p.tx_no_buffer);
@@ -422,7 +463,7 @@ impl Snapshot {
         if !self.switch_ports.is_empty() {
             let _ = writeln!(
                 s,
-                "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+                "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
                 "swport",
                 "qlen",
                 "max_qlen",
@@ -430,12 +471,14 @@ impl Snapshot {
                 "dropped",
                 "ecn",
                 "tx_pkts",
-                "tlm_stamped"
+                "tlm_stamped",
+                "pause_tx",
+                "resume_tx"
             );
             for p in &self.switch_ports {
                 let _ = writeln!(
                     s,
-                    "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+                    "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}",
                     p.port,
                     p.qlen,
                     p.max_qlen,
@@ -443,7 +486,9 @@ impl Snapshot {
                     p.dropped,
                     p.ecn_marked,
                     p.tx_packets,
-                    p.tlm_stamped
+                    p.tlm_stamped,
+                    p.pause_tx,
+                    p.resume_tx
                 );
             }
         }
@@ -480,6 +525,12 @@ mod tests {
             arp_rx: 0,
             arp_tx: 0,
             tx_unresolved: 0,
+            pfc: PfcEntry {
+                pause_rx: 4,
+                resume_rx: 3,
+                paused_ns: 2_500_000,
+                ..PfcEntry::default()
+            },
             faults: FaultEntry::default(),
             wire_drop_reasons: vec![("bad_icrc".into(), 1)],
             qp_totals: QpTotalsEntry {
@@ -498,6 +549,12 @@ mod tests {
         );
         assert!(
             table.contains("closed included): tx_pkts 3 rx_pkts 0 retx 1"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "host 0 pfc: pause 4 resume 3 other priorities 0 malformed 0; tx held 2.500 ms"
+            ),
             "{table}"
         );
         std::fs::write(&path, "{").unwrap();
