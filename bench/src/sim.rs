@@ -60,7 +60,8 @@ pub struct SimArgs {
     #[arg(long, num_args = 2, value_names = ["ID", "FILE"])]
     pub trace_flow: Option<Vec<String>>,
     /// Print the switches' egress ports by tier (tor->agg, agg->core, ...):
-    /// utilization (mean, lowest, highest), deepest queue and drops, and
+    /// utilization (mean, lowest, highest), deepest queue, drops, PAUSE
+    /// frames received and time held by PFC, and
     /// the busiest ports, so that a hot spot or an uneven ECMP split shows
     /// (the JSON has every port either way).
     #[arg(long)]
@@ -284,8 +285,16 @@ pub fn port_table(runs: &[Run]) -> String {
         let _ = writeln!(s, "switch ports of {} ({} ports):", r.cc, r.ports.len());
         let _ = writeln!(
             s,
-            "  {:<12} {:>5} {:>9} {:>9} {:>9} {:>11} {:>8}",
-            "tier", "ports", "util_mean", "util_min", "util_max", "max_q_KB", "drops"
+            "  {:<12} {:>5} {:>9} {:>9} {:>9} {:>11} {:>8} {:>8} {:>9}",
+            "tier",
+            "ports",
+            "util_mean",
+            "util_min",
+            "util_max",
+            "max_q_KB",
+            "drops",
+            "pause_rx",
+            "held_ms"
         );
         let mut tiers: Vec<&str> = r.ports.iter().map(|p| p.tier.as_str()).collect();
         tiers.sort_unstable();
@@ -295,14 +304,16 @@ pub fn port_table(runs: &[Run]) -> String {
             let u: Vec<f64> = ps.iter().map(|p| p.utilization).collect();
             let _ = writeln!(
                 s,
-                "  {:<12} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>11.1} {:>8}",
+                "  {:<12} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>11.1} {:>8} {:>8} {:>9.3}",
                 t,
                 ps.len(),
                 u.iter().sum::<f64>() / u.len().max(1) as f64,
                 u.iter().copied().fold(f64::INFINITY, f64::min),
                 u.iter().copied().fold(0.0, f64::max),
                 ps.iter().map(|p| p.max_qlen_bytes).max().unwrap_or(0) as f64 / 1e3,
-                ps.iter().map(|p| p.drops).sum::<u64>()
+                ps.iter().map(|p| p.drops).sum::<u64>(),
+                ps.iter().map(|p| p.pause_rx).sum::<u64>(),
+                ps.iter().map(|p| p.paused_ns).sum::<u64>() as f64 / 1e6
             );
         }
         let mut hot: Vec<_> = r.ports.iter().collect();
