@@ -230,8 +230,9 @@ impl HpccCore {
     ///
     /// A hop gives a sample when L has a hop at the same index with the
     /// same (switch_id, port_id), a non-zero ts delta and B > 0. Deltas of
-    /// ts and txBytes wrap mod 2^32. The hop with the largest u' wins (the
-    /// first one on ties) and gives tau.
+    /// ts and txBytes wrap at the stack's widths (mod 2^32, or the compact
+    /// records' 2^24 ns and 2^27 bytes). The hop with the largest u' wins
+    /// (the first one on ties) and gives tau.
     pub fn measure_inflight(&self, hops: &HopStack) -> Option<f64> {
         let last = self.last.as_ref()?;
         let t = self.params.t_ns as f64;
@@ -240,13 +241,14 @@ impl HpccCore {
             if !now.same_port(then) {
                 continue;
             }
-            let dt = now.ts_ns.wrapping_sub(then.ts_ns);
+            let wrap = hops.wrap();
+            let dt = wrap.ts_delta(now.ts_ns, then.ts_ns);
             let b = now.bytes_per_ns();
             if dt == 0 || b <= 0.0 {
                 continue;
             }
             let dt = f64::from(dt);
-            let tx_rate = f64::from(now.tx_bytes.wrapping_sub(then.tx_bytes)) / dt;
+            let tx_rate = f64::from(wrap.bytes_delta(now.tx_bytes, then.tx_bytes)) / dt;
             let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
             let u = (qlen / (b * t) + tx_rate / b).min(U_MAX);
             if best.is_none_or(|(bu, _)| u > bu) {

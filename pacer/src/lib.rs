@@ -30,4 +30,4 @@ pub mod trace;
 
 pub use controller::{CongestionControl, Controller};
 pub use hpcc::{Hpcc, HpccCore, HpccParams, HpccSettings, ParamError, Update};
-pub use telemetry::{Hop, HopStack};
+pub use telemetry::{Hop, HopStack, Wrap};

@@ -34,11 +34,45 @@ impl Hop {
     }
 }
 
+/// Where a stack's counters wrap: ts_ns and tx_bytes deltas are taken
+/// modulo these masks + 1 (2^32 for full-width hops; compact hop records
+/// carry 24 bits of nanoseconds and 2^27 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wrap {
+    pub ts_mask: u32,
+    pub bytes_mask: u32,
+}
+
+impl Wrap {
+    /// Full 32-bit counters.
+    pub const FULL: Wrap = Wrap {
+        ts_mask: u32::MAX,
+        bytes_mask: u32::MAX,
+    };
+
+    /// `now - then` of timestamps, modulo the timestamp's width.
+    pub fn ts_delta(&self, now: u32, then: u32) -> u32 {
+        now.wrapping_sub(then) & self.ts_mask
+    }
+
+    /// `now - then` of byte counters, modulo the counter's width.
+    pub fn bytes_delta(&self, now: u32, then: u32) -> u32 {
+        now.wrapping_sub(then) & self.bytes_mask
+    }
+}
+
+impl Default for Wrap {
+    fn default() -> Self {
+        Wrap::FULL
+    }
+}
+
 /// The hops of one telemetry event, path order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HopStack {
     len: u8,
     hops: [Hop; MAX_HOPS],
+    wrap: Wrap,
 }
 
 impl HopStack {
@@ -54,7 +88,18 @@ impl HopStack {
                 switch_id: 0,
                 port_id: 0,
             }; MAX_HOPS],
+            wrap: Wrap::FULL,
         }
+    }
+
+    /// The same hops with counters that wrap at `wrap`.
+    pub fn with_wrap(mut self, wrap: Wrap) -> Self {
+        self.wrap = wrap;
+        self
+    }
+
+    pub fn wrap(&self) -> Wrap {
+        self.wrap
     }
 
     /// A stack of the first `MAX_HOPS` hops of `hops`.
@@ -92,6 +137,19 @@ impl HopStack {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn narrow_counters_wrap_at_their_width() {
+        let w = Wrap {
+            ts_mask: (1 << 24) - 1,
+            bytes_mask: (1 << 27) - 1,
+        };
+        // 100 ns across the 2^24 wrap, 256 bytes across the 2^27 wrap.
+        assert_eq!(w.ts_delta(50, (1 << 24) - 50), 100);
+        assert_eq!(w.bytes_delta(128, (1 << 27) - 128), 256);
+        assert_eq!(Wrap::FULL.ts_delta(5, u32::MAX), 6);
+        assert_eq!(HopStack::new().wrap(), Wrap::FULL);
+    }
 
     #[test]
     fn stack_holds_at_most_fifteen_hops() {

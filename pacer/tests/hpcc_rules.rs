@@ -142,6 +142,29 @@ fn ts_and_tx_bytes_deltas_wrap_mod_2_pow_32() {
 }
 
 #[test]
+fn compact_telemetry_deltas_wrap_at_2_pow_24_ns_and_2_pow_27_bytes() {
+    // The same intervals again, with counters as compact hop records carry
+    // them (24 bits of ns, 2^27 bytes), wrapping between the samples.
+    let wrap = pacer::Wrap {
+        ts_mask: (1 << 24) - 1,
+        bytes_mask: (1 << 27) - 1,
+    };
+    let narrow = |h: Hop| one(h).with_wrap(wrap);
+    let mut a = Hpcc::new(params());
+    a.new_ack(0, 1, &one(hop(1, 1_000, 1_000, 12_500)));
+    a.new_ack(2, 3, &one(hop(1, 11_000, 126_000, 25_000)));
+    let mut c = Hpcc::new(params());
+    c.new_ack(
+        0,
+        1,
+        &narrow(hop(1, (1 << 24) - 5_000, (1 << 27) - 100_000, 12_500)),
+    );
+    c.new_ack(2, 3, &narrow(hop(1, 5_000, 25_000, 25_000)));
+    assert!(close(c.core().u(), 1.1), "{}", c.core().u());
+    assert_eq!(a.core().w(), c.core().w());
+}
+
+#[test]
 fn zero_ts_delta_gives_no_sample_and_changes_nothing() {
     let mut h = Hpcc::new(params());
     h.new_ack(0, 1, &one(hop(1, 1_000, 0, 0)));

@@ -172,3 +172,26 @@ fn the_papers_incast_keeps_the_queue_p95_at_4_kb_with_w_ai_at_most_150_bytes() {
     assert!(small.first_burst_drained_ns.is_some());
     assert!(small.utilization > 0.95 && small.drops == 0);
 }
+
+#[test]
+fn compact_8_byte_hops_give_hpcc_its_samples_and_bad_sizes_are_refused() {
+    // Five slots of 8 bytes (the authors' INT overhead) instead of 16:
+    // HPCC++ still holds the incast's queue down and the link busy.
+    let mut s = scenario("paper-incast");
+    s.sim.maxhop = 5;
+    s.sim.int_hop_bytes = 8;
+    let o = Overrides {
+        duration_us: Some(3_000),
+        ..Overrides::default()
+    };
+    let r = run(&s, "hpcc", &o);
+    assert!(r.queue_p95_bytes <= 4_096, "{}", r.queue_p95_bytes);
+    assert!(r.utilization > 0.95 && r.drops == 0);
+    s.sim.int_hop_bytes = 12;
+    let e = s
+        .build(s.sim.cc("hpcc").unwrap(), &o)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("int_hop_bytes = 12"), "{e}");
+}

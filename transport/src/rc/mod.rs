@@ -141,6 +141,9 @@ pub struct EngineConfig {
     /// The 802.1Q tag of every frame sent (its PCP is the priority); frames
     /// received must carry the same VLAN id. None: untagged.
     pub vlan: Option<VlanTag>,
+    /// Telemetry with 8-byte hop records (wire::tlm's COMPACT flag), as the
+    /// HPCC authors' simulator carries it, instead of 16-byte ones.
+    pub compact_int: bool,
 }
 
 impl EngineConfig {
@@ -164,6 +167,7 @@ impl EngineConfig {
             ack_req_every: requester::ACK_REQ_EVERY,
             dscp: 26,
             vlan: None,
+            compact_int: false,
         }
     }
 

@@ -22,8 +22,8 @@ use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    tlm, udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
-    ProbeRepr, RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
+    udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet, ProbeRepr,
+    RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
 
 /// Which congestion control the QPs of an engine run.
@@ -125,6 +125,8 @@ struct QpTlm {
     probe_resp: Option<(ProbeRepr, TlmRepr)>,
     /// A notification waiting to go (receiver-based mode's responder).
     notify: Option<(Notification, TlmRepr)>,
+    /// Blocks this QP allocates have 8-byte hop records.
+    compact: bool,
 }
 
 pub(crate) struct Qp {
@@ -173,6 +175,12 @@ fn hops_of(t: &TlmRepr) -> HopStack {
             port_id: h.port_id,
         });
     }
+    if t.compact {
+        s = s.with_wrap(pacer::Wrap {
+            ts_mask: crate::wire::tlm::COMPACT_TS_MASK,
+            bytes_mask: crate::wire::tlm::COMPACT_BYTES_MASK,
+        });
+    }
     s
 }
 
@@ -212,7 +220,11 @@ impl Qp {
             rx_hpcc: matches!(cfg.cc, CcMode::RxHpcc { .. }).then(|| RxHpcc::new(cfg.hpcc)),
             cnp: CnpLimiter::new(cfg.cnp_interval_ns),
             tlm: Box::new(QpTlm {
-                data: cfg.cc.data_tlm_maxhop().map(TlmRepr::empty),
+                data: cfg.cc.data_tlm_maxhop().map(|m| TlmRepr {
+                    compact: cfg.compact_int,
+                    ..TlmRepr::empty(m)
+                }),
+                compact: cfg.compact_int,
                 ..QpTlm::default()
             }),
             template: None,
@@ -361,6 +373,7 @@ impl Qp {
         self.cc = fresh.cc;
         self.mode = fresh.mode;
         self.tlm.data = fresh.tlm.data;
+        self.tlm.compact = fresh.tlm.compact;
         self.probe = fresh.probe;
         self.rx_hpcc = fresh.rx_hpcc;
         Ok(())
@@ -689,7 +702,7 @@ impl Qp {
             return None;
         }
         let t = self.req.peek(self.cc.window_bytes())?;
-        let tlm = self.mode.data_tlm_maxhop().map_or(0, tlm::block_len);
+        let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
         Some((tag + frame_len_of(t.opcode, tlm, t.len as usize)) as u32)
     }
 
@@ -832,7 +845,10 @@ impl Qp {
                 CcMode::HpccProbe { maxhop, .. } => maxhop,
                 _ => 1,
             };
-            let tlm = TlmRepr::empty(maxhop);
+            let tlm = TlmRepr {
+                compact: self.tlm.compact,
+                ..TlmRepr::empty(maxhop)
+            };
             let mut r = self.transport(Opcode::TlmRequest, 0);
             r.probe = Some(ProbeRepr {
                 probe_id: pr.probe_id,

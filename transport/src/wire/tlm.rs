@@ -6,6 +6,21 @@
 //! header:  ver:2 flags:6 | nhop:4 maxhop:4 | path_id u16
 //! hop:     ts_ns u32 | tx_bytes u32 | qlen u32 | rate u16 | switch_id u8 | port_id u8
 //! ```
+//!
+//! With flag bit 1 (COMPACT) the sender asks for 8-byte hop records, as
+//! the HPCC authors' simulator carries them (42 bytes of telemetry for 5
+//! hops instead of 84), one big-endian u64 per hop:
+//!
+//! ```text
+//! ts_ns mod 2^24 (24) | tx_bytes / 128 mod 2^20 (20) | qlen / 128, saturating (16) | rate code (4)
+//! ```
+//!
+//! The rate code indexes [`COMPACT_RATES`] (the largest rate not above the
+//! port's; 0 when the port is slower than all of them: no sample). A
+//! compact hop has no switch or port id (`path_id` still changes with the
+//! path). Decoded, its timestamp wraps mod 2^24 ns and its byte count mod
+//! 2^27 ([`COMPACT_TS_MASK`], [`COMPACT_BYTES_MASK`]): consumers take
+//! deltas under those masks.
 
 use super::bytes::{check_len, get_u16, get_u32, set_u16, set_u32};
 use super::{Layer, WireError};
@@ -16,12 +31,39 @@ pub const HEADER_LEN: usize = 4;
 pub const HOP_LEN: usize = 16;
 /// Most hop slots a block can allocate.
 pub const MAX_HOPS: usize = 15;
+/// Compact hop record length.
+pub const COMPACT_HOP_LEN: usize = 8;
 /// Flag bit 0: the stack was reflected by a receiver.
 pub const FLAG_ECHO: u8 = 0x01;
+/// Flag bit 1: hop records are compact (8 bytes).
+pub const FLAG_COMPACT: u8 = 0x02;
+/// Port rates a compact hop can name, in units of 100 Mb/s, by code.
+pub const COMPACT_RATES: [u16; 16] = [
+    0, 1, 2, 10, 20, 25, 50, 100, 250, 400, 500, 1000, 2000, 4000, 8000, 16000,
+];
+/// Bytes per unit of a compact hop's tx_bytes and qlen.
+pub const COMPACT_BYTE_UNIT: u32 = 128;
+/// A compact hop's timestamp wraps mod 2^24 ns.
+pub const COMPACT_TS_MASK: u32 = (1 << 24) - 1;
+/// A compact hop's tx_bytes wraps mod 2^27 (2^20 units of 128 bytes).
+pub const COMPACT_BYTES_MASK: u32 = (1 << 27) - 1;
 
-/// Bytes a TLM block with `maxhop` slots occupies.
+/// Bytes a TLM block with `maxhop` 16-byte slots occupies.
 pub const fn block_len(maxhop: u8) -> usize {
     HEADER_LEN + HOP_LEN * maxhop as usize
+}
+
+/// Bytes a TLM block with `maxhop` slots occupies, compact or not.
+pub const fn block_len_of(maxhop: u8, compact: bool) -> usize {
+    HEADER_LEN + hop_len(compact) * maxhop as usize
+}
+
+const fn hop_len(compact: bool) -> usize {
+    if compact {
+        COMPACT_HOP_LEN
+    } else {
+        HOP_LEN
+    }
 }
 
 /// One switch egress snapshot.
@@ -60,6 +102,35 @@ impl HopRecord {
         b[15] = self.port_id;
     }
 
+    /// The compact record: fields truncated to their widths (see the
+    /// module doc), the rate rounded down to a code.
+    fn write_compact(&self, b: &mut [u8]) {
+        let code = COMPACT_RATES
+            .iter()
+            .rposition(|&r| r <= self.rate)
+            .unwrap_or(0) as u64;
+        let units = |v: u32| u64::from(v / COMPACT_BYTE_UNIT);
+        let v = (u64::from(self.ts_ns & COMPACT_TS_MASK) << 40)
+            | ((units(self.tx_bytes) & 0xF_FFFF) << 20)
+            | (units(self.qlen).min(0xFFFF) << 4)
+            | code;
+        b[..COMPACT_HOP_LEN].copy_from_slice(&v.to_be_bytes());
+    }
+
+    fn read_compact(b: &[u8]) -> Self {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..COMPACT_HOP_LEN]);
+        let v = u64::from_be_bytes(a);
+        HopRecord {
+            ts_ns: (v >> 40) as u32,
+            tx_bytes: ((v >> 20) & 0xF_FFFF) as u32 * COMPACT_BYTE_UNIT,
+            qlen: ((v >> 4) & 0xFFFF) as u32 * COMPACT_BYTE_UNIT,
+            rate: COMPACT_RATES[(v & 0xF) as usize],
+            switch_id: 0,
+            port_id: 0,
+        }
+    }
+
     /// Link capacity in bits per second.
     pub fn rate_bps(&self) -> u64 {
         u64::from(self.rate) * 100_000_000
@@ -77,7 +148,11 @@ impl<T: AsRef<[u8]>> Tlm<T> {
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         check_len(b, HEADER_LEN, Layer::Tlm)?;
-        check_len(b, block_len(b[1] & 0x0f), Layer::Tlm)?;
+        check_len(
+            b,
+            block_len_of(b[1] & 0x0f, b[0] & FLAG_COMPACT != 0),
+            Layer::Tlm,
+        )?;
         Ok(Tlm { buffer })
     }
 
@@ -97,6 +172,15 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         self.flags() & FLAG_ECHO != 0
     }
 
+    /// Are the hop records compact (8 bytes)?
+    pub fn compact(&self) -> bool {
+        self.flags() & FLAG_COMPACT != 0
+    }
+
+    fn hop_len(&self) -> usize {
+        hop_len(self.compact())
+    }
+
     /// Slots filled.
     pub fn nhop(&self) -> u8 {
         self.b()[1] >> 4
@@ -113,13 +197,20 @@ impl<T: AsRef<[u8]>> Tlm<T> {
 
     /// Length of the block (header and every allocated slot).
     pub fn block_len(&self) -> usize {
-        block_len(self.maxhop())
+        block_len_of(self.maxhop(), self.compact())
     }
 
     /// Hop record in slot `i`, if the slot is allocated.
     pub fn hop(&self, i: usize) -> Option<HopRecord> {
-        (i < usize::from(self.maxhop()))
-            .then(|| HopRecord::read(&self.b()[HEADER_LEN + i * HOP_LEN..]))
+        if i >= usize::from(self.maxhop()) {
+            return None;
+        }
+        let at = &self.b()[HEADER_LEN + i * self.hop_len()..];
+        Some(if self.compact() {
+            HopRecord::read_compact(at)
+        } else {
+            HopRecord::read(at)
+        })
     }
 }
 
@@ -132,10 +223,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
         if nhop >= maxhop {
             return false;
         }
-        let at = HEADER_LEN + usize::from(nhop) * HOP_LEN;
+        let (compact, len) = (self.compact(), self.hop_len());
+        let at = HEADER_LEN + usize::from(nhop) * len;
         let path = self.path_id() ^ u16::from(hop.switch_id);
         let b = self.buffer.as_mut();
-        hop.write(&mut b[at..at + HOP_LEN]);
+        if compact {
+            hop.write_compact(&mut b[at..at + len]);
+        } else {
+            hop.write(&mut b[at..at + len]);
+        }
         b[1] = ((nhop + 1) << 4) | maxhop;
         set_u16(b, 2, path);
         true
@@ -153,6 +249,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TlmRepr {
     pub echo: bool,
+    /// 8-byte hop records (see the module doc).
+    pub compact: bool,
     pub nhop: u8,
     pub maxhop: u8,
     pub path_id: u16,
@@ -165,10 +263,19 @@ impl TlmRepr {
     pub fn empty(maxhop: u8) -> Self {
         TlmRepr {
             echo: false,
+            compact: false,
             nhop: 0,
             maxhop: maxhop.clamp(1, MAX_HOPS as u8),
             path_id: 0,
             hops: [HopRecord::default(); MAX_HOPS],
+        }
+    }
+
+    /// An empty block of `maxhop` compact slots.
+    pub fn empty_compact(maxhop: u8) -> Self {
+        TlmRepr {
+            compact: true,
+            ..Self::empty(maxhop)
         }
     }
 
@@ -179,7 +286,7 @@ impl TlmRepr {
 
     /// Bytes the block occupies.
     pub fn block_len(&self) -> usize {
-        block_len(self.maxhop)
+        block_len_of(self.maxhop, self.compact)
     }
 
     /// Are the hop counts valid (1 <= maxhop <= 15, nhop <= maxhop)?
@@ -198,6 +305,7 @@ impl TlmRepr {
         }
         Ok(TlmRepr {
             echo: t.echo(),
+            compact: t.compact(),
             nhop,
             maxhop,
             path_id: t.path_id(),
@@ -221,15 +329,17 @@ impl TlmRepr {
     /// Writes the block into `buf`, which holds at least `block_len()`
     /// bytes; the caller has checked `is_valid()`.
     pub fn emit(&self, buf: &mut [u8]) {
-        buf[0] = if self.echo { FLAG_ECHO } else { 0 };
+        buf[0] =
+            if self.echo { FLAG_ECHO } else { 0 } | if self.compact { FLAG_COMPACT } else { 0 };
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
+        let len = hop_len(self.compact);
         for i in 0..usize::from(self.maxhop) {
-            let slot = &mut buf[HEADER_LEN + i * HOP_LEN..HEADER_LEN + (i + 1) * HOP_LEN];
-            if i < usize::from(self.nhop) {
-                self.hops[i].write(slot);
-            } else {
-                slot.fill(0);
+            let slot = &mut buf[HEADER_LEN + i * len..HEADER_LEN + (i + 1) * len];
+            match (i < usize::from(self.nhop), self.compact) {
+                (true, false) => self.hops[i].write(slot),
+                (true, true) => self.hops[i].write_compact(slot),
+                (false, _) => slot.fill(0),
             }
         }
     }
@@ -284,6 +394,74 @@ mod tests {
             [0x01, 0x11, 0x01, 0x02, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
         );
         assert_eq!(r.hops[0].rate_bps(), 0x0d0e * 100_000_000);
+    }
+
+    #[test]
+    fn a_compact_block_has_8_byte_hops_truncated_to_their_widths() {
+        let h = HopRecord {
+            ts_ns: 0x0123_4567,
+            tx_bytes: 0x0987_6543,
+            qlen: 100_000,
+            rate: 1000,
+            switch_id: 7,
+            port_id: 3,
+        };
+        assert_eq!(
+            block_len_of(5, true),
+            4 + 40,
+            "42 B in ns-3; 44 with our header"
+        );
+        let mut b = vec![0u8; block_len_of(5, true)];
+        TlmRepr::empty_compact(5).emit(&mut b);
+        let mut t = Tlm::new_checked(&mut b[..]).unwrap();
+        assert!(t.compact() && t.block_len() == 44);
+        assert!(t.push_hop(&h));
+        let r = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
+        assert!(r.compact);
+        assert_eq!(
+            r.filled(),
+            &[HopRecord {
+                ts_ns: 0x0123_4567 & COMPACT_TS_MASK,
+                tx_bytes: (0x0987_6543 / 128 % (1 << 20)) * 128,
+                qlen: 100_000 / 128 * 128,
+                rate: 1000,
+                switch_id: 0,
+                port_id: 0,
+            }]
+        );
+        assert_eq!(t_path(&b), 7, "path_id still folds the switch id");
+        // The record itself: one big-endian u64.
+        let v = u64::from_be_bytes(b[4..12].try_into().unwrap());
+        assert_eq!(v >> 40, 0x23_4567);
+        assert_eq!(v & 0xF, 11, "100G is code 11");
+        // Rates round down to a code; a queue past 8 MiB saturates.
+        let mut b2 = vec![0u8; block_len_of(1, true)];
+        let mut r2 = TlmRepr::empty_compact(1);
+        r2.nhop = 1;
+        r2.hops[0] = HopRecord {
+            rate: 999,
+            qlen: u32::MAX,
+            ..h
+        };
+        r2.emit(&mut b2);
+        let back = TlmRepr::parse(&Tlm::new_checked(&b2[..]).unwrap()).unwrap();
+        assert_eq!(back.hops[0].rate, 500);
+        assert_eq!(back.hops[0].qlen, 0xFFFF * 128);
+        // Slower than every code: rate 0 (no sample).
+        r2.hops[0].rate = 0;
+        r2.emit(&mut b2);
+        let back = TlmRepr::parse(&Tlm::new_checked(&b2[..]).unwrap()).unwrap();
+        assert_eq!(back.hops[0].rate, 0);
+        // A compact block too short for its slots is refused.
+        assert!(Tlm::new_checked(&b2[..11]).is_err());
+        // Echo keeps the compact flag.
+        let mut t = Tlm::new_checked(&mut b2[..]).unwrap();
+        t.set_echo(true);
+        assert!(t.compact() && t.echo());
+    }
+
+    fn t_path(b: &[u8]) -> u16 {
+        Tlm::new_checked(b).unwrap().path_id()
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub struct SimConfig {
     pub stuck_hosts: Vec<(usize, u64)>,
     /// A port paused this long without a break is reported as stormed.
     pub storm_ns: u64,
+    /// Senders ask for 8-byte telemetry hop records (wire::tlm COMPACT)
+    /// instead of 16-byte ones.
+    pub compact_int: bool,
 }
 
 impl SimConfig {
@@ -124,6 +127,7 @@ impl SimConfig {
             control_first: false,
             stuck_hosts: Vec::new(),
             storm_ns: 1_000_000,
+            compact_int: false,
         }
     }
 }
@@ -300,6 +304,7 @@ impl Simulator {
                 ..cfg.dcqcn
             };
             ec.cnp_interval_ns = cfg.cnp_interval_ns;
+            ec.compact_int = cfg.compact_int;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)

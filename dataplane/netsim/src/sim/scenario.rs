@@ -157,6 +157,10 @@ pub struct RunSpec {
     pub stuck_from_us: u64,
     /// A port held this long without a break is reported as a storm.
     pub storm_us: u64,
+    /// Bytes per telemetry hop record: 16 (ours) or 8 (compact, as the
+    /// HPCC authors' simulator: 24-bit timestamps, bytes in 128 B units,
+    /// a rate code, no switch/port id).
+    pub int_hop_bytes: u32,
 }
 
 impl Default for RunSpec {
@@ -199,6 +203,7 @@ impl Default for RunSpec {
             stuck_hosts: Vec::new(),
             stuck_from_us: 0,
             storm_us: 1_000,
+            int_hop_bytes: 16,
         }
     }
 }
@@ -212,6 +217,8 @@ pub enum ScenarioError {
     Toml(String),
     #[error("[sim] mtu = {0} is not 256, 512, 1024, 2048 or 4096")]
     Mtu(u32),
+    #[error("[sim] int_hop_bytes = {0} is not 16 or 8")]
+    IntHopBytes(u32),
     #[error("[topology] {0}")]
     Topology(#[from] TopologyError),
     #[error("[workload] converge with {flows} flows needs {need} hosts, the topology has {hosts}")]
@@ -420,6 +427,11 @@ impl ScenarioSpec {
             .map(|&h| (h, r.stuck_from_us * 1_000))
             .collect();
         cfg.storm_ns = r.storm_us * 1_000;
+        cfg.compact_int = match r.int_hop_bytes {
+            16 => false,
+            8 => true,
+            n => return Err(ScenarioError::IntHopBytes(n)),
+        };
         // A long flow: twice what a host link carries in the whole run.
         let long = if w.size_bytes == 0 {
             (topo_spec.host_gbps * 1e9 / 8.0 * duration_ns as f64 / 1e9 * 2.0) as u64 + 1
