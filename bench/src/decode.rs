@@ -164,6 +164,10 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         u8::from(t.echo),
         t.path_id
     );
+    if t.compact {
+        // 8-byte records: no switch or port id, 24-bit ns, 128 B units.
+        s.push_str(" tlm.compact=1");
+    }
     for (i, h) in t.filled().iter().enumerate() {
         let HopRecord {
             ts_ns,
