@@ -87,18 +87,51 @@ pub fn lib_dir(tmp: &Path) -> PathBuf {
     dir
 }
 
+/// How long an example may run before it is killed and the test fails
+/// (a hung example must not hang the suite).
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
 /// Runs `cmd` over our libibverbs (`libs` first on LD_LIBRARY_PATH) and
-/// the daemon at `socket`; prints its output, requires exit 0, and
-/// returns its stdout.
+/// the daemon at `socket`; prints its output, requires exit 0 within
+/// [`RUN_LIMIT`] (killed and failed otherwise), and returns its stdout.
 pub fn run_over_lib(cmd: &mut Command, libs: &Path, socket: &Path) -> String {
-    let out = cmd
+    use std::io::Read;
+    let mut child = cmd
         .env("LD_LIBRARY_PATH", libs)
         .env("RNIC_SOCKET", socket)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for the example") {
+            break Some(st);
+        }
+        if start.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A killed example's children may hold its pipes: fail without
+    // waiting for its output.
+    let Some(status) = status else {
+        panic!("{cmd:?}: still running after {RUN_LIMIT:?}, killed");
+    };
+    let text = out.join().unwrap_or_default();
     print!("{text}");
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{cmd:?}: {:?}", out.status);
+    eprint!("{}", err.join().unwrap_or_default());
+    assert!(status.success(), "{cmd:?}: {status:?}");
     text
 }

@@ -87,8 +87,17 @@ int main(void)
 			die("pipe", errno);
 		if ((pid[c] = fork()) < 0)
 			die("fork", errno);
-		if (pid[c] == 0)
+		if (pid[c] == 0) {
+			close(up[c][0]);
+			close(down[c][1]);
 			return client(up[c][1], down[c][0]);
+		}
+		/*
+		 * The server keeps only its ends: a client that dies before
+		 * it says it is done gives EOF (a failure), not a hang.
+		 */
+		close(up[c][1]);
+		close(down[c][0]);
 		/* One QP per client, on the server's PD, CQ and counter. */
 		if (c > 0)
 			srv.qp = rc_qp(srv.pd, srv.cq, 16);
