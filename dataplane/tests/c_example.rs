@@ -1,7 +1,8 @@
 //! The C examples (`transport/ibverbs/examples/c/`: WRITE and READ with
 //! per-QP congestion control from `rnicdv.h`; a SEND/RECV ping-pong between
 //! two processes, one sleeping on a completion channel; a counter shared by
-//! two processes over FETCH_ADD) compile against `<infiniband/verbs.h>`
+//! two processes over FETCH_ADD; forks after registering heap memory with
+//! both processes busy in malloc) compile against `<infiniband/verbs.h>`
 //! with -Wall -Werror and run over our libibverbs.so.1 and the daemon on
 //! the loopback testbed. The ping-pong and the counter link Debian's
 //! `-libverbs` and get ours from LD_LIBRARY_PATH (the drop-in); write_read
@@ -51,6 +52,11 @@ fn main() {
     let text = run("counter", false);
     assert!(
         text.contains("ok: counter = 1000 after 1000 FETCH_ADDs from 2 processes"),
+        "{text}"
+    );
+    let text = run("fork_heap", false);
+    assert!(
+        text.contains("ok: 40 forks after registering heap memory"),
         "{text}"
     );
     println!("ok: the C examples build and run");

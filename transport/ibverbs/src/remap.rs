@@ -372,32 +372,103 @@ fn privatize(at: usize, len: usize, huge: bool) -> bool {
     true
 }
 
-/// In a child of `fork`: the moved pages are shared mappings of memfds, so
-/// the child would share them (and malloc's heap around a small buffer)
-/// with its parent. Each becomes a private copy, which is what fork gives
-/// all other memory; the parent's registrations are untouched. Pages
-/// under `ibv_fork_init`'s MADV_DONTFORK are not in the child at all.
-extern "C" fn privatize_in_child() {
-    if crate::strings::FORK_INIT.load(Ordering::Relaxed) {
+/// The pipe of the fork in progress: the child says on it when it has
+/// its private copies, and the parent waits for that (-1: no handshake,
+/// nothing was moved).
+static FORK_PIPE: [std::sync::atomic::AtomicI32; 2] = [
+    std::sync::atomic::AtomicI32::new(-1),
+    std::sync::atomic::AtomicI32::new(-1),
+];
+
+/// Before `fork`, in the parent: with pages moved, a pipe for the child
+/// to say it has copied them.
+extern "C" fn before_fork() {
+    if crate::strings::FORK_INIT.load(Ordering::Relaxed) || !has_pieces() {
         return;
     }
-    // Locked only if another thread of the parent was registering at the
-    // fork; that thread does not exist here, so the table stays as it is.
-    let Ok(pieces) = PIECES.try_lock() else {
-        return;
-    };
-    for (&s, p) in pieces.iter() {
-        privatize(s, p.end - s, p.huge);
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        FORK_PIPE[0].store(fds[0], Ordering::Relaxed);
+        FORK_PIPE[1].store(fds[1], Ordering::Relaxed);
     }
 }
 
-/// Installs [`privatize_in_child`] once, before the first pages move.
+/// After `fork`, in the parent: wait until the child has its copies.
+/// The moved pages are shared with the child until it copies them, so
+/// what this thread writes there meanwhile (malloc's heap around a small
+/// buffer) would land in the child's heap too, half-made. The child's
+/// exit ends the wait as well (the pipe closes).
+extern "C" fn parent_after_fork() {
+    let (r, w) = (
+        FORK_PIPE[0].swap(-1, Ordering::Relaxed),
+        FORK_PIPE[1].swap(-1, Ordering::Relaxed),
+    );
+    if r < 0 {
+        return;
+    }
+    // SAFETY: our own pipe's fds, closed once here (the child closes its
+    // copies itself).
+    unsafe {
+        libc::close(w);
+        let mut b = 0u8;
+        while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0
+            && *libc::__errno_location() == libc::EINTR
+        {}
+        libc::close(r);
+    }
+}
+
+/// In a child of `fork`: the moved pages are shared mappings of memfds, so
+/// the child would share them (and malloc's heap around a small buffer)
+/// with its parent. Each becomes a private copy, which is what fork gives
+/// all other memory; the parent's registrations are untouched, and the
+/// parent waits (in [`parent_after_fork`]) until the copies are made.
+/// Pages under `ibv_fork_init`'s MADV_DONTFORK are not in the child at all.
+extern "C" fn privatize_in_child() {
+    let (r, w) = (
+        FORK_PIPE[0].swap(-1, Ordering::Relaxed),
+        FORK_PIPE[1].swap(-1, Ordering::Relaxed),
+    );
+    if !crate::strings::FORK_INIT.load(Ordering::Relaxed) {
+        // Locked only if another thread of the parent was registering at
+        // the fork; that thread does not exist here, so the table stays
+        // as it is.
+        if let Ok(pieces) = PIECES.try_lock() {
+            for (&s, p) in pieces.iter() {
+                privatize(s, p.end - s, p.huge);
+            }
+        }
+    }
+    if r >= 0 {
+        // SAFETY: the child's copies of the parent's pipe fds.
+        unsafe {
+            libc::close(r);
+            let _ = libc::write(w, [1u8].as_ptr().cast(), 1);
+            libc::close(w);
+        }
+    }
+}
+
+/// Whether any pages are moved (without waiting for the table's lock:
+/// a registration in progress counts as moved).
+fn has_pieces() -> bool {
+    PIECES.try_lock().map_or(true, |p| !p.is_empty())
+}
+
+/// Installs the fork handlers once, before the first pages move.
 fn watch_forks() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: registers a handler that makes no allocation and takes
-        // no lock it could wait on.
-        unsafe { libc::pthread_atfork(None, None, Some(privatize_in_child)) };
+        // SAFETY: registers handlers that make no allocation and take no
+        // lock they could wait on (try_lock only).
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(parent_after_fork),
+                Some(privatize_in_child),
+            )
+        };
     });
 }
 
