@@ -290,9 +290,11 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         }
         let mut rx = std::mem::take(&mut self.rx);
         for f in rx.drain(..) {
-            if arp::is_arp(f.as_ref()) {
+            // One look at the EtherType sorts ARP and MAC control out.
+            let ethertype = EthernetFrame::new_checked(f.as_ref()).map_or(0, |e| e.ethertype());
+            if ethertype == arp::ETHERTYPE_ARP {
                 self.on_arp(now, f.as_ref());
-            } else if pfc::is_mac_control(f.as_ref()) {
+            } else if ethertype == pfc::ETHERTYPE_MAC_CONTROL {
                 self.on_pfc(now, f.as_ref());
             } else {
                 self.engine.handle_packet(now, f.as_ref());
