@@ -372,23 +372,33 @@ fn privatize(at: usize, len: usize, huge: bool) -> bool {
     true
 }
 
-/// The pipe of the fork in progress: the child says on it when it has
-/// its private copies, and the parent waits for that (-1: no handshake,
-/// nothing was moved).
+/// The socket pair of the fork in progress: the child says on it when it
+/// has its private copies, and the parent waits for that (-1: no
+/// handshake, nothing was moved).
 static FORK_PIPE: [std::sync::atomic::AtomicI32; 2] = [
     std::sync::atomic::AtomicI32::new(-1),
     std::sync::atomic::AtomicI32::new(-1),
 ];
 
-/// Before `fork`, in the parent: with pages moved, a pipe for the child
-/// to say it has copied them.
+/// Before `fork`, in the parent: with pages moved, a socket pair for the
+/// child to say it has copied them.
 extern "C" fn before_fork() {
     if crate::strings::FORK_INIT.load(Ordering::Relaxed) || !has_pieces() {
         return;
     }
     let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two fds into the array we own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+    // A socket pair rather than a pipe: the child's note is sent with
+    // MSG_NOSIGNAL, so a parent gone early never kills it with SIGPIPE.
+    // SAFETY: socketpair writes two fds into the array we own.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } == 0
+    {
         FORK_PIPE[0].store(fds[0], Ordering::Relaxed);
         FORK_PIPE[1].store(fds[1], Ordering::Relaxed);
     }
@@ -398,7 +408,7 @@ extern "C" fn before_fork() {
 /// The moved pages are shared with the child until it copies them, so
 /// what this thread writes there meanwhile (malloc's heap around a small
 /// buffer) would land in the child's heap too, half-made. The child's
-/// exit ends the wait as well (the pipe closes).
+/// exit ends the wait as well (its end closes).
 extern "C" fn parent_after_fork() {
     let (r, w) = (
         FORK_PIPE[0].swap(-1, Ordering::Relaxed),
@@ -407,8 +417,8 @@ extern "C" fn parent_after_fork() {
     if r < 0 {
         return;
     }
-    // SAFETY: our own pipe's fds, closed once here (the child closes its
-    // copies itself).
+    // SAFETY: our own socket pair's fds, closed once here (the child
+    // closes its copies itself).
     unsafe {
         libc::close(w);
         let mut b = 0u8;
@@ -441,10 +451,10 @@ extern "C" fn privatize_in_child() {
         }
     }
     if r >= 0 {
-        // SAFETY: the child's copies of the parent's pipe fds.
+        // SAFETY: the child's copies of the parent's socket pair.
         unsafe {
             libc::close(r);
-            let _ = libc::write(w, [1u8].as_ptr().cast(), 1);
+            let _ = libc::send(w, [1u8].as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
             libc::close(w);
         }
     }
