@@ -116,6 +116,11 @@ impl Mmu {
         &self.cfg
     }
 
+    /// Headroom and reserves of all ports: the buffer outside the pool.
+    pub fn set_aside(&self) -> u64 {
+        self.set_aside
+    }
+
     /// How many shared bytes ingress `port` may use now.
     pub fn threshold(&self, port: usize) -> u64 {
         let free = self

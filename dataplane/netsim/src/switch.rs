@@ -255,20 +255,19 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                 ports: self.ports.len(),
             });
         }
-        let set_aside = limits.iter().map(|l| l.headroom_bytes).sum::<u64>()
-            + cfg.reserve_bytes * limits.len() as u64;
-        if set_aside >= cfg.buffer_bytes {
-            return Err(SwitchError::PfcBuffer {
-                buffer: cfg.buffer_bytes,
-                set_aside,
-            });
-        }
         // A PAUSE of 0 quanta would be a RESUME.
         let cfg = PfcConfig {
             pause_quanta: cfg.pause_quanta.max(1),
             ..cfg
         };
-        self.mmu = Some(Mmu::new(cfg, limits));
+        let mmu = Mmu::new(cfg, limits);
+        if mmu.set_aside() >= cfg.buffer_bytes {
+            return Err(SwitchError::PfcBuffer {
+                buffer: cfg.buffer_bytes,
+                set_aside: mmu.set_aside(),
+            });
+        }
+        self.mmu = Some(mmu);
         Ok(())
     }
 
@@ -352,7 +351,12 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         mut frame: F,
     ) -> Enqueue {
         let len = frame.as_ref().len() as u64;
-        let (control, priority) = classify(frame.as_ref());
+        // Only PFC and the control queue look at what a frame is.
+        let (control, priority) = if self.mmu.is_some() || self.control_first {
+            classify(frame.as_ref())
+        } else {
+            (false, 0)
+        };
         let lossless = self
             .mmu
             .as_ref()

@@ -40,6 +40,22 @@ fn ip(i: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, i + 1)
 }
 
+/// Connects QP `a.1` of engine 0 and QP `b.1` of engine 1 to each other.
+fn connect_pair(
+    a: (&mut Engine<VecMemory>, u32),
+    b: (&mut Engine<VecMemory>, u32),
+    p: &ConnectParams,
+) {
+    let end = |i: u8, qpn| Endpoint {
+        qpn,
+        psn: 0,
+        mac: mac(i),
+        ip: ip(i),
+    };
+    a.0.connect_to(a.1, 0, &end(1, b.1), p).unwrap();
+    b.0.connect_to(b.1, 0, &end(0, a.1), p).unwrap();
+}
+
 /// The two NICs of a run.
 type Nics<P, Q> = (Nic<P, VecMemory>, Nic<Q, VecMemory>);
 
@@ -56,14 +72,7 @@ fn run<P: FramePort, Q: FramePort>(
         timeout: 4,
         ..ConnectParams::new(PathMtu::Mtu1024)
     };
-    let end = |i: u8, qpn| Endpoint {
-        qpn,
-        psn: 0,
-        mac: mac(i),
-        ip: ip(i),
-    };
-    ea.connect_to(qa, 0, &end(1, qb), &p).unwrap();
-    eb.connect_to(qb, 0, &end(0, qa), &p).unwrap();
+    connect_pair((&mut ea, qa), (&mut eb, qb), &p);
     let half = (LEN / 2) as u64;
     for (k, b) in ea.mem_mut().slice_mut(BASE, LEN / 2).iter_mut().enumerate() {
         *b = (k % 251) as u8;
@@ -571,15 +580,11 @@ fn a_pfc_pause_of_the_engines_priority_holds_tx_until_it_ends_or_resumes() {
     let (pa, pb) = mem_link([mac(0), mac(1)], 1500, 1_000);
     let (mut ea, ka, qa) = engine(0);
     let (mut eb, kb, qb) = engine(1);
-    let p = ConnectParams::new(PathMtu::Mtu1024);
-    let end = |i: u8, qpn| Endpoint {
-        qpn,
-        psn: 0,
-        mac: mac(i),
-        ip: ip(i),
-    };
-    ea.connect_to(qa, 0, &end(1, qb), &p).unwrap();
-    eb.connect_to(qb, 0, &end(0, qa), &p).unwrap();
+    connect_pair(
+        (&mut ea, qa),
+        (&mut eb, qb),
+        &ConnectParams::new(PathMtu::Mtu1024),
+    );
     let sender = MacAddr([2, 0xFC, 0, 0, 0, 1]);
     // A PAUSE of priority 3 (the engine's DSCP 26) for 100 quanta (512 ns
     // at 100 Gb/s), and one of priority 5 that must not hold anything.

@@ -380,6 +380,14 @@ static FORK_PIPE: [std::sync::atomic::AtomicI32; 2] = [
     std::sync::atomic::AtomicI32::new(-1),
 ];
 
+/// The fork's socket pair (read end, write end), leaving none behind.
+fn take_fork_pair() -> (i32, i32) {
+    (
+        FORK_PIPE[0].swap(-1, Ordering::Relaxed),
+        FORK_PIPE[1].swap(-1, Ordering::Relaxed),
+    )
+}
+
 /// Before `fork`, in the parent: with pages moved, a socket pair for the
 /// child to say it has copied them.
 extern "C" fn before_fork() {
@@ -410,10 +418,7 @@ extern "C" fn before_fork() {
 /// buffer) would land in the child's heap too, half-made. The child's
 /// exit ends the wait as well (its end closes).
 extern "C" fn parent_after_fork() {
-    let (r, w) = (
-        FORK_PIPE[0].swap(-1, Ordering::Relaxed),
-        FORK_PIPE[1].swap(-1, Ordering::Relaxed),
-    );
+    let (r, w) = take_fork_pair();
     if r < 0 {
         return;
     }
@@ -436,10 +441,7 @@ extern "C" fn parent_after_fork() {
 /// parent waits (in [`parent_after_fork`]) until the copies are made.
 /// Pages under `ibv_fork_init`'s MADV_DONTFORK are not in the child at all.
 extern "C" fn privatize_in_child() {
-    let (r, w) = (
-        FORK_PIPE[0].swap(-1, Ordering::Relaxed),
-        FORK_PIPE[1].swap(-1, Ordering::Relaxed),
-    );
+    let (r, w) = take_fork_pair();
     if !crate::strings::FORK_INIT.load(Ordering::Relaxed) {
         // Locked only if another thread of the parent was registering at
         // the fork; that thread does not exist here, so the table stays

@@ -502,6 +502,19 @@ impl Simulator {
         }
     }
 
+    /// Puts `frame` on a link: it reaches `to` at `at`.
+    fn send_frame(&mut self, at: u64, to: End, frame: Vec<u8>) {
+        let slot = self.store(frame);
+        self.push(
+            at,
+            Event::Arrive {
+                node: to.node,
+                port: to.port,
+                frame: slot,
+            },
+        );
+    }
+
     /// Makes host `h` poll at `t` at the latest. A wake already queued
     /// for `t` or earlier does (every queued wake is at now or later): that
     /// poll asks for the next one. (Waking only when no earlier wake is
@@ -666,15 +679,7 @@ impl Simulator {
             if probe {
                 self.probe_bytes += frame.len() as u64;
             }
-            let slot = self.store(frame);
-            self.push(
-                left + delay,
-                Event::Arrive {
-                    node: peer.node,
-                    port: peer.port,
-                    frame: slot,
-                },
-            );
+            self.send_frame(left + delay, peer, frame);
         }
         let nic = &self.hosts[h].nic;
         let busy = nic.port().busy_until();
@@ -729,25 +734,6 @@ impl Simulator {
             self.poll_host(h);
             return;
         }
-        if pfc::is_mac_control(&frame) {
-            // PFC from downstream: holds (or frees) this port's data.
-            let sw = self.switches[node].as_mut().expect("switch node");
-            let end = PfcRepr::parse(&frame)
-                .ok()
-                .and_then(|p| sw.receive_pfc(self.now, in_port, &p));
-            if let Some(end) = end {
-                // Look at the port when the pause ends (at once for a
-                // RESUME).
-                self.push(
-                    end,
-                    Event::PortFree {
-                        node,
-                        port: in_port,
-                    },
-                );
-            }
-            return;
-        }
         // One view of the frame for both the route and the ECMP key.
         let route = RoceFrame::new_checked(&frame[..]).ok().and_then(|f| {
             let dst = host_index(f.dst_ip())?;
@@ -756,7 +742,12 @@ impl Simulator {
         let Some((choices, key)) =
             route.and_then(|(dst, key)| Some((self.routes[node].get(dst)?, key)))
         else {
-            self.unroutable += 1;
+            // Not RoCEv2: PFC from downstream, or nothing to route.
+            if pfc::is_mac_control(&frame) {
+                self.switch_pfc(node, in_port, &frame);
+            } else {
+                self.unroutable += 1;
+            }
             return;
         };
         let sw = self.switches[node].as_mut().expect("switch node");
@@ -780,6 +771,21 @@ impl Simulator {
         self.port_free(node, out);
     }
 
+    /// A PFC frame from downstream on `port` of switch `node`: holds (or
+    /// frees) the port's data; the port is looked at again when the pause
+    /// ends (at once for a RESUME).
+    fn switch_pfc(&mut self, node: usize, port: usize, frame: &[u8]) {
+        let Some(sw) = self.switches[node].as_mut() else {
+            return;
+        };
+        let end = PfcRepr::parse(frame)
+            .ok()
+            .and_then(|p| sw.receive_pfc(self.now, port, &p));
+        if let Some(end) = end {
+            self.push(end, Event::PortFree { node, port });
+        }
+    }
+
     /// Puts the PFC frames switch `node` asked for on their links (a MAC
     /// control frame goes out as soon as the frame on the wire has left,
     /// ahead of the queue; its own 60 bytes take no turn of the queue),
@@ -795,15 +801,7 @@ impl Simulator {
             let leaves = sw.busy_until(port).max(self.now);
             let (peer, link) = self.topo.peer(node, port);
             let at = leaves + serialization_ns(frame.len(), link.rate_bps) + link.delay_ns;
-            let slot = self.store(frame);
-            self.push(
-                at,
-                Event::Arrive {
-                    node: peer.node,
-                    port: peer.port,
-                    frame: slot,
-                },
-            );
+            self.send_frame(at, peer, frame);
         }
         let next = self.switches[node].as_ref().and_then(|s| s.next_refresh());
         if let Some(t) = next.filter(|&t| t < self.refresh_at[node]) {
@@ -817,19 +815,11 @@ impl Simulator {
     fn stuck_pause(&mut self, h: usize) {
         let host = &self.hosts[h];
         let (peer, delay, rate) = (host.peer, host.delay_ns, host.nic.port().rate_bps());
-        let quanta = self.cfg.pfc.map_or(pfc::MAX_QUANTA, |p| p.pause_quanta);
-        let priority = self.cfg.pfc.map_or(3, |p| p.priority);
-        let frame = PfcRepr::one(priority, quanta).to_frame(mac_of(h));
+        let pfc = self.cfg.pfc.unwrap_or(PfcConfig::new(0));
+        let quanta = pfc.pause_quanta;
+        let frame = PfcRepr::one(pfc.priority, quanta).to_frame(mac_of(h));
         let at = self.now + serialization_ns(frame.len(), rate) + delay;
-        let slot = self.store(frame);
-        self.push(
-            at,
-            Event::Arrive {
-                node: peer.node,
-                port: peer.port,
-                frame: slot,
-            },
-        );
+        self.send_frame(at, peer, frame);
         let again = (pfc::quanta_ns(quanta, rate) / 2).max(1);
         self.push(self.now + again, Event::StuckPause { host: h });
     }
@@ -855,16 +845,7 @@ impl Simulator {
             m.sent(now, frame.len() as u64, flow);
         }
         let (peer, link) = self.topo.peer(node, port);
-        let delay = link.delay_ns;
-        let slot = self.store(frame);
-        self.push(
-            done + delay,
-            Event::Arrive {
-                node: peer.node,
-                port: peer.port,
-                frame: slot,
-            },
-        );
+        self.send_frame(done + link.delay_ns, peer, frame);
         self.push(done, Event::PortFree { node, port });
     }
 

@@ -167,6 +167,7 @@ impl Default for RunSpec {
     fn default() -> Self {
         // DCQCN's documented defaults (the line rate is set per host).
         let d = pacer::dcqcn::DcqcnParams::new(100e9);
+        let pfc = PfcConfig::new(0);
         RunSpec {
             duration_us: 2_000,
             drain_us: 0,
@@ -195,9 +196,9 @@ impl Default for RunSpec {
             dcqcn_cnp_interval_us: pacer::dcqcn::CnpLimiter::DEFAULT_INTERVAL_NS / 1_000,
             timeout: 10,
             pfc: false,
-            pfc_reserve_bytes: PfcConfig::new(0).reserve_bytes,
-            pfc_resume_offset_bytes: PfcConfig::new(0).resume_offset_bytes,
-            pfc_pause_quanta: PfcConfig::new(0).pause_quanta,
+            pfc_reserve_bytes: pfc.reserve_bytes,
+            pfc_resume_offset_bytes: pfc.resume_offset_bytes,
+            pfc_pause_quanta: pfc.pause_quanta,
             lossless_timeout: None,
             ack_high_priority: Vec::new(),
             stuck_hosts: Vec::new(),
