@@ -257,7 +257,11 @@ fn sim(args: &SimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    println!("scenario={} seed={}", args.scenario, args.seed);
+    let scenario = args
+        .config
+        .as_ref()
+        .map_or(args.scenario.clone(), |p| p.display().to_string());
+    println!("scenario={scenario} seed={}", args.seed);
     print!("{}", sim_mod::table(&runs));
     if args.fct_groups {
         print!("{}", sim_mod::group_table(&runs));
@@ -297,7 +301,7 @@ fn sim(args: &SimArgs) -> ExitCode {
             };
             let mut text = format!(
                 "# flow {} of scenario {} under {}, seed {}: ack_seq snd_nxt nhop [hops]\n",
-                v[0], args.scenario, r.result.cc, args.seed
+                v[0], scenario, r.result.cc, args.seed
             );
             for line in &r.trace {
                 text.push_str(line);

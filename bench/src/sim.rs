@@ -136,8 +136,14 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
             }
             built.sim.trace_flow(id);
         }
+        let offered = built.offered.map_or(String::new(), |o| {
+            format!(
+                " (background load {:.3}, {} incasts: load {:.4})",
+                o.background_load, o.incasts, o.incast_load
+            )
+        });
         progress(&format!(
-            "{name}: {} hosts, {} flows",
+            "{name}: {} hosts, {} flows{offered}",
             built.sim.host_count(),
             built.flows
         ));

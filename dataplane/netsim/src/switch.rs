@@ -195,20 +195,32 @@ pub fn ecmp_hash(key: [u32; 3], seed: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// Whether a frame is an acknowledgement or a congestion notification
-/// (what a switch may send ahead of data), and its priority (the top
-/// bits of its DSCP; 0 for a frame that is not RoCEv2).
-fn classify(frame: &[u8]) -> (bool, u8) {
-    RoceFrame::new_checked(frame).map_or((false, 0), |f| {
-        let op = f.opcode_raw();
-        let control = [
+/// What the switch's queues need to know of a frame: whether it is an
+/// acknowledgement or a congestion notification (what a switch may send
+/// ahead of data), and its priority (the top bits of its DSCP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameClass {
+    pub control: bool,
+    pub priority: u8,
+}
+
+/// The class of a frame already viewed.
+pub fn class_of<T: AsRef<[u8]>>(f: &RoceFrame<T>) -> FrameClass {
+    let op = f.opcode_raw();
+    FrameClass {
+        control: [
             Opcode::Acknowledge as u8,
             Opcode::AtomicAcknowledge as u8,
             Opcode::Cnp as u8,
         ]
-        .contains(&op);
-        (control, priority_of_dscp(f.dscp()))
-    })
+        .contains(&op),
+        priority: priority_of_dscp(f.dscp()),
+    }
+}
+
+/// The class of a frame; priority 0, not control, when it is not RoCEv2.
+fn classify(frame: &[u8]) -> FrameClass {
+    RoceFrame::new_checked(frame).map_or(FrameClass::default(), |f| class_of(&f))
 }
 
 impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
@@ -343,20 +355,28 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// (and may make the switch pause `ingress`); others are held to the
     /// port's drop-tail limit. ECN CE marking for ECN-capable data frames
     /// when configured.
-    pub fn enqueue(
+    pub fn enqueue(&mut self, now: u64, ingress: Option<usize>, port: usize, frame: F) -> Enqueue {
+        // Only PFC and the control queue look at what a frame is.
+        let class = if self.mmu.is_some() || self.control_first {
+            classify(frame.as_ref())
+        } else {
+            FrameClass::default()
+        };
+        self.enqueue_as(now, ingress, port, frame, class)
+    }
+
+    /// [`Switch::enqueue`] of a frame whose class ([`class_of`]) the caller
+    /// has from its own view of it.
+    pub fn enqueue_as(
         &mut self,
         now: u64,
         ingress: Option<usize>,
         port: usize,
         mut frame: F,
+        class: FrameClass,
     ) -> Enqueue {
         let len = frame.as_ref().len() as u64;
-        // Only PFC and the control queue look at what a frame is.
-        let (control, priority) = if self.mmu.is_some() || self.control_first {
-            classify(frame.as_ref())
-        } else {
-            (false, 0)
-        };
+        let FrameClass { control, priority } = class;
         let lossless = self
             .mmu
             .as_ref()
@@ -941,7 +961,7 @@ mod tests {
         // A control frame still goes while data is held.
         let mut ack = frame(None, 0, 7);
         ack[14 + 20 + 8] = Opcode::Acknowledge as u8;
-        assert!(classify(&ack).0);
+        assert!(classify(&ack).control);
         s.enqueue(1_100, Some(0), 1, ack.clone());
         let (out, _) = s.dequeue(1_100, 1).unwrap();
         assert_eq!(out, ack);

@@ -93,6 +93,22 @@ pub struct WorkloadSpec {
     pub incast_size_bytes: u64,
     #[serde(default)]
     pub incast_load: f64,
+    /// When incasts start: `poisson` (exponential gaps, the default) or
+    /// `even` (one every mean gap from a random phase, so that a short run
+    /// offers the incast load it names on every seed).
+    #[serde(default)]
+    pub incast_arrivals: Arrivals,
+}
+
+/// How the incasts of a `poisson` workload are spaced.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Arrivals {
+    /// Exponential gaps with the mean that the load gives.
+    #[default]
+    Poisson,
+    /// The mean gap exactly, after a uniformly random first start.
+    Even,
 }
 
 /// Run settings.
@@ -331,6 +347,19 @@ impl Cdf {
 pub struct Built {
     pub sim: Simulator,
     pub flows: usize,
+    /// The load the flows offer, as drawn (a `poisson` workload).
+    pub offered: Option<Offered>,
+}
+
+/// What a `poisson` workload's flows add up to over the run: the drawn
+/// loads, which differ from the configured ones by chance in a short run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Offered {
+    /// Background bytes / (hosts x host rate x duration).
+    pub background_load: f64,
+    pub incasts: usize,
+    /// Incast bytes / (hosts x host rate x duration).
+    pub incast_load: f64,
 }
 
 /// Overrides from the command line.
@@ -440,6 +469,7 @@ impl ScenarioSpec {
             w.size_bytes
         };
         let mut flows = Vec::new();
+        let mut offered = None;
         // The monitored port: the switch port towards `host`.
         let towards = |host: usize| {
             let node = find(&topo, host);
@@ -545,16 +575,25 @@ impl ScenarioSpec {
                         });
                     }
                 }
+                let background = flows.iter().map(|f| f.size).sum::<u64>();
+                let mut incasts = 0usize;
                 if w.incast_senders > 0 && w.incast_load > 0.0 {
                     let n = w.incast_senders.min(hosts - 1);
                     let bytes = (n as u64 * w.incast_size_bytes) as f64;
                     let gap = bytes * 8.0 / (w.incast_load * bw * hosts as f64) * 1e9;
-                    let mut t = 0.0f64;
+                    let mut t = match w.incast_arrivals {
+                        Arrivals::Poisson => 0.0f64,
+                        Arrivals::Even => gap * rng.gen::<f64>() - gap,
+                    };
                     loop {
-                        t += -gap * (1.0 - rng.gen::<f64>()).ln();
+                        t += match w.incast_arrivals {
+                            Arrivals::Poisson => -gap * (1.0 - rng.gen::<f64>()).ln(),
+                            Arrivals::Even => gap,
+                        };
                         if t >= duration_ns as f64 {
                             break;
                         }
+                        incasts += 1;
                         let dst = rng.gen_range(0..hosts);
                         let mut pool: Vec<usize> = (0..hosts).filter(|&h| h != dst).collect();
                         for k in 0..n {
@@ -569,6 +608,13 @@ impl ScenarioSpec {
                         }
                     }
                 }
+                let capacity = bw / 8.0 * hosts as f64 * duration_ns as f64 / 1e9;
+                let incast_bytes = flows.iter().map(|f| f.size).sum::<u64>() - background;
+                offered = Some(Offered {
+                    background_load: background as f64 / capacity.max(1.0),
+                    incasts,
+                    incast_load: incast_bytes as f64 / capacity.max(1.0),
+                });
                 towards(0)
             }
             other => return Err(ScenarioError::UnknownWorkload(other.into())),
@@ -582,6 +628,7 @@ impl ScenarioSpec {
         Ok(Built {
             sim,
             flows: flows.len(),
+            offered,
         })
     }
 }
@@ -620,6 +667,63 @@ mod tests {
         assert_eq!(Cdf::parse("0 0\n10 50"), Err(CdfError::Shape));
         let e = Cdf::parse("0 0\nx 100").unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    /// A small fabric under a Poisson workload with incasts: `even`
+    /// arrivals offer the configured incast load on every seed, Poisson
+    /// ones only on average.
+    #[test]
+    fn even_incast_arrivals_offer_the_configured_load_on_every_seed() {
+        let text = r#"
+[topology]
+kind = "fat-tree"
+k = 4
+[workload]
+kind = "poisson"
+cdf = "fb_hadoop"
+load = 0.3
+incast_senders = 4
+incast_size_bytes = 100000
+incast_load = 0.05
+incast_arrivals = "even"
+[sim]
+duration_us = 1000
+"#;
+        let spec = ScenarioSpec::parse(text).unwrap();
+        let poisson = ScenarioSpec {
+            workload: WorkloadSpec {
+                incast_arrivals: Arrivals::Poisson,
+                ..spec.workload.clone()
+            },
+            ..spec.clone()
+        };
+        let mut poisson_counts = Vec::new();
+        for seed in 1..=8 {
+            let o = Overrides {
+                seed: Some(seed),
+                ..Overrides::default()
+            };
+            let even = spec.build(CcMode::None, &o).unwrap().offered.unwrap();
+            // 16 hosts x 100G x 5% = 80 Gb/s of 3.2 Mb incasts: one per
+            // 40 us, 25 in 1 ms.
+            assert_eq!(even.incasts, 25, "seed {seed}");
+            assert!((even.incast_load - 0.05).abs() < 0.002, "{even:?}");
+            poisson_counts.push(
+                poisson
+                    .build(CcMode::None, &o)
+                    .unwrap()
+                    .offered
+                    .unwrap()
+                    .incasts,
+            );
+        }
+        assert!(
+            poisson_counts.iter().any(|&n| n != 25),
+            "Poisson arrivals vary: {poisson_counts:?}"
+        );
+        let bad = text.replace("\"even\"", "\"often\"");
+        let e = ScenarioSpec::parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("often"), "{e}");
     }
 
     #[test]
