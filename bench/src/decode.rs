@@ -168,6 +168,10 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         // 8-byte records: no switch or port id, 24-bit ns, 128 B units.
         s.push_str(" tlm.compact=1");
     }
+    if t.subscribe {
+        // The sender wants INT responses from congested switches.
+        s.push_str(" tlm.subscribe=1");
+    }
     for (i, h) in t.filled().iter().enumerate() {
         let HopRecord {
             ts_ns,

@@ -21,6 +21,9 @@ pub trait CongestionControl {
     /// Telemetry acknowledging `ack_seq` (an ACK with TLM, or a probe
     /// response with ack_seq = its snd_psn); `snd_nxt` is the flow's next PSN.
     fn on_telemetry(&mut self, _now: u64, _ack_seq: u32, _snd_nxt: u32, _hops: &HopStack) {}
+    /// An INT response from a congested switch for the packet of `psn`
+    /// (the congested port's record last in `hops`).
+    fn on_int_response(&mut self, _now: u64, _psn: u32, _snd_nxt: u32, _hops: &HopStack) {}
     /// A window computed by the receiver (CC_NOTIFY).
     fn on_notify(&mut self, _now: u64, _n: &Notification) {}
     /// A CNP for this flow.
@@ -52,6 +55,9 @@ impl CongestionControl for Hpcc {
     }
     fn on_telemetry(&mut self, _now: u64, ack_seq: u32, snd_nxt: u32, hops: &HopStack) {
         self.new_ack(ack_seq, snd_nxt, hops);
+    }
+    fn on_int_response(&mut self, _now: u64, psn: u32, snd_nxt: u32, hops: &HopStack) {
+        self.new_int_response(psn, snd_nxt, hops);
     }
 }
 
@@ -129,6 +135,9 @@ impl CongestionControl for Controller {
     }
     fn on_telemetry(&mut self, now: u64, ack_seq: u32, snd_nxt: u32, hops: &HopStack) {
         dispatch!(self, c => CongestionControl::on_telemetry(c, now, ack_seq, snd_nxt, hops))
+    }
+    fn on_int_response(&mut self, now: u64, psn: u32, snd_nxt: u32, hops: &HopStack) {
+        dispatch!(self, c => CongestionControl::on_int_response(c, now, psn, snd_nxt, hops))
     }
     fn on_notify(&mut self, now: u64, n: &Notification) {
         dispatch!(self, c => CongestionControl::on_notify(c, now, n))

@@ -310,6 +310,8 @@ impl HpccCore {
 pub struct Hpcc {
     core: HpccCore,
     last_update_seq: u32,
+    /// Some feedback (telemetry or an INT response) has set lastUpdateSeq.
+    fed: bool,
 }
 
 impl Hpcc {
@@ -317,6 +319,7 @@ impl Hpcc {
         Hpcc {
             core: HpccCore::new(params),
             last_update_seq: 0,
+            fed: false,
         }
     }
 
@@ -344,9 +347,40 @@ impl Hpcc {
             }
             commit
         });
-        if first {
+        if first && !self.fed {
             self.last_update_seq = snd_nxt & PSN_MASK;
         }
+        self.fed = true;
         r
+    }
+
+    /// An INT response (draft-00 s6.3) for the packet of PSN `psn`: a
+    /// switch whose egress queue passed its threshold sent `hops` (the
+    /// packet's stack, the congested port's record last) straight back.
+    /// Reacted to as to an ACK's telemetry for that PSN, with U from the
+    /// congested hop alone: its queue is above the threshold, so the port
+    /// sends at B and u' = qlen / (B T) + 1 with no earlier record to take
+    /// a delta from (which also makes the flow's first telemetry count);
+    /// tau = T. Wc is committed by NewAck's rule (once per RTT: `psn` past
+    /// lastUpdateSeq, or the flow's first feedback). L is left alone: a
+    /// partial stack taken at enqueue is no reference for the ACKs' deltas.
+    /// Returns `None` (nothing changed) for an empty stack or a hop without
+    /// a rate.
+    pub fn new_int_response(&mut self, psn: u32, snd_nxt: u32, hops: &HopStack) -> Option<Update> {
+        let hop = hops.as_slice().last()?;
+        let b = hop.bytes_per_ns();
+        if b <= 0.0 {
+            return None;
+        }
+        let t = self.core.params.t_ns as f64;
+        let qlen = f64::from(hop.qlen.min(QLEN_MAX));
+        let u = (qlen / (b * t) + 1.0).min(U_MAX);
+        let committed = !self.fed || psn_gt(psn, self.last_update_seq);
+        if committed {
+            self.last_update_seq = snd_nxt & PSN_MASK;
+        }
+        self.fed = true;
+        self.core.compute_wind(u, committed);
+        Some(Update::Window { committed })
     }
 }

@@ -411,3 +411,61 @@ fn parameters_are_checked_and_errors_name_the_value() {
     p.w_ai = f64::NAN;
     assert!(matches!(p.validate(), Err(ParamError::WAi(_))));
 }
+
+/// draft-00 s6.3: a switch's INT response makes the sender slow down at
+/// once, on the flow's first feedback too: U from the congested hop alone
+/// (its queue is past the threshold, so it sends at B: u' = qlen/(B T) + 1).
+#[test]
+fn an_int_response_cuts_the_window_from_the_congested_hop_alone() {
+    let mut h = Hpcc::new(params());
+    // B T = 125,000 B; a 250,000 B queue: u' = 2 + 1 = 3.
+    let stack = HopStack::from_slice(&[hop(1, 500, 0, 0), hop(2, 900, 7, 250_000)]);
+    assert_eq!(
+        h.new_int_response(40, 100, &stack),
+        Some(Update::Window { committed: true })
+    );
+    let w = 125_000.0 / (3.0 / 0.95) + 625.0;
+    assert!(close(h.core().w(), w), "W {}", h.core().w());
+    assert!(close(h.core().wc(), w), "the first feedback commits Wc");
+    assert!(close(h.core().u(), 3.0));
+    assert_eq!(h.last_update_seq(), 100);
+    // L is untouched: the next ACK is still the flow's first telemetry.
+    assert_eq!(
+        h.new_ack(30, 100, &one(hop(1, 1_000, 0, 0))),
+        Update::FirstTelemetry
+    );
+}
+
+/// A second response in the same round trip moves W but not Wc (NewAck's
+/// once-per-RTT commit, by PSN).
+#[test]
+fn int_responses_commit_wc_once_per_round_trip() {
+    let mut h = Hpcc::new(params());
+    let congested = |q| HopStack::from_slice(&[hop(2, 900, 7, q)]);
+    h.new_int_response(40, 100, &congested(250_000));
+    let wc = h.core().wc();
+    // PSN 60 is not past lastUpdateSeq = 100.
+    assert_eq!(
+        h.new_int_response(60, 120, &congested(500_000)),
+        Some(Update::Window { committed: false })
+    );
+    assert_eq!(h.core().wc(), wc);
+    assert!(close(h.core().w(), wc / (5.0 / 0.95) + 625.0));
+    // PSN 101 is past it: committed, lastUpdateSeq = snd_nxt.
+    assert_eq!(
+        h.new_int_response(101, 130, &congested(500_000)),
+        Some(Update::Window { committed: true })
+    );
+    assert_eq!(h.last_update_seq(), 130);
+}
+
+#[test]
+fn an_int_response_without_a_hop_or_a_rate_changes_nothing() {
+    let mut h = Hpcc::new(params());
+    let before = *h.core();
+    assert_eq!(h.new_int_response(1, 2, &HopStack::default()), None);
+    let mut dead = hop(2, 900, 7, 250_000);
+    dead.rate_100mbps = 0;
+    assert_eq!(h.new_int_response(1, 2, &one(dead)), None);
+    assert_eq!(*h.core(), before);
+}

@@ -310,3 +310,71 @@ fn a_qp_can_run_its_own_congestion_control_chosen_before_it_connects() {
         })
     ));
 }
+
+/// draft-00 s6.3: data packets subscribe to INT responses when the engine
+/// is told to; a switch's response for a PSN in flight reaches the QP
+/// connected to its (source, DestQP) and HPCC++ cuts the window at once;
+/// one for a PSN not in flight, or naming no connected peer, changes
+/// nothing and is counted.
+#[test]
+fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() {
+    let mut p = Pair::new(Setup {
+        cfg: |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            int_subscribe: true,
+            ..EngineConfig::new(m, i, LINE)
+        },
+        ..Setup::default()
+    });
+    // No ACK comes back: what A sent stays in flight.
+    p.set_hook(rc_util::cut(Dir::BtoA));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 16_384);
+    p.post(wr);
+    p.run(20_000);
+    let data: Vec<_> = p.logged(Dir::AtoB, |k| (k.repr, k.payload.to_vec()));
+    assert!(!data.is_empty());
+    assert!(
+        data.iter().all(|(r, _)| r.tlm.is_some_and(|t| t.subscribe)),
+        "every data packet subscribes"
+    );
+    let (repr, payload) = &data[0];
+    let frame = rc_util::emit(repr, payload);
+    let congested = HopRecord {
+        ts_ns: 1,
+        tx_bytes: 2,
+        qlen: 300_000,
+        rate: 1000,
+        switch_id: 4,
+        port_id: 2,
+    };
+    let response = |data: &[u8]| {
+        let mut out = vec![0u8; 512];
+        let n = transport::wire::emit_int_response(data, &congested, &mut out).unwrap();
+        out.truncate(n);
+        out
+    };
+    let (w0, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
+    let now = p.now;
+    p.a.nic.engine_mut().handle_packet(now, &response(&frame));
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.int_responses, c.int_responses_stale), (1, 0));
+    let (w1, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
+    // 300 KB over B T = 62.5 KB: u = 5.8; W = W_init / (5.8 / 0.95) + W_ai.
+    assert!(w1 * 5 < w0, "W {w0} -> {w1}");
+    // A PSN far from what is in flight: stale.
+    let mut late = *repr;
+    late.bth.psn = (repr.bth.psn + 100_000) & 0xFF_FFFF;
+    p.a.nic
+        .engine_mut()
+        .handle_packet(now, &response(&rc_util::emit(&late, payload)));
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.int_responses, c.int_responses_stale), (1, 1));
+    // From a peer A is not connected to: unknown.
+    let mut other = *repr;
+    other.ip.dst = std::net::Ipv4Addr::new(10, 9, 9, 9);
+    p.a.nic
+        .engine_mut()
+        .handle_packet(now, &response(&rc_util::emit(&other, payload)));
+    assert_eq!(p.a.nic.engine().counters().int_response_unknown, 1);
+    assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w1);
+}

@@ -37,6 +37,10 @@ pub struct QpCounters {
     pub cnps_received: u64,
     pub notifies_sent: u64,
     pub notifies_received: u64,
+    /// INT responses from congested switches that reached the controller.
+    pub int_responses: u64,
+    /// INT responses for a PSN not in flight (late or forged): ignored.
+    pub int_responses_stale: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -66,6 +70,8 @@ impl QpCounters {
             cnps_received,
             notifies_sent,
             notifies_received,
+            int_responses,
+            int_responses_stale,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -91,6 +97,8 @@ impl QpCounters {
         self.cnps_received += cnps_received;
         self.notifies_sent += notifies_sent;
         self.notifies_received += notifies_received;
+        self.int_responses += int_responses;
+        self.int_responses_stale += int_responses_stale;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }
@@ -108,6 +116,8 @@ pub struct EngineCounters {
     pub unknown_qp: u64,
     /// Frames for a QP in a state that takes no packets (RESET, INIT, ERR).
     pub wrong_state: u64,
+    /// INT responses naming no QP connected to (their source, DestQP).
+    pub int_response_unknown: u64,
     pub tx_frames: u64,
     /// The counters of every QP destroyed or reset so far, summed (the
     /// live QPs' are added by `Engine::qp_totals`).

@@ -28,7 +28,7 @@ mod sgl;
 mod types;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 use pacer::hpcc::{HpccParams, HpccSettings, ParamError};
@@ -144,6 +144,9 @@ pub struct EngineConfig {
     /// Telemetry with 8-byte hop records (wire::tlm's COMPACT flag), as the
     /// HPCC authors' simulator carries it, instead of 16-byte ones.
     pub compact_int: bool,
+    /// Data packets subscribe to INT responses (wire::tlm's SUBSCRIBE
+    /// flag): congested switches answer the sender directly.
+    pub int_subscribe: bool,
 }
 
 impl EngineConfig {
@@ -168,6 +171,7 @@ impl EngineConfig {
             dscp: 26,
             vlan: None,
             compact_int: false,
+            int_subscribe: false,
         }
     }
 
@@ -206,6 +210,9 @@ pub struct Engine<M: Memory> {
     /// (deadline, QP index) of every armed QP timer; entries whose QP has
     /// since re-armed or gone are stale and skipped. The top is always live.
     timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// (peer IPv4 address, peer QPN) -> our QPN, for INT responses (a
+    /// switch names the receiver's QP, the only one it knows).
+    by_peer: HashMap<(Ipv4Addr, Qpn), Qpn>,
 }
 
 impl<M: Memory> Engine<M> {
@@ -225,6 +232,7 @@ impl<M: Memory> Engine<M> {
             counters: EngineCounters::default(),
             ip_ident: 0,
             timers: BinaryHeap::new(),
+            by_peer: HashMap::new(),
         }
     }
 
@@ -474,6 +482,7 @@ impl<M: Memory> Engine<M> {
         let i = self.index(qpn)?;
         let qp = self.qps[i].take().expect("index checked");
         self.counters.closed_qps.accumulate(&qp.counters);
+        self.forget_peer(&qp);
         if let Some(q) = self.rqs[qp.rq].as_mut() {
             q.users = q.users.saturating_sub(1);
             if !q.shared {
@@ -562,7 +571,18 @@ impl<M: Memory> Engine<M> {
     /// INIT -> RTR.
     pub fn modify_to_rtr(&mut self, qpn: Qpn, attr: RtrAttr) -> Result<(), RcError> {
         let cfg = self.cfg;
-        self.qp_mut(qpn)?.modify_to_rtr(attr, &cfg)
+        self.qp_mut(qpn)?.modify_to_rtr(attr, &cfg)?;
+        self.by_peer.insert((attr.dest_ip, attr.dest_qpn), qpn);
+        Ok(())
+    }
+
+    /// Forgets `qp`'s peer in the INT response index.
+    fn forget_peer(&mut self, qp: &Qp) {
+        if let Some(peer) = qp.peer() {
+            if self.by_peer.get(&peer) == Some(&qp.qpn) {
+                self.by_peer.remove(&peer);
+            }
+        }
     }
 
     /// RTR -> RTS.
@@ -642,6 +662,7 @@ impl<M: Memory> Engine<M> {
         let i = self.index(qpn)?;
         let old = self.qps[i].take().expect("index checked");
         self.counters.closed_qps.accumulate(&old.counters);
+        self.forget_peer(&old);
         if let Some(q) = self.rqs[old.rq].as_mut().filter(|q| !q.shared) {
             q.drain().for_each(drop);
         }
@@ -860,6 +881,10 @@ impl<M: Memory> Engine<M> {
                 return;
             }
         };
+        if p.repr.bth.opcode == Opcode::IntResponse {
+            self.int_response(now, p);
+            return;
+        }
         let qpn = p.repr.bth.dest_qp;
         let Ok(i) = self.index(qpn) else {
             self.counters.unknown_qp += 1;
@@ -910,6 +935,26 @@ impl<M: Memory> Engine<M> {
                 self.queue_ctrl(i);
             }
             return;
+        }
+        self.refresh(i, now);
+    }
+
+    /// An INT response: a switch names the peer's QP (DestQP) and the peer
+    /// (IPv4 source); the QP connected to them takes it.
+    fn int_response(&mut self, now: u64, p: &Packet<'_>) {
+        let peer = (p.repr.ip.src, p.repr.bth.dest_qp);
+        let found = self.by_peer.get(&peer).and_then(|&q| self.index(q).ok());
+        let Some(i) = found.filter(|&i| {
+            self.qps[i]
+                .as_ref()
+                .is_some_and(|q| q.peer() == Some(peer) && q.state.sends())
+        }) else {
+            self.counters.int_response_unknown += 1;
+            return;
+        };
+        let qp = self.qps[i].as_mut().expect("index checked");
+        if let Some(t) = p.repr.tlm {
+            qp.on_int_response(now, p.repr.bth.psn, &t);
         }
         self.refresh(i, now);
     }

@@ -2,6 +2,8 @@
 //! responder halves, its congestion controller and telemetry bookkeeping,
 //! and how its packets are built.
 
+use std::net::Ipv4Addr;
+
 use pacer::dcqcn::{CnpLimiter, Dcqcn};
 use pacer::fixed::Fixed;
 use pacer::probe::{ProbeClock, ProbeRequest};
@@ -222,6 +224,7 @@ impl Qp {
             tlm: Box::new(QpTlm {
                 data: cfg.cc.data_tlm_maxhop().map(|m| TlmRepr {
                     compact: cfg.compact_int,
+                    subscribe: cfg.int_subscribe,
                     ..TlmRepr::empty(m)
                 }),
                 compact: cfg.compact_int,
@@ -392,6 +395,24 @@ impl Qp {
     /// Does the packet come from this QP's peer?
     pub fn is_from_peer(&self, p: &Packet<'_>) -> bool {
         self.rtr.is_some_and(|r| r.dest_ip == p.repr.ip.src)
+    }
+
+    /// The peer this QP is connected to: (its IPv4 address, its QPN).
+    pub fn peer(&self) -> Option<(Ipv4Addr, Qpn)> {
+        self.rtr.map(|r| (r.dest_ip, r.dest_qpn))
+    }
+
+    /// An INT response for the packet of `psn`: the controller reacts when
+    /// that PSN is in flight (sent, not yet acknowledged); anything else
+    /// is late or forged and only counted.
+    pub fn on_int_response(&mut self, now: u64, psn: u32, t: &TlmRepr) {
+        if !self.req.in_flight(psn) {
+            self.counters.int_responses_stale += 1;
+            return;
+        }
+        self.counters.int_responses += 1;
+        let hops = hops_of(t);
+        self.cc.on_int_response(now, psn, self.req.snd_nxt(), &hops);
     }
 
     pub fn has_ctrl(&self) -> bool {

@@ -306,6 +306,11 @@ impl Requester {
         self.una != self.hi
     }
 
+    /// Whether `psn` was sent and is not acknowledged yet: in [una, hi).
+    pub fn in_flight(&self, psn: u32) -> bool {
+        psn_ge(psn, self.una) && psn_gt(self.hi, psn)
+    }
+
     /// The WR about to be sent fails with `status` when its turn comes.
     pub fn fail_tx(&mut self, status: WcStatus) {
         if let Some(e) = self.sq.get_mut(self.tx_idx) {

@@ -90,7 +90,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
     /// Does a TLM block follow (T set, or a telemetry opcode)?
     #[inline]
     pub fn has_tlm(&self) -> bool {
-        self.tlm_flag() || (0xC0..=0xC2).contains(&self.opcode_raw())
+        self.tlm_flag() || (0xC0..=0xC3).contains(&self.opcode_raw())
     }
 }
 

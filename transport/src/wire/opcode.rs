@@ -32,6 +32,7 @@ pub enum Opcode {
     TlmRequest = 0xC0,
     TlmResponse = 0xC1,
     CcNotify = 0xC2,
+    IntResponse = 0xC3,
 }
 
 /// Which headers follow BTH (and TLM) for an opcode, in wire order:
@@ -71,7 +72,7 @@ const NONE: Layout = Layout {
 
 impl Opcode {
     /// Every opcode, in numeric order.
-    pub const ALL: [Opcode; 27] = [
+    pub const ALL: [Opcode; 28] = [
         Opcode::SendFirst,
         Opcode::SendMiddle,
         Opcode::SendLast,
@@ -99,6 +100,7 @@ impl Opcode {
         Opcode::TlmRequest,
         Opcode::TlmResponse,
         Opcode::CcNotify,
+        Opcode::IntResponse,
     ];
 
     /// The opcode with this BTH value, if wire.md defines it.
@@ -131,6 +133,7 @@ impl Opcode {
             0xC0 => Opcode::TlmRequest,
             0xC1 => Opcode::TlmResponse,
             0xC2 => Opcode::CcNotify,
+            0xC3 => Opcode::IntResponse,
             _ => return None,
         })
     }
@@ -171,6 +174,7 @@ impl Opcode {
             Opcode::TlmRequest => "TLM_REQUEST",
             Opcode::TlmResponse => "TLM_RESPONSE",
             Opcode::CcNotify => "CC_NOTIFY",
+            Opcode::IntResponse => "INT_RESPONSE",
         }
     }
 
@@ -233,6 +237,10 @@ impl Opcode {
                 tlm_required: true,
                 ..NONE
             },
+            IntResponse => Layout {
+                tlm_required: true,
+                ..NONE
+            },
         }
     }
 
@@ -248,7 +256,7 @@ impl Opcode {
     }
 
     /// Is this one of the standard IBA opcodes (everything but the telemetry
-    /// opcodes 0xC0-0xC2)?
+    /// opcodes 0xC0-0xC3)?
     pub const fn is_standard(self) -> bool {
         !self.layout().tlm_required
     }

@@ -15,6 +15,11 @@
 //! ts_ns mod 2^24 (24) | tx_bytes / 128 mod 2^20 (20) | qlen / 128, saturating (16) | rate code (4)
 //! ```
 //!
+//! With flag bit 2 (SUBSCRIBE) a data packet asks the switches on its way
+//! for an INT response (draft-00 s6.3): a congested egress port sends the
+//! stack, with its own record added, straight back to the sender
+//! (`wire::int_response`, opcode 0xC3).
+//!
 //! The rate code indexes [`COMPACT_RATES`] (the largest rate not above the
 //! port's; 0 when the port is slower than all of them: no sample). A
 //! compact hop has no switch or port id (`path_id` still changes with the
@@ -37,6 +42,8 @@ pub const COMPACT_HOP_LEN: usize = 8;
 pub const FLAG_ECHO: u8 = 0x01;
 /// Flag bit 1: hop records are compact (8 bytes).
 pub const FLAG_COMPACT: u8 = 0x02;
+/// Flag bit 2: the sender subscribes this packet to INT responses.
+pub const FLAG_SUBSCRIBE: u8 = 0x04;
 /// Port rates a compact hop can name, in units of 100 Mb/s, by code.
 pub const COMPACT_RATES: [u16; 16] = [
     0, 1, 2, 10, 20, 25, 50, 100, 250, 400, 500, 1000, 2000, 4000, 8000, 16000,
@@ -177,6 +184,11 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         self.flags() & FLAG_COMPACT != 0
     }
 
+    /// Does the sender want INT responses for this packet?
+    pub fn subscribe(&self) -> bool {
+        self.flags() & FLAG_SUBSCRIBE != 0
+    }
+
     fn hop_len(&self) -> usize {
         hop_len(self.compact())
     }
@@ -251,6 +263,8 @@ pub struct TlmRepr {
     pub echo: bool,
     /// 8-byte hop records (see the module doc).
     pub compact: bool,
+    /// INT responses wanted (see the module doc).
+    pub subscribe: bool,
     pub nhop: u8,
     pub maxhop: u8,
     pub path_id: u16,
@@ -264,6 +278,7 @@ impl TlmRepr {
         TlmRepr {
             echo: false,
             compact: false,
+            subscribe: false,
             nhop: 0,
             maxhop: maxhop.clamp(1, MAX_HOPS as u8),
             path_id: 0,
@@ -306,6 +321,7 @@ impl TlmRepr {
         Ok(TlmRepr {
             echo: t.echo(),
             compact: t.compact(),
+            subscribe: t.subscribe(),
             nhop,
             maxhop,
             path_id: t.path_id(),
@@ -329,8 +345,10 @@ impl TlmRepr {
     /// Writes the block into `buf`, which holds at least `block_len()`
     /// bytes; the caller has checked `is_valid()`.
     pub fn emit(&self, buf: &mut [u8]) {
-        buf[0] =
-            if self.echo { FLAG_ECHO } else { 0 } | if self.compact { FLAG_COMPACT } else { 0 };
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        buf[0] = flag(self.echo, FLAG_ECHO)
+            | flag(self.compact, FLAG_COMPACT)
+            | flag(self.subscribe, FLAG_SUBSCRIBE);
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
         let len = hop_len(self.compact);
