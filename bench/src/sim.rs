@@ -12,7 +12,7 @@ use netsim::sim::SimResult;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
     /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch,
-    /// paper-fig11a or paper-incast (configs/sim/NAME.toml, built in).
+    /// paper-fig11a, paper-incast or fat-incast (configs/sim/NAME.toml, built in).
     #[arg(long, default_value = "incast")]
     pub scenario: String,
     /// A scenario file to use instead of the built-in one.
@@ -71,6 +71,11 @@ pub struct SimArgs {
     /// largest size, p50/p95/p99).
     #[arg(long)]
     pub fct_groups: bool,
+    /// Switch INT responses (HPCC++ draft-00 s6.3): `on` makes congested
+    /// switches answer subscribed data packets' senders directly, `off`
+    /// turns them off [default: the scenario's `int_response` key]
+    #[arg(long, value_parser = ["on", "off"])]
+    pub int_response: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -122,6 +127,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         senders: args.senders,
         load: args.load,
         pfc: args.buffer.as_deref().map(|b| b == "pfc"),
+        int_response: args.int_response.as_deref().map(|v| v == "on"),
     };
     let mut runs = Vec::new();
     for name in ccs {
@@ -243,6 +249,15 @@ pub fn table(runs: &[Run]) -> String {
                 p.storm_ports.len(),
                 longest as f64 / 1e3,
                 p.stuck_drops
+            );
+        }
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        if let Some(i) = &r.int_response {
+            let _ = writeln!(
+                s,
+                "{:<11} int responses: {} sent, {} taken by senders ({} stale), {} held back by the filter, {} without a free slot",
+                r.cc, i.sent, i.taken, i.stale, i.suppressed, i.no_room
             );
         }
     }

@@ -81,6 +81,11 @@ fn one() -> u64 {
     1
 }
 
+/// `[incast] int_response_threshold_bytes` when absent.
+fn default_int_response_threshold() -> u64 {
+    32_768
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IncastSection {
@@ -98,6 +103,15 @@ pub struct IncastSection {
     /// senders' NICs) [default: false, drop-tail per port].
     #[serde(default)]
     pub pfc: bool,
+    /// Switch INT responses (HPCC++ draft-00 s6.3): senders subscribe
+    /// their data packets, the switch answers those that join a queue of
+    /// `int_response_threshold_bytes` or more, once per flow per base RTT
+    /// [default: false].
+    #[serde(default)]
+    pub int_response: bool,
+    /// [default: 32768]
+    #[serde(default = "default_int_response_threshold")]
+    pub int_response_threshold_bytes: u64,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -784,6 +798,12 @@ impl IncastSection {
                     bottleneck_bps,
                     buffer_bytes: self.buffer_bytes,
                     pfc: self.pfc,
+                    int_response: self.int_response.then(|| {
+                        netsim::int_response::IntResponseConfig::new(
+                            self.int_response_threshold_bytes,
+                            base_rtt_ns,
+                        )
+                    }),
                     cc,
                     base_rtt_ns,
                     mtu,

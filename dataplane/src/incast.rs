@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use hdrhistogram::Histogram;
+use netsim::int_response::IntResponseConfig;
 use netsim::mmu::{IngressLimits, PfcConfig};
 use netsim::switch::{EcnConfig, PortConfig, Switch};
 use nic::{Completions, FramePort, Nic};
@@ -57,6 +58,10 @@ pub struct IncastConfig {
     pub tap: Option<std::path::PathBuf>,
     /// Keep this file rewritten with counters every 100 ms while running.
     pub stats: Option<std::path::PathBuf>,
+    /// Switch INT responses (HPCC++ draft-00 s6.3): the senders subscribe
+    /// their data packets, the switch answers those that find a queue at
+    /// or above the threshold; `None`: off.
+    pub int_response: Option<IntResponseConfig>,
 }
 
 /// Most frames the incast tap records.
@@ -92,6 +97,13 @@ pub struct IncastReport {
     pub host_paused_ns: u64,
     /// Times a PFC frame found no mbuf (it waits and is sent later).
     pub pfc_no_buffer: u64,
+    /// INT responses the switch built, those the senders' controllers
+    /// took (and ones for a PSN no longer in flight), and those lost for
+    /// want of an mbuf (responses are not retried).
+    pub int_responses: u64,
+    pub int_responses_taken: u64,
+    pub int_responses_stale: u64,
+    pub int_response_no_buffer: u64,
 }
 
 /// Why an incast run could not start or stopped.
@@ -208,6 +220,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             cfg.mtu.bytes(),
         )?;
         ec.ack_req_every = 1;
+        ec.int_subscribe = cfg.int_response.is_some();
         let mut mem = VecMemory::new();
         let bytes = cfg.message_bytes as usize * cfg.depth.max(1);
         mem.add(MEM, bytes.max(4096));
@@ -308,7 +321,11 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             .enable_pfc(PfcConfig::new(cfg.buffer_bytes), &limits)
             .map_err(|e| IncastError::Host(e.to_string()))?;
     }
+    if let Some(r) = cfg.int_response {
+        switch.enable_int_responses(r);
+    }
     let mut pfc_no_buffer = 0u64;
+    let mut int_response_no_buffer = 0u64;
     // PFC messages waiting for an mbuf, and PFC frames waiting for the
     // ring, per port: they go out in order, before any data of the port,
     // and none is lost (a RESUME overtaking its PAUSE would hold a
@@ -366,6 +383,19 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
                         switch.enqueue(now, Some(p), dst, m); // dropped frames are freed and counted
                     }
                     None => unroutable += 1,
+                }
+                // INT responses go back towards their senders.
+                while let Some(r) = switch.pop_int_response() {
+                    let Some(dst) = route(&r, n + 1) else {
+                        unroutable += 1;
+                        continue;
+                    };
+                    match nic::copy_frame(port, &r) {
+                        Some(f) => {
+                            switch.enqueue(now, None, dst, f);
+                        }
+                        None => int_response_no_buffer += 1,
+                    }
                 }
             }
         }
@@ -432,6 +462,10 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         .sum();
     let c = switch.counters(recv);
     let drops = (0..=n).map(|p| switch.counters(p).dropped).sum();
+    let mut totals = transport::rc::QpCounters::default();
+    for h in &hosts {
+        totals.accumulate(&h.nic.engine().qp_totals());
+    }
     Ok(IncastReport {
         cc: cfg.cc,
         seconds: t,
@@ -451,5 +485,9 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         resume_frames: (0..=n).map(|p| switch.counters(p).resume_tx).sum(),
         host_paused_ns: hosts.iter().map(|h| h.nic.pause().paused_ns(t_end)).sum(),
         pfc_no_buffer,
+        int_responses: switch.int_response_counters().map_or(0, |c| c.sent),
+        int_responses_taken: totals.int_responses,
+        int_responses_stale: totals.int_responses_stale,
+        int_response_no_buffer,
     })
 }

@@ -5,6 +5,8 @@
 //!   B, drop-tail or ECN marking, telemetry stamping at dequeue, ECMP),
 //!   pure logic with time passed in. The simulator runs it in virtual time
 //!   on `Vec<u8>` frames; the DPDK incast testbed runs it on mbufs.
+//! - [`int_response`]: when a congested switch answers a subscribed data
+//!   packet's sender directly (HPCC++ draft-00 s6.3), and how often.
 //! - [`mmu`]: the shared buffer of a lossless switch and the PFC rules
 //!   (when to pause an ingress port's upstream, when to resume it).
 //! - [`link`]: the simulator's link as a frame port, so the simulator's
@@ -16,6 +18,7 @@
 //! offsets of their own.
 #![forbid(unsafe_code)]
 
+pub mod int_response;
 pub mod link;
 pub mod mmu;
 pub mod sim;

@@ -30,6 +30,7 @@ use transport::wire::{HopRecord, MacAddr, Opcode, RoceFrame};
 
 use nic::PauseState;
 
+use crate::int_response::{IntResponder, IntResponseConfig, IntResponseCounters};
 use crate::mmu::{IngressLimits, Mmu, PfcConfig};
 
 /// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
@@ -154,6 +155,9 @@ pub struct Switch<F = Vec<u8>> {
     control_first: bool,
     /// PFC messages to send, by port.
     pfc_out: Vec<(usize, PfcRepr)>,
+    int_resp: Option<IntResponder>,
+    /// INT responses built, for the driver to route back to their senders.
+    responses: Vec<Vec<u8>>,
 }
 
 /// Time to put `bytes` on a link of `rate_bps`, in nanoseconds (rounded up).
@@ -212,6 +216,7 @@ pub fn class_of<T: AsRef<[u8]>>(f: &RoceFrame<T>) -> FrameClass {
             Opcode::Acknowledge as u8,
             Opcode::AtomicAcknowledge as u8,
             Opcode::Cnp as u8,
+            Opcode::IntResponse as u8,
         ]
         .contains(&op),
         priority: priority_of_dscp(f.dscp()),
@@ -250,7 +255,31 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             mmu: None,
             control_first: false,
             pfc_out: Vec::new(),
+            int_resp: None,
+            responses: Vec::new(),
         }
+    }
+
+    /// Answers subscribed data packets that join a queue at or above
+    /// `cfg.threshold_bytes` with an INT response (see
+    /// [`crate::int_response`]); the driver takes them with
+    /// [`Switch::pop_int_response`] and routes them like any frame.
+    pub fn enable_int_responses(&mut self, cfg: IntResponseConfig) {
+        self.int_resp = Some(IntResponder::new(cfg));
+    }
+
+    /// The next INT response to send back, oldest first.
+    pub fn pop_int_response(&mut self) -> Option<Vec<u8>> {
+        if self.responses.is_empty() {
+            None
+        } else {
+            Some(self.responses.remove(0))
+        }
+    }
+
+    /// INT response counters, when the switch sends them.
+    pub fn int_response_counters(&self) -> Option<&IntResponseCounters> {
+        self.int_resp.as_ref().map(IntResponder::counters)
     }
 
     /// Makes the switch lossless for `cfg.priority`: a shared buffer with
@@ -424,6 +453,12 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         p.qlen += len;
         p.counters.max_qlen = p.counters.max_qlen.max(p.qlen);
         p.counters.enqueued += 1;
+        if let Some(r) = self.int_resp.as_mut() {
+            let hop = hop_record(self.id, port, p, now);
+            if let Some(resp) = r.offer(now, frame.as_ref(), p.qlen, &hop) {
+                self.responses.push(resp);
+            }
+        }
         p.queue.push_back(Queued {
             frame,
             ingress: lossless.map_or(NOT_LOSSLESS, |i| i as u32),
@@ -558,14 +593,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         } else {
             now
         };
-        let hop = HopRecord {
-            ts_ns: start as u32,
-            tx_bytes: p.tx_bytes as u32,
-            qlen: p.qlen.min(u64::from(u32::MAX)) as u32,
-            rate: (p.cfg.rate_bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
-            switch_id: id,
-            port_id: port as u8,
-        };
+        let hop = hop_record(id, port, p, start);
         match stamp(frame.as_mut(), &hop) {
             Stamp::Stamped => p.counters.tlm_stamped += 1,
             Stamp::Full => p.counters.tlm_full += 1,
@@ -595,6 +623,18 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             p.counters.resume_tx += 1;
             p.refresh_at = None;
         }
+    }
+}
+
+/// Port `port`'s telemetry record at `ts`: its tx_bytes and queue now.
+fn hop_record<F>(switch_id: u8, port: usize, p: &Port<F>, ts: u64) -> HopRecord {
+    HopRecord {
+        ts_ns: ts as u32,
+        tx_bytes: p.tx_bytes as u32,
+        qlen: p.qlen.min(u64::from(u32::MAX)) as u32,
+        rate: (p.cfg.rate_bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
+        switch_id,
+        port_id: port as u8,
     }
 }
 

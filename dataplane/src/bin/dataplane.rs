@@ -282,6 +282,12 @@ fn incast(
                 r.pfc_no_buffer
             );
         }
+        if cfg.int_response.is_some() {
+            println!(
+                "{name:<10} int responses: {} sent, {} taken by senders ({} stale), {} lost for want of an mbuf",
+                r.int_responses, r.int_responses_taken, r.int_responses_stale, r.int_response_no_buffer
+            );
+        }
     }
     Ok(())
 }

@@ -1,10 +1,14 @@
 //! Fuzz the frame parsers (RoCEv2, ARP and PFC): no input may panic, and
 //! whatever parses must emit again and parse back to the same headers and
-//! payload; a frame template of its outer headers emits the same bytes.
+//! payload; a frame template of its outer headers emits the same bytes; an
+//! INT response built from any input is a valid frame carrying its PSN.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use transport::wire::{ArpRepr, EthernetFrame, FrameTemplate, MacAddr, Packet, PfcRepr};
+use transport::wire::{
+    emit_int_response, ArpRepr, EthernetFrame, FrameTemplate, HopRecord, MacAddr, Opcode, Packet,
+    PfcRepr,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(a) = ArpRepr::parse(data) {
@@ -22,6 +26,15 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(PfcRepr::parse(&p.to_frame(src)), Ok(p));
     }
     let _ = Packet::parse(data);
+    let mut resp = vec![0u8; data.len() + 64];
+    if let Ok(n) = emit_int_response(data, &HopRecord::default(), &mut resp) {
+        let r = Packet::parse(&resp[..n]).expect("an INT response parses");
+        let d = Packet::parse_unverified(data).expect("it came from a frame");
+        assert_eq!(r.repr.bth.opcode, Opcode::IntResponse);
+        assert_eq!(r.repr.bth.psn, d.repr.bth.psn);
+        let t = r.repr.tlm.expect("with its stack");
+        assert!(t.echo && !t.subscribe && t.nhop == d.repr.tlm.unwrap().nhop + 1);
+    }
     if let Ok(p) = Packet::parse_unverified(data) {
         let _ = p.icrc_ok();
         let mut out = vec![0u8; p.repr.frame_len(p.payload.len())];

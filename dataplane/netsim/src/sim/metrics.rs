@@ -217,6 +217,22 @@ pub struct PfcSummary {
     pub stuck_drops: u64,
 }
 
+/// INT responses over a run (present when switches send them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IntResponseSummary {
+    /// Responses switches sent.
+    pub sent: u64,
+    /// Subscribed packets above a threshold left unanswered: their flow
+    /// was answered this period already.
+    pub suppressed: u64,
+    /// Subscribed packets above a threshold with a full stack.
+    pub no_room: u64,
+    /// Responses senders' controllers took, and ones for a PSN no longer
+    /// in flight.
+    pub taken: u64,
+    pub stale: u64,
+}
+
 /// FCT slowdown percentiles of the flows in a size range.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
@@ -264,6 +280,8 @@ pub struct SimResult {
     /// Every switch egress port (see [`PortStat`]).
     pub ports: Vec<PortStat>,
     pub pfc: PfcSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub int_response: Option<IntResponseSummary>,
     pub queue_series: Vec<(u64, u64)>,
     pub jain_series: Vec<(u64, f64)>,
     pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
@@ -379,6 +397,7 @@ impl SimResult {
             events,
             ports: Vec::new(),
             pfc: PfcSummary::default(),
+            int_response: None,
             queue_series: qs,
             jain_series: js,
             rate_series: rs,

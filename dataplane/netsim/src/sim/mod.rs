@@ -27,12 +27,14 @@ use transport::rc::{
 };
 use transport::wire::{MacAddr, Opcode, RoceFrame};
 
+use crate::int_response::IntResponseConfig;
 use crate::link::SimLink;
 use crate::mmu::{IngressLimits, PfcConfig};
 use crate::switch::{class_of, serialization_ns, EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
 pub use metrics::{
-    Bucket, CountGroup, FlowResult, PfcSummary, PortStat, SimResult, BURST_DRAINED_BYTES,
+    Bucket, CountGroup, FlowResult, IntResponseSummary, PfcSummary, PortStat, SimResult,
+    BURST_DRAINED_BYTES,
 };
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 use transport::wire::pfc::{self, PfcRepr};
@@ -102,6 +104,10 @@ pub struct SimConfig {
     /// Senders ask for 8-byte telemetry hop records (wire::tlm COMPACT)
     /// instead of 16-byte ones.
     pub compact_int: bool,
+    /// Switches answer subscribed packets in queues at or above a
+    /// threshold with INT responses, and senders subscribe their data
+    /// packets (HPCC++ draft-00 s6.3); `None`: off.
+    pub int_response: Option<IntResponseConfig>,
 }
 
 impl SimConfig {
@@ -130,6 +136,7 @@ impl SimConfig {
             stuck_hosts: Vec::new(),
             storm_ns: 1_000_000,
             compact_int: false,
+            int_response: None,
         }
     }
 }
@@ -343,6 +350,7 @@ impl Simulator {
             };
             ec.cnp_interval_ns = cfg.cnp_interval_ns;
             ec.compact_int = cfg.compact_int;
+            ec.int_subscribe = cfg.int_response.is_some();
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
@@ -395,6 +403,9 @@ impl Simulator {
             // Per switch, as ns-3 seeds its ECMP hash with the node id.
             sw.set_ecmp_seed(n as u32);
             sw.set_control_first(cfg.control_first);
+            if let Some(r) = cfg.int_response {
+                sw.enable_int_responses(r);
+            }
             if let Some(pfc) = cfg.pfc {
                 let limits: Vec<IngressLimits> = (0..topo.ports[n].len())
                     .map(|p| {
@@ -783,7 +794,14 @@ impl Simulator {
             self.poll_host(h);
             return;
         }
-        // One view of the frame for both the route and the ECMP key.
+        self.forward(node, Some(in_port), frame);
+    }
+
+    /// Switch `node` takes `frame` (from `ingress`, or its own INT
+    /// response): routes it, queues it, sends what PFC asks for and starts
+    /// the port. One view of the frame gives the route, the ECMP key and
+    /// the queue class.
+    fn forward(&mut self, node: usize, ingress: Option<usize>, frame: Vec<u8>) {
         let route = RoceFrame::new_checked(&frame[..]).ok().and_then(|f| {
             let dst = host_index(f.dst_ip())?;
             Some((dst, crate::switch::tuple_of(&f), class_of(&f)))
@@ -792,10 +810,9 @@ impl Simulator {
             route.and_then(|(dst, key, class)| Some((self.routes[node].get(dst)?, key, class)))
         else {
             // Not RoCEv2: PFC from downstream, or nothing to route.
-            if pfc::is_mac_control(&frame) {
-                self.switch_pfc(node, in_port, &frame);
-            } else {
-                self.unroutable += 1;
+            match ingress {
+                Some(port) if pfc::is_mac_control(&frame) => self.switch_pfc(node, port, &frame),
+                _ => self.unroutable += 1,
             }
             return;
         };
@@ -804,9 +821,10 @@ impl Simulator {
             self.unroutable += 1;
             return;
         };
-        sw.enqueue_as(self.now, Some(in_port), out, frame, class);
+        sw.enqueue_as(self.now, ingress, out, frame, class);
         let pfc = sw.has_pfc();
         let q = sw.qlen(out);
+        let response = sw.pop_int_response();
         if let Some(m) = self
             .monitor
             .as_mut()
@@ -818,6 +836,9 @@ impl Simulator {
             self.send_pfc(node);
         }
         self.port_free(node, out);
+        if let Some(r) = response {
+            self.forward(node, None, r);
+        }
     }
 
     /// A PFC frame from downstream on `port` of switch `node`: holds (or
@@ -968,7 +989,30 @@ impl Simulator {
         r.unroutable = self.unroutable;
         r.ports = self.port_stats();
         r.pfc = self.pfc_summary(&r.ports);
+        r.int_response = self.cfg.int_response.map(|_| self.int_response_summary());
         r
+    }
+
+    /// INT responses over the run: the switches' counters and what the
+    /// senders' QPs took.
+    fn int_response_summary(&self) -> IntResponseSummary {
+        let mut s = IntResponseSummary::default();
+        for c in self
+            .switches
+            .iter()
+            .flatten()
+            .filter_map(|w| w.int_response_counters())
+        {
+            s.sent += c.sent;
+            s.suppressed += c.suppressed;
+            s.no_room += c.no_room;
+        }
+        for h in &self.hosts {
+            let t = h.nic.engine().qp_totals();
+            s.taken += t.int_responses;
+            s.stale += t.int_responses_stale;
+        }
+        s
     }
 
     /// PFC over the run, from the ports' and the NICs' counters.

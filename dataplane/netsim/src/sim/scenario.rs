@@ -10,11 +10,12 @@ use transport::rc::{CcMode, PathMtu, UnknownCc};
 
 use super::topology::{End, Topology, TopologyError, TopologySpec};
 use super::{FlowSpec, SimConfig, SimError, Simulator};
+use crate::int_response::IntResponseConfig;
 use crate::mmu::PfcConfig;
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     (
         "incast",
         include_str!("../../../../configs/sim/incast.toml"),
@@ -42,6 +43,10 @@ pub const BUILTIN: [(&str, &str); 7] = [
     (
         "paper-incast",
         include_str!("../../../../configs/sim/paper-incast.toml"),
+    ),
+    (
+        "fat-incast",
+        include_str!("../../../../configs/sim/fat-incast.toml"),
     ),
 ];
 
@@ -177,6 +182,14 @@ pub struct RunSpec {
     /// HPCC authors' simulator: 24-bit timestamps, bytes in 128 B units,
     /// a rate code, no switch/port id).
     pub int_hop_bytes: u32,
+    /// Switches answer subscribed data packets that find a queue at or
+    /// above `int_response_threshold_bytes` with an INT response (HPCC++
+    /// draft-00 s6.3), at most once per flow per `int_response_period_us`
+    /// (0: the base RTT); senders subscribe their data packets.
+    pub int_response: bool,
+    pub int_response_threshold_bytes: u64,
+    pub int_response_period_us: u64,
+    pub int_response_bloom_bits: usize,
 }
 
 impl Default for RunSpec {
@@ -221,6 +234,10 @@ impl Default for RunSpec {
             stuck_from_us: 0,
             storm_us: 1_000,
             int_hop_bytes: 16,
+            int_response: false,
+            int_response_threshold_bytes: 32_768,
+            int_response_period_us: 0,
+            int_response_bloom_bits: 4096,
         }
     }
 }
@@ -374,6 +391,8 @@ pub struct Overrides {
     pub load: Option<f64>,
     /// PFC on or off instead of the scenario's `pfc`.
     pub pfc: Option<bool>,
+    /// INT responses on or off instead of the scenario's `int_response`.
+    pub int_response: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -462,6 +481,17 @@ impl ScenarioSpec {
             8 => true,
             n => return Err(ScenarioError::IntHopBytes(n)),
         };
+        if o.int_response.unwrap_or(r.int_response) {
+            let period_ns = match r.int_response_period_us {
+                0 => r.base_rtt_ns,
+                us => us * 1_000,
+            };
+            cfg.int_response = Some(IntResponseConfig {
+                threshold_bytes: r.int_response_threshold_bytes,
+                period_ns,
+                bloom_bits: r.int_response_bloom_bits,
+            });
+        }
         // A long flow: twice what a host link carries in the whole run.
         let long = if w.size_bytes == 0 {
             (topo_spec.host_gbps * 1e9 / 8.0 * duration_ns as f64 / 1e9 * 2.0) as u64 + 1
@@ -481,8 +511,21 @@ impl ScenarioSpec {
         };
         let monitor = match w.kind.as_str() {
             "incast" => {
+                // The last host receives; on a topology of fixed size (a
+                // fat tree) `senders` hosts drawn at random send.
                 let recv = hosts - 1;
-                for s in 0..recv {
+                let n = senders.unwrap_or(recv).min(recv);
+                let mut pool: Vec<usize> = (0..recv).collect();
+                if n < recv {
+                    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                    for k in 0..n {
+                        let j = rng.gen_range(k..pool.len());
+                        pool.swap(k, j);
+                    }
+                    pool.truncate(n);
+                    pool.sort_unstable();
+                }
+                for &s in &pool {
                     flows.push(FlowSpec {
                         src: s,
                         dst: recv,
