@@ -233,3 +233,40 @@ fn int_responses_shrink_and_shorten_the_first_burst_of_an_incast() {
     );
     assert_eq!((on.drops, off.drops), (0, 0));
 }
+
+/// `payload_bytes` (the HPCC authors' 1000 B packets): a 2048 B flow takes
+/// three packets instead of two (one more packet's 58 B of headers on the
+/// wire), finishes, and its ideal FCT counts the smaller packets.
+#[test]
+fn a_smaller_payload_per_packet_segments_flows_into_more_packets() {
+    use netsim::sim::{FlowSpec, SimConfig, Simulator};
+    let run = |payload: Option<u32>| {
+        let topo =
+            toml::from_str::<netsim::sim::topology::TopologySpec>("kind = \"star\"\nhosts = 2")
+                .unwrap()
+                .build()
+                .unwrap();
+        let mut cfg = SimConfig::new(transport::rc::CcMode::None, 100_000);
+        cfg.payload_bytes = payload;
+        let mut sim = Simulator::new(cfg, topo, 1 << 20).unwrap();
+        sim.add_flow(FlowSpec {
+            src: 0,
+            dst: 1,
+            size: 2048,
+            start_ns: 0,
+        })
+        .unwrap();
+        sim.run();
+        sim.result("none")
+    };
+    let (mtu, small) = (run(None), run(Some(1000)));
+    assert_eq!((mtu.flows_done, small.flows_done), (1, 1));
+    let to_host1 = |r: &SimResult| r.ports.iter().map(|p| p.tx_bytes).max().unwrap();
+    assert_eq!(to_host1(&small), to_host1(&mtu) + 58);
+    // One more packet's headers at 100G, and a 1000 B packet per hop
+    // instead of a 1024 B one (2 hops x 2 ns).
+    assert_eq!(
+        small.flows[0].ideal_ns as i64 - mtu.flows[0].ideal_ns as i64,
+        5 - 4
+    );
+}

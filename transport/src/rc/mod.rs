@@ -147,6 +147,12 @@ pub struct EngineConfig {
     /// Data packets subscribe to INT responses (wire::tlm's SUBSCRIBE
     /// flag): congested switches answer the sender directly.
     pub int_subscribe: bool,
+    /// Simulation only: packets carry this many payload bytes (at most the
+    /// path MTU) instead of the path MTU, as the HPCC authors' simulator
+    /// sends 1000-byte payloads. A RoCE peer expects every packet of a
+    /// message but the last to carry exactly the path MTU, so this is for
+    /// two of our own engines; `None` (the default) everywhere else.
+    pub segment_bytes: Option<u32>,
 }
 
 impl EngineConfig {
@@ -172,6 +178,7 @@ impl EngineConfig {
             vlan: None,
             compact_int: false,
             int_subscribe: false,
+            segment_bytes: None,
         }
     }
 

@@ -153,6 +153,8 @@ pub(crate) struct Qp {
     tlm: Box<QpTlm>,
     /// Outer headers of every frame to the peer (from RTR on).
     template: Option<FrameTemplate>,
+    /// Payload bytes of every packet but a message's last (set at RTR).
+    segment_bytes: u32,
     pending_probe: Option<ProbeRequest>,
     pending_cnp: bool,
     pub in_ctrl: bool,
@@ -231,6 +233,7 @@ impl Qp {
                 ..QpTlm::default()
             }),
             template: None,
+            segment_bytes: 1024,
             pending_probe: None,
             pending_cnp: false,
             in_ctrl: false,
@@ -269,8 +272,13 @@ impl Qp {
         check_bits("rq_psn", u64::from(a.rq_psn), 0xFF_FFFF)?;
         check_bits("max_dest_rd_atomic", u64::from(a.max_dest_rd_atomic), 255)?;
         check_bits("min_rnr_timer", u64::from(a.min_rnr_timer), 31)?;
+        // Payload bytes per packet: the path MTU, or (simulation only) the
+        // engine's segment size when it is smaller.
+        self.segment_bytes = cfg
+            .segment_bytes
+            .map_or(a.path_mtu.bytes(), |s| s.clamp(1, a.path_mtu.bytes()));
         self.resp.configure(
-            a.path_mtu.bytes(),
+            self.segment_bytes,
             a.rq_psn,
             a.max_dest_rd_atomic,
             a.min_rnr_timer,
@@ -287,9 +295,8 @@ impl Qp {
         check_bits("timeout", u64::from(a.timeout), 31)?;
         check_bits("retry_cnt", u64::from(a.retry_cnt), 7)?;
         check_bits("rnr_retry", u64::from(a.rnr_retry), 7)?;
-        let mtu = self.rtr.map_or(1024, |r| r.path_mtu.bytes());
         self.req.configure(
-            mtu,
+            self.segment_bytes,
             a.sq_psn,
             a.timeout,
             a.retry_cnt,

@@ -108,6 +108,9 @@ pub struct SimConfig {
     /// threshold with INT responses, and senders subscribe their data
     /// packets (HPCC++ draft-00 s6.3); `None`: off.
     pub int_response: Option<IntResponseConfig>,
+    /// Payload bytes per packet instead of the path MTU (the HPCC authors'
+    /// simulator sends 1000); our own engines at both ends only.
+    pub payload_bytes: Option<u32>,
 }
 
 impl SimConfig {
@@ -137,6 +140,7 @@ impl SimConfig {
             storm_ns: 1_000_000,
             compact_int: false,
             int_response: None,
+            payload_bytes: None,
         }
     }
 }
@@ -351,6 +355,7 @@ impl Simulator {
             ec.cnp_interval_ns = cfg.cnp_interval_ns;
             ec.compact_int = cfg.compact_int;
             ec.int_subscribe = cfg.int_response.is_some();
+            ec.segment_bytes = cfg.payload_bytes;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
@@ -489,6 +494,10 @@ impl Simulator {
     /// telemetry) at the path's slowest link.
     pub fn ideal_fct_ns(&self, src: usize, dst: usize, size: u64) -> u64 {
         let mtu = u64::from(self.cfg.mtu.bytes());
+        let mtu = self
+            .cfg
+            .payload_bytes
+            .map_or(mtu, |p| u64::from(p).clamp(1, mtu));
         let (mut n, mut delay, mut per_hop, mut slowest) =
             (self.hosts[src].node, 0u64, 0u64, u64::MAX);
         let mut hops = 0;
