@@ -249,7 +249,11 @@ mod tests {
 
     #[test]
     fn telemetry_hops_are_listed() {
-        let s = &samples::telemetry()[3]; // TLM_RESPONSE, 3 hops
+        let all = samples::telemetry();
+        let s = all
+            .iter()
+            .find(|s| s.repr.bth.opcode == transport::wire::Opcode::TlmResponse)
+            .expect("a TLM_RESPONSE sample, 3 hops");
         let line = Summary::default().decode(1, &rec(s.frame()));
         assert!(line.contains(" op=TLM_RESPONSE "), "{line}");
         assert!(

@@ -167,6 +167,10 @@ fn demo(path: &Path) -> ExitCode {
         "bench demo: tshark reads the same file: tshark -r {} -V -d udp.port==4791,infiniband",
         path.display()
     );
+    println!(
+        "bench demo: with our telemetry dissector (./x wireshark installs it): tshark -X lua_script:wireshark/rnic.lua -r {} -V",
+        path.display()
+    );
     code
 }
 

@@ -260,10 +260,49 @@ pub fn telemetry() -> Vec<Sample> {
         rate_mbps: 23_750,
         seq: 6,
     });
+    // A data packet with compact hop records that subscribes to INT
+    // responses, and a switch's response to it.
+    let mut subscribed = packet(RdmaWriteOnly, true, 210);
+    subscribed.reth = reth(0x7f3a_0005_0000, 128);
+    let mut compact = TlmRepr::empty_compact(4);
+    compact.subscribe = true;
+    compact.nhop = 1;
+    compact.hops[0] = HopRecord {
+        ts_ns: 123_456,
+        tx_bytes: 128 * 1000,
+        qlen: 128 * 300,
+        rate: 1000,
+        switch_id: 0,
+        port_id: 0,
+    };
+    subscribed.tlm = Some(compact);
+    let congested = HopRecord {
+        ts_ns: 124_000,
+        tx_bytes: 128 * 2000,
+        qlen: 128 * 400,
+        rate: 1000,
+        switch_id: 0,
+        port_id: 0,
+    };
+    let data = Sample {
+        payload: payload(128, 2),
+        repr: subscribed,
+    };
+    let mut out = vec![0u8; 256];
+    let n = transport::wire::emit_int_response(&data.frame(), &congested, &mut out)
+        .expect("the sample subscribes and has a free slot");
+    let int_response = transport::wire::Packet::parse(&out[..n])
+        .expect("an INT response parses")
+        .repr;
     vec![
         Sample {
             payload: payload(256, 1),
             repr: write,
+        },
+        data,
+        Sample {
+            repr: int_response,
+            payload: vec![],
         },
         Sample {
             repr: ack,

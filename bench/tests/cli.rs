@@ -24,7 +24,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     );
     let demo = String::from_utf8(out.stdout).unwrap();
     assert!(
-        demo.contains("frames=33 roce=32 icrc_bad=1 other=1 errors=0"),
+        demo.contains("frames=35 roce=34 icrc_bad=1 other=1 errors=0"),
         "{demo}"
     );
 
@@ -32,7 +32,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 34);
+    assert_eq!(lines.len(), 36);
     for name in [
         "RDMA_WRITE_ONLY",
         "RDMA_READ_REQUEST",
@@ -45,10 +45,11 @@ fn demo_writes_a_pcap_that_decode_reads() {
         "TLM_REQUEST",
         "TLM_RESPONSE",
         "CC_NOTIFY",
+        "INT_RESPONSE",
     ] {
         assert!(text.contains(&format!(" op={name} ")), "{name} missing");
     }
-    assert_eq!(lines[33], "frames=33 roce=32 icrc_bad=1 other=1 errors=0");
+    assert_eq!(lines[35], "frames=35 roce=34 icrc_bad=1 other=1 errors=0");
 }
 
 #[test]
@@ -83,9 +84,9 @@ fn decode_reports_a_truncated_file_after_the_frames_it_read() {
     assert!(!out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.ends_with("frames=32 roce=32 icrc_bad=1 other=0 errors=0\n"),
+        text.ends_with("frames=34 roce=34 icrc_bad=1 other=0 errors=0\n"),
         "{text}"
     );
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("record 33"), "{err}");
+    assert!(err.contains("record 35"), "{err}");
 }

@@ -4,7 +4,8 @@
 //! syndrome / MSN, ImmDt) must equal what we emitted.
 //!
 //! Needs tshark (`./x test` installs it). Telemetry opcodes are ours and
-//! tshark does not know them, so they are not part of this test.
+//! Wireshark does not know them: `tshark_dissector.rs` checks our own
+//! dissector (`wireshark/rnic.lua`) for those.
 
 use std::process::Command;
 use std::time::Duration;
