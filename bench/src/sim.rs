@@ -73,8 +73,10 @@ pub struct SimArgs {
     pub fct_groups: bool,
     /// Switch INT responses (HPCC++ draft-00 s6.3): `on` makes congested
     /// switches answer subscribed data packets' senders directly, `off`
-    /// turns them off [default: the scenario's `int_response` key]
-    #[arg(long, value_parser = ["on", "off"])]
+    /// turns them off, `both` runs each controller without and then with
+    /// them (the second labelled CC+intresp), side by side in the table,
+    /// JSON and plot [default: the scenario's `int_response` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
     pub int_response: Option<String>,
 }
 
@@ -129,9 +131,31 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         pfc: args.buffer.as_deref().map(|b| b == "pfc"),
         int_response: args.int_response.as_deref().map(|v| v == "on"),
     };
-    let mut runs = Vec::new();
+    // (controller, label, overrides): `--int-response both` runs each
+    // controller twice.
+    let mut plan = Vec::new();
     for name in ccs {
-        let cc = spec.sim.cc(name).map_err(|e| format!("--cc: {e}"))?;
+        if args.int_response.as_deref() == Some("both") {
+            for on in [false, true] {
+                let label = if on {
+                    format!("{name}+intresp")
+                } else {
+                    name.to_string()
+                };
+                let o = Overrides {
+                    int_response: Some(on),
+                    ..o.clone()
+                };
+                plan.push((name, label, o));
+            }
+        } else {
+            plan.push((name, name.to_string(), o.clone()));
+        }
+    }
+    let mut runs = Vec::new();
+    for (cc_name, label, o) in plan {
+        let name = label.as_str();
+        let cc = spec.sim.cc(cc_name).map_err(|e| format!("--cc: {e}"))?;
         let mut built = spec.build(cc, &o).map_err(|e| format!("{source}: {e}"))?;
         if let Some(id) = trace_id {
             if id >= built.flows {
