@@ -1,6 +1,7 @@
 -- Wireshark dissector for this project's HPCC++ telemetry on RoCEv2
 -- (../shared/spec/wire.md and docs/wire.md): the TLM block (header, full
--- 16-byte or COMPACT 8-byte hop records), TLM_REQUEST / TLM_RESPONSE
+-- 16-byte or COMPACT 8-byte hop records, SUBSCRIBE, NFLOWS with the
+-- receiver's flow count N), TLM_REQUEST / TLM_RESPONSE
 -- (PROBE), CC_NOTIFY (NOTIFY) and INT_RESPONSE.
 --
 -- It takes UDP port 4791 over from Wireshark's InfiniBand dissector and
@@ -43,6 +44,8 @@ local f = {
     tlm_echo = ProtoField.bool("rnic.tlm.echo", "ECHO (reflected stack)", 8, nil, 0x01),
     tlm_compact = ProtoField.bool("rnic.tlm.compact", "COMPACT (8-byte hops)", 8, nil, 0x02),
     tlm_subscribe = ProtoField.bool("rnic.tlm.subscribe", "SUBSCRIBE (INT responses wanted)", 8, nil, 0x04),
+    tlm_nflows = ProtoField.bool("rnic.tlm.nflows", "NFLOWS (path id holds N)", 8, nil, 0x08),
+    tlm_n = ProtoField.uint16("rnic.tlm.n", "Flows through the receiver's last hop (N)", base.DEC),
     tlm_nhop = ProtoField.uint8("rnic.tlm.nhop", "Hops filled", base.DEC, nil, 0xF0),
     tlm_maxhop = ProtoField.uint8("rnic.tlm.maxhop", "Hop slots", base.DEC, nil, 0x0F),
     tlm_path_id = ProtoField.uint16("rnic.tlm.path_id", "Path id", base.HEX),
@@ -69,7 +72,7 @@ local f = {
 }
 rnic.fields = {
     f.opcode, f.se, f.migreq, f.padcnt, f.tver, f.pkey, f.fecn, f.becn, f.t, f.destqp, f.ackreq, f.psn,
-    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
+    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nflows, f.tlm_n, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
     f.hop_index, f.hop_ts, f.hop_tx, f.hop_qlen, f.hop_rate, f.hop_switch, f.hop_port, f.hop_code,
     f.probe_id, f.probe_snd_psn, f.probe_ts,
     f.notify_window, f.notify_rate, f.notify_seq, f.notify_reserved,
@@ -163,13 +166,20 @@ local function add_tlm(tree, tvb)
     t:add(f.tlm_echo, tvb(BTH_LEN, 1))
     t:add(f.tlm_compact, tvb(BTH_LEN, 1))
     t:add(f.tlm_subscribe, tvb(BTH_LEN, 1))
+    t:add(f.tlm_nflows, tvb(BTH_LEN, 1))
     t:add(f.tlm_nhop, tvb(BTH_LEN + 1, 1))
     t:add(f.tlm_maxhop, tvb(BTH_LEN + 1, 1))
-    t:add(f.tlm_path_id, tvb(BTH_LEN + 2, 2))
-    t:append_text(string.format(": %d of %d hops%s%s%s", nhop, maxhop,
+    if band(flags, 0x08) ~= 0 then
+        -- Receiver-measured N (draft-00 s6.2) in place of the path id.
+        t:add(f.tlm_n, tvb(BTH_LEN + 2, 2))
+    else
+        t:add(f.tlm_path_id, tvb(BTH_LEN + 2, 2))
+    end
+    t:append_text(string.format(": %d of %d hops%s%s%s%s", nhop, maxhop,
         band(flags, 0x01) ~= 0 and ", echo" or "",
         compact and ", compact" or "",
-        band(flags, 0x04) ~= 0 and ", subscribed" or ""))
+        band(flags, 0x04) ~= 0 and ", subscribed" or "",
+        band(flags, 0x08) ~= 0 and string.format(", N = %d", tvb(BTH_LEN + 2, 2):uint()) or ""))
     for i = 0, math.min(nhop, maxhop) - 1 do
         add_hop(t, tvb, BTH_LEN + 4 + i * hop_len, i, compact)
     end

@@ -172,6 +172,10 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         // The sender wants INT responses from congested switches.
         s.push_str(" tlm.subscribe=1");
     }
+    if t.nflows {
+        // path_id holds the receiver's flow count N.
+        let _ = write!(s, " tlm.nflows=1 tlm.n={}", t.path_id);
+    }
     for (i, h) in t.filled().iter().enumerate() {
         let HopRecord {
             ts_ns,

@@ -246,7 +246,11 @@ pub fn telemetry() -> Vec<Sample> {
     write.tlm = Some(stack(2, 4, false));
     let mut ack = packet(Acknowledge, false, 200);
     ack.aeth = aeth(0x1f, 13);
-    ack.tlm = Some(stack(2, 4, true));
+    // A receiver behind a congested last hop reports N = 37 flows.
+    let mut counted = stack(2, 4, true);
+    counted.nflows = true;
+    counted.path_id = 37;
+    ack.tlm = Some(counted);
     let mut req = packet(TlmRequest, true, 0);
     req.tlm = Some(stack(1, 4, false));
     req.probe = Some(probe);

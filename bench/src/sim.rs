@@ -78,6 +78,13 @@ pub struct SimArgs {
     /// JSON and plot [default: the scenario's `int_response` key]
     #[arg(long, value_parser = ["on", "off", "both"])]
     pub int_response: Option<String>,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): `on` makes receivers
+    /// whose last hop is the bottleneck report how many flows cross it and
+    /// senders take W_AI from it, `off` uses the scenario's fixed N, `both`
+    /// runs each controller both ways (the second labelled CC+rxn)
+    /// [default: the scenario's `receiver_n` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub receiver_n: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -130,26 +137,41 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         load: args.load,
         pfc: args.buffer.as_deref().map(|b| b == "pfc"),
         int_response: args.int_response.as_deref().map(|v| v == "on"),
+        receiver_n: args.receiver_n.as_deref().map(|v| v == "on"),
     };
-    // (controller, label, overrides): `--int-response both` runs each
-    // controller twice.
+    // (controller, label, overrides): `both` of --int-response or
+    // --receiver-n runs each controller without and with the mechanism.
+    let both = |v: &Option<String>| v.as_deref() == Some("both");
     let mut plan = Vec::new();
     for name in ccs {
-        if args.int_response.as_deref() == Some("both") {
-            for on in [false, true] {
-                let label = if on {
-                    format!("{name}+intresp")
-                } else {
-                    name.to_string()
-                };
-                let o = Overrides {
-                    int_response: Some(on),
-                    ..o.clone()
-                };
+        let ir: &[bool] = if both(&args.int_response) {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        let rxn: &[bool] = if both(&args.receiver_n) {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for &with_ir in ir {
+            for &with_rxn in rxn {
+                let mut label = name.to_string();
+                let mut o = o.clone();
+                if both(&args.int_response) {
+                    o.int_response = Some(with_ir);
+                    if with_ir {
+                        label.push_str("+intresp");
+                    }
+                }
+                if both(&args.receiver_n) {
+                    o.receiver_n = Some(with_rxn);
+                    if with_rxn {
+                        label.push_str("+rxn");
+                    }
+                }
                 plan.push((name, label, o));
             }
-        } else {
-            plan.push((name, name.to_string(), o.clone()));
         }
     }
     let mut runs = Vec::new();
@@ -245,6 +267,22 @@ pub fn table(runs: &[Run]) -> String {
             r.first_burst_peak_bytes as f64 / 1e3,
             netsim::sim::BURST_DRAINED_BYTES / 1024
         );
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        // From when on the flows share within Jain 0.99, to the end.
+        let settled = r
+            .jain_series
+            .iter()
+            .rposition(|&(_, j)| j < 0.99)
+            .map_or(r.jain_series.first(), |i| r.jain_series.get(i + 1));
+        if let (Some(&(t, _)), true) = (settled, r.jain_series.len() > 1) {
+            let _ = writeln!(
+                s,
+                "{:<11} Jain >= 0.99 from {:.0} us on",
+                r.cc,
+                t as f64 / 1e3
+            );
+        }
     }
     for r in runs.iter().map(|r| &r.result) {
         let p = &r.pfc;

@@ -1,7 +1,7 @@
 //! Our Wireshark dissector (`wireshark/rnic.lua`) against `bench decode`:
 //! tshark reads `bench demo`'s pcap with the dissector loaded, and every
 //! telemetry field it shows (BTH, TLM header and flags, every hop record,
-//! full and compact, PROBE, NOTIFY, INT_RESPONSE) must equal what our own
+//! full and compact, N, PROBE, NOTIFY, INT_RESPONSE) must equal what our own
 //! decoder prints for the same frame; frames without telemetry must still
 //! be Wireshark's InfiniBand dissector's, and a standard opcode with a TLM
 //! block must have its RETH decoded by it too.
@@ -61,7 +61,7 @@ fn nums(s: &str) -> Vec<u64> {
     s.split(',').filter(|x| !x.is_empty()).map(num).collect()
 }
 
-const FIELDS: [&str; 25] = [
+const FIELDS: [&str; 27] = [
     "frame.number",
     "rnic.bth.opcode",
     "rnic.bth.destqp",
@@ -72,6 +72,8 @@ const FIELDS: [&str; 25] = [
     "rnic.tlm.compact",
     "rnic.tlm.subscribe",
     "rnic.tlm.path_id",
+    "rnic.tlm.nflows",
+    "rnic.tlm.n",
     "rnic.hop.ts_ns",
     "rnic.hop.tx_bytes",
     "rnic.hop.qlen",
@@ -139,7 +141,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         .collect();
     assert_eq!(rows.len(), ours.len(), "one row per frame:\n{text}");
 
-    let mut seen = [false; 5]; // tlm, compact, probe, notify, int_response
+    let mut seen = [false; 6]; // tlm, compact, probe, notify, int_response, N
     for (i, (t, d)) in rows.iter().zip(&ours).enumerate() {
         let frame = i + 1;
         let ctx = format!("frame {frame}: tshark {t:?}\nbench decode {d:?}");
@@ -159,8 +161,19 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         assert_eq!(num(t["rnic.tlm.nhop"]), num(nhop), "{ctx}");
         assert_eq!(num(t["rnic.tlm.maxhop"]), num(&d["tlm.maxhop"]), "{ctx}");
         assert_eq!(num(t["rnic.tlm.echo"]), num(&d["tlm.echo"]), "{ctx}");
-        assert_eq!(num(t["rnic.tlm.path_id"]), num(&d["tlm.path_id"]), "{ctx}");
         let flag = |k: &str| d.get(k).map_or(0, |v| num(v));
+        assert_eq!(num(t["rnic.tlm.nflows"]), flag("tlm.nflows"), "{ctx}");
+        match d.get("tlm.n") {
+            // N in place of the path id.
+            Some(n) => {
+                assert_eq!(num(t["rnic.tlm.n"]), num(n), "{ctx}");
+                assert_eq!(t["rnic.tlm.path_id"], "", "{ctx}");
+                seen[5] = true;
+            }
+            None => {
+                assert_eq!(num(t["rnic.tlm.path_id"]), num(&d["tlm.path_id"]), "{ctx}");
+            }
+        }
         assert_eq!(num(t["rnic.tlm.compact"]), flag("tlm.compact"), "{ctx}");
         assert_eq!(num(t["rnic.tlm.subscribe"]), flag("tlm.subscribe"), "{ctx}");
         seen[1] |= flag("tlm.compact") == 1;
@@ -209,7 +222,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         }
     }
     assert_eq!(
-        seen, [true; 5],
+        seen, [true; 6],
         "the demo has every kind of telemetry frame"
     );
 }

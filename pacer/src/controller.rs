@@ -24,6 +24,8 @@ pub trait CongestionControl {
     /// An INT response from a congested switch for the packet of `psn`
     /// (the congested port's record last in `hops`).
     fn on_int_response(&mut self, _now: u64, _psn: u32, _snd_nxt: u32, _hops: &HopStack) {}
+    /// The receiver counted `n` concurrent flows through its last hop.
+    fn on_flow_count(&mut self, _now: u64, _n: u16) {}
     /// A window computed by the receiver (CC_NOTIFY).
     fn on_notify(&mut self, _now: u64, _n: &Notification) {}
     /// A CNP for this flow.
@@ -58,6 +60,9 @@ impl CongestionControl for Hpcc {
     }
     fn on_int_response(&mut self, _now: u64, psn: u32, snd_nxt: u32, hops: &HopStack) {
         self.new_int_response(psn, snd_nxt, hops);
+    }
+    fn on_flow_count(&mut self, _now: u64, n: u16) {
+        self.set_flow_count(n);
     }
 }
 
@@ -138,6 +143,9 @@ impl CongestionControl for Controller {
     }
     fn on_int_response(&mut self, now: u64, psn: u32, snd_nxt: u32, hops: &HopStack) {
         dispatch!(self, c => CongestionControl::on_int_response(c, now, psn, snd_nxt, hops))
+    }
+    fn on_flow_count(&mut self, now: u64, n: u16) {
+        dispatch!(self, c => CongestionControl::on_flow_count(c, now, n))
     }
     fn on_notify(&mut self, now: u64, n: &Notification) {
         dispatch!(self, c => CongestionControl::on_notify(c, now, n))

@@ -354,6 +354,14 @@ impl Hpcc {
         r
     }
 
+    /// The receiver reported `n` concurrent flows through its last hop
+    /// (draft-00 s6.2): W_AI = W_init (1 - eta) / N from now on (n = 0 is
+    /// taken as 1).
+    pub fn set_flow_count(&mut self, n: u16) {
+        let p = &mut self.core.params;
+        p.w_ai = p.w_init * (1.0 - p.eta) / f64::from(n.max(1));
+    }
+
     /// An INT response (draft-00 s6.3) for the packet of PSN `psn`: a
     /// switch whose egress queue passed its threshold sent `hops` (the
     /// packet's stack, the congested port's record last) straight back.

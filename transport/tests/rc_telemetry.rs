@@ -378,3 +378,38 @@ fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() 
     assert_eq!(p.a.nic.engine().counters().int_response_unknown, 1);
     assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w1);
 }
+
+/// draft-00 s6.2: a receiver whose last hop is the congestion point counts
+/// the flows through it and reports N in the ACKs' echoed stack (NFLOWS,
+/// path_id = N); the sender takes W_AI = W_init (1 - eta) / N from it.
+#[test]
+fn a_receiver_behind_a_congested_last_hop_reports_n_and_the_sender_takes_w_ai_from_it() {
+    let mut p = Pair::new(Setup {
+        cfg: |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            report_flows: true,
+            ..EngineConfig::new(m, i, LINE)
+        },
+        ..Setup::default()
+    });
+    write_through_congestion(&mut p);
+    let reports: Vec<_> = p
+        .logged(Dir::BtoA, |k| {
+            k.repr.tlm.filter(|t| t.nflows).map(|t| t.path_id)
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(!reports.is_empty(), "ACKs carry N");
+    assert!(reports.iter().all(|&n| n == 1), "one flow: {reports:?}");
+}
+
+#[test]
+fn without_flow_counting_no_ack_carries_n() {
+    let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+    write_through_congestion(&mut p);
+    assert!(p
+        .logged(Dir::BtoA, |k| k.repr.tlm.is_some_and(|t| t.nflows))
+        .iter()
+        .all(|&x| !x));
+}

@@ -43,15 +43,17 @@ fn tlm() -> impl Strategy<Value = TlmRepr> {
                 prop::collection::vec(hop(), 0..=usize::from(maxhop)),
                 any::<bool>(),
                 any::<bool>(),
+                any::<bool>(),
                 any::<u16>(),
             )
         })
-        .prop_map(|(maxhop, hops, echo, subscribe, path_id)| {
+        .prop_map(|(maxhop, hops, echo, subscribe, nflows, path_id)| {
             let mut t = TlmRepr::empty(maxhop);
             t.nhop = hops.len() as u8;
             t.hops[..hops.len()].copy_from_slice(&hops);
             t.echo = echo;
             t.subscribe = subscribe;
+            t.nflows = nflows;
             t.path_id = path_id;
             t
         })

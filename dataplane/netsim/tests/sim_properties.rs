@@ -270,3 +270,48 @@ fn a_smaller_payload_per_packet_segments_flows_into_more_packets() {
         5 - 4
     );
 }
+
+/// HPCC++ draft-00 s6.2 in the `converge` scenario run with hpcc.md's
+/// default N = 16 (three flows share the link: W_AI is 5x too small): with
+/// receiver-measured N the flows reach Jain >= 0.99 for good much sooner;
+/// with N = 1 (W_AI 3x too large) the queue is lower with it.
+#[test]
+fn receiver_measured_n_converges_sooner_than_a_too_large_n_and_queues_less_than_a_too_small_one() {
+    let text = BUILTIN.iter().find(|s| s.0 == "converge").unwrap().1;
+    let with_n = |n: u32| {
+        ScenarioSpec::parse(&text.replace("hpcc_n = 3", &format!("hpcc_n = {n}"))).unwrap()
+    };
+    let o = |on| Overrides {
+        receiver_n: Some(on),
+        ..Overrides::default()
+    };
+    // The first sample from which Jain stays >= 0.99.
+    let settled = |r: &SimResult| {
+        let i = r
+            .jain_series
+            .iter()
+            .rposition(|&(_, j)| j < 0.99)
+            .map_or(0, |i| i + 1);
+        r.jain_series.get(i).map_or(u64::MAX, |s| s.0)
+    };
+    let (fixed, measured) = (
+        run(&with_n(16), "hpcc", &o(false)),
+        run(&with_n(16), "hpcc", &o(true)),
+    );
+    assert!(
+        settled(&measured) * 2 < settled(&fixed),
+        "Jain >= 0.99 from {} ns with N measured, {} ns with N = 16",
+        settled(&measured),
+        settled(&fixed)
+    );
+    let (fixed, measured) = (
+        run(&with_n(1), "hpcc", &o(false)),
+        run(&with_n(1), "hpcc", &o(true)),
+    );
+    assert!(
+        measured.queue_p99_bytes * 2 < fixed.queue_p99_bytes,
+        "queue p99 {} B with N measured, {} B with N = 1",
+        measured.queue_p99_bytes,
+        fixed.queue_p99_bytes
+    );
+}

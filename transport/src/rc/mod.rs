@@ -23,6 +23,7 @@ mod read_recovery;
 mod recv;
 mod requester;
 mod responder;
+pub mod rx_flows;
 pub use responder::MAX_DMA_LEN;
 mod sgl;
 mod types;
@@ -153,6 +154,11 @@ pub struct EngineConfig {
     /// message but the last to carry exactly the path MTU, so this is for
     /// two of our own engines; `None` (the default) everywhere else.
     pub segment_bytes: Option<u32>,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): as a receiver, count
+    /// the flows through the last hop when it is the congestion point and
+    /// report N in the ACKs' echoed telemetry; as a sender, set W_AI =
+    /// W_init (1 - eta) / N from the reports.
+    pub report_flows: bool,
 }
 
 impl EngineConfig {
@@ -179,6 +185,7 @@ impl EngineConfig {
             compact_int: false,
             int_subscribe: false,
             segment_bytes: None,
+            report_flows: false,
         }
     }
 
@@ -220,6 +227,10 @@ pub struct Engine<M: Memory> {
     /// (peer IPv4 address, peer QPN) -> our QPN, for INT responses (a
     /// switch names the receiver's QP, the only one it knows).
     by_peer: HashMap<(Ipv4Addr, Qpn), Qpn>,
+    /// The last hop's utilization, for receiver-measured N.
+    last_hop: rx_flows::LastHop,
+    /// N as last counted, and when.
+    flows_counted: (u64, u16),
 }
 
 impl<M: Memory> Engine<M> {
@@ -240,6 +251,8 @@ impl<M: Memory> Engine<M> {
             ip_ident: 0,
             timers: BinaryHeap::new(),
             by_peer: HashMap::new(),
+            last_hop: rx_flows::LastHop::new(cfg.hpcc.t_ns, cfg.hpcc.eta),
+            flows_counted: (0, 0),
         }
     }
 
@@ -928,10 +941,18 @@ impl<M: Memory> Engine<M> {
             self.refresh(i, now);
             return;
         }
+        let op = p.repr.bth.opcode;
+        if self.cfg.report_flows && op.is_request() {
+            if let Some(t) = p.repr.tlm.filter(|t| !t.echo) {
+                self.last_hop.on_data(&t);
+                if let Some(q) = self.qps[i].as_mut() {
+                    q.rx_data_ns = now;
+                }
+            }
+        }
         // A SEND or WRITE packet moves only the responder: no WR of this
         // QP's requester completes, its timers and its next paced packet
         // stay as they were; only an ACK, NAK or CNP may now wait.
-        let op = p.repr.bth.opcode;
         let pushes_data = op.is_request()
             && !matches!(
                 op,
@@ -964,6 +985,28 @@ impl<M: Memory> Engine<M> {
             qp.on_int_response(now, p.repr.bth.psn, &t);
         }
         self.refresh(i, now);
+    }
+
+    /// N to report, when counting is on and the last hop is the congestion
+    /// point: the QPs that received data within the last 4 T, counted again
+    /// at most once per T.
+    fn flows_through_last_hop(&mut self, now: u64) -> Option<u16> {
+        if !self.cfg.report_flows || !self.last_hop.is_bottleneck() {
+            return None;
+        }
+        let t = self.cfg.hpcc.t_ns.max(1);
+        let (at, n) = self.flows_counted;
+        if n == 0 || now.saturating_sub(at) >= t {
+            let window = 4 * t;
+            let n = self
+                .qps
+                .iter()
+                .flatten()
+                .filter(|q| q.rx_data_ns > 0 && now.saturating_sub(q.rx_data_ns) <= window)
+                .count();
+            self.flows_counted = (now, n.clamp(1, usize::from(u16::MAX)) as u16);
+        }
+        Some(self.flows_counted.1)
     }
 
     /// Charges a bad-ICRC frame to the QP its (unverified) DestQP names.
@@ -1000,12 +1043,13 @@ impl<M: Memory> Engine<M> {
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;
+            let flows = self.flows_through_last_hop(now);
             let Some(qp) = self.qps[i].as_mut() else {
                 continue;
             };
             qp.in_ctrl = false;
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            let n = qp.emit_ctrl(self.ip_ident, buf);
+            let n = qp.emit_ctrl(self.ip_ident, buf, flows);
             if qp.has_ctrl() {
                 self.queue_ctrl(i);
             }

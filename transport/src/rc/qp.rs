@@ -155,6 +155,10 @@ pub(crate) struct Qp {
     template: Option<FrameTemplate>,
     /// Payload bytes of every packet but a message's last (set at RTR).
     segment_bytes: u32,
+    /// When a data packet with telemetry last arrived (receiver-measured N).
+    pub rx_data_ns: u64,
+    /// Take the receiver's flow counts (EngineConfig::report_flows).
+    use_reported_n: bool,
     pending_probe: Option<ProbeRequest>,
     pending_cnp: bool,
     pub in_ctrl: bool,
@@ -234,6 +238,8 @@ impl Qp {
             }),
             template: None,
             segment_bytes: 1024,
+            rx_data_ns: 0,
+            use_reported_n: cfg.report_flows,
             pending_probe: None,
             pending_cnp: false,
             in_ctrl: false,
@@ -516,6 +522,9 @@ impl Qp {
                 }
                 if let (Some(t), CcMode::HpccInband { .. }) = (p.repr.tlm, self.mode) {
                     if t.echo {
+                        if t.nflows && self.use_reported_n {
+                            self.cc.on_flow_count(now, t.path_id);
+                        }
                         self.telemetry(now, psn, &t);
                     }
                 }
@@ -826,7 +835,8 @@ impl Qp {
 
     /// Builds the next control packet (NAK/ACK, probe response, notify, CNP,
     /// probe) into `buf`.
-    pub fn emit_ctrl(&mut self, ident: u16, buf: &mut [u8]) -> Option<usize> {
+    /// `flows`: N to report in an echoed stack (receiver-measured N).
+    pub fn emit_ctrl(&mut self, ident: u16, buf: &mut [u8], flows: Option<u16>) -> Option<usize> {
         self.rtr?;
         let n = if let Some(a) = self.resp.take_ack() {
             let mut r = self.transport(Opcode::Acknowledge, a.psn);
@@ -840,6 +850,10 @@ impl Qp {
             if echo {
                 if let Some(t) = self.tlm.last.as_mut() {
                     t.echo = true;
+                    if let Some(n) = flows {
+                        t.nflows = true;
+                        t.path_id = n;
+                    }
                 }
                 r.tlm = self.tlm.last.as_ref();
             }

@@ -44,6 +44,10 @@ pub const FLAG_ECHO: u8 = 0x01;
 pub const FLAG_COMPACT: u8 = 0x02;
 /// Flag bit 2: the sender subscribes this packet to INT responses.
 pub const FLAG_SUBSCRIBE: u8 = 0x04;
+/// Flag bit 3, in an echoed stack: `path_id` holds N, the receiver's count
+/// of concurrent flows through its last hop (HPCC++ draft-00 s6.2), not
+/// the path id.
+pub const FLAG_NFLOWS: u8 = 0x08;
 /// Port rates a compact hop can name, in units of 100 Mb/s, by code.
 pub const COMPACT_RATES: [u16; 16] = [
     0, 1, 2, 10, 20, 25, 50, 100, 250, 400, 500, 1000, 2000, 4000, 8000, 16000,
@@ -189,6 +193,11 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         self.flags() & FLAG_SUBSCRIBE != 0
     }
 
+    /// Does `path_id` hold the receiver's flow count N?
+    pub fn nflows(&self) -> bool {
+        self.flags() & FLAG_NFLOWS != 0
+    }
+
     fn hop_len(&self) -> usize {
         hop_len(self.compact())
     }
@@ -265,6 +274,8 @@ pub struct TlmRepr {
     pub compact: bool,
     /// INT responses wanted (see the module doc).
     pub subscribe: bool,
+    /// `path_id` holds N, the receiver's flow count ([`FLAG_NFLOWS`]).
+    pub nflows: bool,
     pub nhop: u8,
     pub maxhop: u8,
     pub path_id: u16,
@@ -279,6 +290,7 @@ impl TlmRepr {
             echo: false,
             compact: false,
             subscribe: false,
+            nflows: false,
             nhop: 0,
             maxhop: maxhop.clamp(1, MAX_HOPS as u8),
             path_id: 0,
@@ -322,6 +334,7 @@ impl TlmRepr {
             echo: t.echo(),
             compact: t.compact(),
             subscribe: t.subscribe(),
+            nflows: t.nflows(),
             nhop,
             maxhop,
             path_id: t.path_id(),
@@ -348,7 +361,8 @@ impl TlmRepr {
         let flag = |on: bool, bit: u8| if on { bit } else { 0 };
         buf[0] = flag(self.echo, FLAG_ECHO)
             | flag(self.compact, FLAG_COMPACT)
-            | flag(self.subscribe, FLAG_SUBSCRIBE);
+            | flag(self.subscribe, FLAG_SUBSCRIBE)
+            | flag(self.nflows, FLAG_NFLOWS);
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
         let len = hop_len(self.compact);

@@ -111,6 +111,9 @@ pub struct SimConfig {
     /// Payload bytes per packet instead of the path MTU (the HPCC authors'
     /// simulator sends 1000); our own engines at both ends only.
     pub payload_bytes: Option<u32>,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): receivers count the
+    /// flows through their last hop and senders take W_AI from the count.
+    pub receiver_n: bool,
 }
 
 impl SimConfig {
@@ -141,6 +144,7 @@ impl SimConfig {
             compact_int: false,
             int_response: None,
             payload_bytes: None,
+            receiver_n: false,
         }
     }
 }
@@ -356,6 +360,7 @@ impl Simulator {
             ec.compact_int = cfg.compact_int;
             ec.int_subscribe = cfg.int_response.is_some();
             ec.segment_bytes = cfg.payload_bytes;
+            ec.report_flows = cfg.receiver_n;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)

@@ -194,6 +194,10 @@ pub struct RunSpec {
     /// sends 1000; RoCE peers would refuse anything but the path MTU, so
     /// only the simulator (our engines at both ends) offers this.
     pub payload_bytes: u32,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): receivers whose last
+    /// hop is the bottleneck report how many flows cross it, and senders
+    /// set W_AI = W_init (1 - eta) / N from that instead of `hpcc_n`.
+    pub receiver_n: bool,
 }
 
 impl Default for RunSpec {
@@ -243,6 +247,7 @@ impl Default for RunSpec {
             int_response_period_us: 0,
             int_response_bloom_bits: 4096,
             payload_bytes: 0,
+            receiver_n: false,
         }
     }
 }
@@ -400,6 +405,8 @@ pub struct Overrides {
     pub pfc: Option<bool>,
     /// INT responses on or off instead of the scenario's `int_response`.
     pub int_response: Option<bool>,
+    /// Receiver-measured N on or off instead of the scenario's `receiver_n`.
+    pub receiver_n: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -498,6 +505,7 @@ impl ScenarioSpec {
             }
             p => Some(p),
         };
+        cfg.receiver_n = o.receiver_n.unwrap_or(r.receiver_n);
         if o.int_response.unwrap_or(r.int_response) {
             let period_ns = match r.int_response_period_us {
                 0 => r.base_rtt_ns,
