@@ -112,6 +112,11 @@ pub struct IncastSection {
     /// [default: 32768]
     #[serde(default = "default_int_response_threshold")]
     pub int_response_threshold_bytes: u64,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): the receiver counts the
+    /// flows through its last hop and reports N in its ACKs; senders take
+    /// W_AI = W_init (1 - eta) / N [default: false].
+    #[serde(default)]
+    pub receiver_n: bool,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -798,6 +803,7 @@ impl IncastSection {
                     bottleneck_bps,
                     buffer_bytes: self.buffer_bytes,
                     pfc: self.pfc,
+                    receiver_n: self.receiver_n,
                     int_response: self.int_response.then(|| {
                         netsim::int_response::IntResponseConfig::new(
                             self.int_response_threshold_bytes,

@@ -62,6 +62,9 @@ pub struct IncastConfig {
     /// their data packets, the switch answers those that find a queue at
     /// or above the threshold; `None`: off.
     pub int_response: Option<IntResponseConfig>,
+    /// Receiver-measured N (HPCC++ draft-00 s6.2): the receiver reports the
+    /// flows through its last hop, senders take W_AI from the count.
+    pub receiver_n: bool,
 }
 
 /// Most frames the incast tap records.
@@ -104,6 +107,8 @@ pub struct IncastReport {
     pub int_responses_taken: u64,
     pub int_responses_stale: u64,
     pub int_response_no_buffer: u64,
+    /// ACKs with the receiver's flow count that senders took.
+    pub flow_reports: u64,
 }
 
 /// Why an incast run could not start or stopped.
@@ -221,6 +226,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         )?;
         ec.ack_req_every = 1;
         ec.int_subscribe = cfg.int_response.is_some();
+        ec.report_flows = cfg.receiver_n;
         let mut mem = VecMemory::new();
         let bytes = cfg.message_bytes as usize * cfg.depth.max(1);
         mem.add(MEM, bytes.max(4096));
@@ -489,5 +495,6 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         int_responses_taken: totals.int_responses,
         int_responses_stale: totals.int_responses_stale,
         int_response_no_buffer,
+        flow_reports: totals.flow_reports,
     })
 }

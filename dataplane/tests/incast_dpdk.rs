@@ -28,6 +28,7 @@ fn main() {
         tap: None,
         stats: None,
         int_response: None,
+        receiver_n: false,
     };
     let hpcc =
         run(&eal, &cfg(CcMode::HpccInband { maxhop: 3 }, "t_hpcc"), 1.5).expect("HPCC++ run");
@@ -70,5 +71,16 @@ fn main() {
     assert!(ir.int_responses_taken <= ir.int_responses);
     assert_eq!(ir.drops, 0);
     assert!(ir.completed > 0 && ir.failed == 0);
+    // Receiver-measured N: the receiver behind the bottleneck reports the
+    // flows through it and the senders take the reports.
+    let counted = IncastConfig {
+        receiver_n: true,
+        ..cfg(CcMode::HpccInband { maxhop: 3 }, "t_rxn")
+    };
+    let rxn = run(&eal, &counted, 1.5).expect("receiver-measured N run");
+    println!("incast_dpdk: HPCC++ with receiver-measured N {rxn:?}");
+    assert!(rxn.flow_reports > 0, "ACKs carried N");
+    assert_eq!(rxn.drops, 0);
+    assert!(rxn.completed > 0 && rxn.failed == 0);
     drop(eal);
 }

@@ -282,6 +282,12 @@ fn incast(
                 r.pfc_no_buffer
             );
         }
+        if cfg.receiver_n {
+            println!(
+                "{name:<10} receiver-measured N: {} ACKs with N taken by the senders",
+                r.flow_reports
+            );
+        }
         if cfg.int_response.is_some() {
             println!(
                 "{name:<10} int responses: {} sent, {} taken by senders ({} stale), {} lost for want of an mbuf",

@@ -41,6 +41,8 @@ pub struct QpCounters {
     pub int_responses: u64,
     /// INT responses for a PSN not in flight (late or forged): ignored.
     pub int_responses_stale: u64,
+    /// ACKs whose receiver reported N (receiver-measured N), taken.
+    pub flow_reports: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -72,6 +74,7 @@ impl QpCounters {
             notifies_received,
             int_responses,
             int_responses_stale,
+            flow_reports,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -99,6 +102,7 @@ impl QpCounters {
         self.notifies_received += notifies_received;
         self.int_responses += int_responses;
         self.int_responses_stale += int_responses_stale;
+        self.flow_reports += flow_reports;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }

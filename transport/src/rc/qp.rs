@@ -523,6 +523,7 @@ impl Qp {
                 if let (Some(t), CcMode::HpccInband { .. }) = (p.repr.tlm, self.mode) {
                     if t.echo {
                         if t.nflows && self.use_reported_n {
+                            self.counters.flow_reports += 1;
                             self.cc.on_flow_count(now, t.path_id);
                         }
                         self.telemetry(now, psn, &t);
