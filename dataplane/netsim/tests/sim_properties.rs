@@ -315,3 +315,19 @@ fn receiver_measured_n_converges_sooner_than_a_too_large_n_and_queues_less_than_
         fixed.queue_p99_bytes
     );
 }
+
+/// Every scenario file shipped in configs/sim (built in or not) parses.
+#[test]
+fn every_shipped_scenario_file_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/sim");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            ScenarioSpec::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n > BUILTIN.len(), "found {n} scenario files");
+}
