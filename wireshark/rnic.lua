@@ -91,9 +91,13 @@ local infiniband = udp_port:get_dissector(4791)
 local BTH_LEN = 12
 local ICRC_LEN = 4
 
-local function band(a, b) return bit32.band(a, b) end
-local function rshift(a, n) return bit32.rshift(a, n) end
-local function lshift(a, n) return bit32.lshift(a, n) end
+-- Lua 5.2 (Wireshark up to 4.2) has bit32; Lua 5.4 builds drop it, and
+-- every Wireshark ships the BitOp library `bit`. Values stay below 2^31.
+local bitlib = bit32 or bit
+local function band(a, b) return bitlib.band(a, b) end
+local function bor(a, b) return bitlib.bor(a, b) end
+local function rshift(a, n) return bitlib.rshift(a, n) end
+local function lshift(a, n) return bitlib.lshift(a, n) end
 
 local function add_bth(tree, tvb)
     local b = tree:add(rnic, tvb(0, BTH_LEN), "Base Transport Header")
@@ -119,7 +123,7 @@ local function add_hop(tree, tvb, off, i, compact)
     if compact then
         local hi, lo = tvb(off, 4):uint(), tvb(off + 4, 4):uint()
         local ts = rshift(hi, 8)
-        local tx = bit32.bor(lshift(band(hi, 0xFF), 12), rshift(lo, 20)) * COMPACT_UNIT
+        local tx = bor(lshift(band(hi, 0xFF), 12), rshift(lo, 20)) * COMPACT_UNIT
         local qlen = band(rshift(lo, 4), 0xFFFF) * COMPACT_UNIT
         local code = band(lo, 0xF)
         h:add(f.hop_ts, tvb(off, 3), ts)

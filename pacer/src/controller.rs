@@ -55,14 +55,15 @@ impl CongestionControl for Hpcc {
     fn rate_bps(&self) -> u64 {
         saturate(self.core().rate_bps())
     }
-    fn on_telemetry(&mut self, _now: u64, ack_seq: u32, snd_nxt: u32, hops: &HopStack) {
+    fn on_telemetry(&mut self, now: u64, ack_seq: u32, snd_nxt: u32, hops: &HopStack) {
+        self.expire_flow_count(now);
         self.new_ack(ack_seq, snd_nxt, hops);
     }
     fn on_int_response(&mut self, _now: u64, psn: u32, snd_nxt: u32, hops: &HopStack) {
         self.new_int_response(psn, snd_nxt, hops);
     }
-    fn on_flow_count(&mut self, _now: u64, n: u16) {
-        self.set_flow_count(n);
+    fn on_flow_count(&mut self, now: u64, n: u16) {
+        self.set_flow_count(now, n);
     }
 }
 

@@ -14,6 +14,8 @@ pub const U_FLOOR: f64 = 1e-6;
 /// Upper bound on U and on any hop's u' (sanity bound, far above any real
 /// link: u' = 1e6 is a queue a million BDPs long).
 pub const U_MAX: f64 = 1e6;
+/// A reported flow count holds for this many T after the last report.
+pub const FLOW_COUNT_TTL_T: u64 = 4;
 /// Queue lengths above this (1 GiB, larger than any switch buffer) are
 /// treated as this.
 pub const QLEN_MAX: u32 = 1 << 30;
@@ -312,6 +314,10 @@ pub struct Hpcc {
     last_update_seq: u32,
     /// Some feedback (telemetry or an INT response) has set lastUpdateSeq.
     fed: bool,
+    /// W_AI as configured, and when the receiver last reported N (W_AI
+    /// follows the reports while they come).
+    base_w_ai: f64,
+    n_at: Option<u64>,
 }
 
 impl Hpcc {
@@ -320,6 +326,8 @@ impl Hpcc {
             core: HpccCore::new(params),
             last_update_seq: 0,
             fed: false,
+            base_w_ai: params.w_ai,
+            n_at: None,
         }
     }
 
@@ -354,12 +362,28 @@ impl Hpcc {
         r
     }
 
-    /// The receiver reported `n` concurrent flows through its last hop
-    /// (draft-00 s6.2): W_AI = W_init (1 - eta) / N from now on (n = 0 is
-    /// taken as 1).
-    pub fn set_flow_count(&mut self, n: u16) {
+    /// The receiver reported `n` concurrent flows through its last hop at
+    /// `now` (draft-00 s6.2): W_AI = W_init (1 - eta) / N (n = 0 is taken
+    /// as 1) until [`FLOW_COUNT_TTL_T`] T pass without a report.
+    pub fn set_flow_count(&mut self, now: u64, n: u16) {
         let p = &mut self.core.params;
         p.w_ai = p.w_init * (1.0 - p.eta) / f64::from(n.max(1));
+        self.n_at = Some(now);
+    }
+
+    /// Back to the configured W_AI when no report came for
+    /// [`FLOW_COUNT_TTL_T`] T (the last hop stopped being the bottleneck).
+    pub fn expire_flow_count(&mut self, now: u64) {
+        let ttl = self.core.params.t_ns.saturating_mul(FLOW_COUNT_TTL_T);
+        if self.n_at.is_some_and(|t| now.saturating_sub(t) > ttl) {
+            self.core.params.w_ai = self.base_w_ai;
+            self.n_at = None;
+        }
+    }
+
+    /// W_AI now.
+    pub fn w_ai(&self) -> f64 {
+        self.core.params.w_ai
     }
 
     /// An INT response (draft-00 s6.3) for the packet of PSN `psn`: a

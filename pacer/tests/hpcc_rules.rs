@@ -469,3 +469,19 @@ fn an_int_response_without_a_hop_or_a_rate_changes_nothing() {
     assert_eq!(h.new_int_response(1, 2, &one(dead)), None);
     assert_eq!(*h.core(), before);
 }
+
+/// draft-00 s6.2: a receiver-reported N sets W_AI = W_init (1 - eta) / N;
+/// without reports for 4 T the configured W_AI comes back.
+#[test]
+fn a_reported_flow_count_sets_w_ai_until_reports_stop() {
+    let mut h = Hpcc::new(params());
+    assert!(close(h.w_ai(), 625.0));
+    h.set_flow_count(1_000, 50);
+    assert!(close(h.w_ai(), 125_000.0 * 0.05 / 50.0));
+    h.expire_flow_count(1_000 + 40_000);
+    assert!(close(h.w_ai(), 125.0), "still within 4 T");
+    h.expire_flow_count(1_000 + 40_001);
+    assert!(close(h.w_ai(), 625.0), "back to the configured W_AI");
+    h.set_flow_count(50_000, 0);
+    assert!(close(h.w_ai(), 125_000.0 * 0.05), "N = 0 counts as 1");
+}

@@ -413,3 +413,42 @@ fn without_flow_counting_no_ack_carries_n() {
         .iter()
         .all(|&x| !x));
 }
+
+/// An engine whose data packets do not subscribe takes no INT response,
+/// however well formed: it is counted and W stays.
+#[test]
+fn an_int_response_to_an_engine_that_did_not_subscribe_changes_nothing() {
+    let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+    p.set_hook(rc_util::cut(Dir::BtoA));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 16_384);
+    p.post(wr);
+    p.run(20_000);
+    let (mut repr, payload) = p
+        .logged(Dir::AtoB, |k| (k.repr, k.payload.to_vec()))
+        .remove(0);
+    // As if it had subscribed: the switch answers what it is given.
+    if let Some(t) = repr.tlm.as_mut() {
+        t.subscribe = true;
+    }
+    let hop = HopRecord {
+        qlen: 300_000,
+        rate: 1000,
+        ..HopRecord::default()
+    };
+    let mut out = vec![0u8; 512];
+    let n = transport::wire::emit_int_response(&rc_util::emit(&repr, &payload), &hop, &mut out)
+        .unwrap();
+    let (w0, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
+    let now = p.now;
+    p.a.nic.engine_mut().handle_packet(now, &out[..n]);
+    assert_eq!(p.a.nic.engine().counters().int_response_unknown, 1);
+    assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w0);
+    assert_eq!(
+        p.a.nic
+            .engine_mut()
+            .qp_counters(p.a.qpn)
+            .unwrap()
+            .int_responses,
+        0
+    );
+}

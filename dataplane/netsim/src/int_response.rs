@@ -61,8 +61,9 @@ pub struct IntResponder {
 }
 
 impl IntResponder {
+    /// The filter has 64 to 2^24 bits (the configuration is clamped).
     pub fn new(cfg: IntResponseConfig) -> Self {
-        let words = cfg.bloom_bits.div_ceil(64).max(1);
+        let words = cfg.bloom_bits.clamp(64, 1 << 24).div_ceil(64);
         IntResponder {
             cfg: IntResponseConfig {
                 period_ns: cfg.period_ns.max(1),
@@ -91,6 +92,12 @@ impl IntResponder {
         }
         let f = RoceFrame::new_checked(frame).ok()?;
         if !subscribed(&f) {
+            return None;
+        }
+        if f.tlm().is_some_and(|t| t.nhop() >= t.maxhop()) {
+            // No slot for this switch's record: nothing to send, and the
+            // flow stays out of the filter.
+            self.counters.no_room += 1;
             return None;
         }
         let flow = [

@@ -120,7 +120,8 @@ pub struct EngineCounters {
     pub unknown_qp: u64,
     /// Frames for a QP in a state that takes no packets (RESET, INIT, ERR).
     pub wrong_state: u64,
-    /// INT responses naming no QP connected to (their source, DestQP).
+    /// INT responses naming no QP connected to (their source, DestQP), or
+    /// arriving at an engine whose data packets do not subscribe.
     pub int_response_unknown: u64,
     pub tx_frames: u64,
     /// The counters of every QP destroyed or reset so far, summed (the

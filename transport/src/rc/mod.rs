@@ -37,7 +37,7 @@ use pacer::scheduler::{FlowScheduler, SchedulerConfig};
 use pacer::CongestionControl;
 
 pub use counters::{EngineCounters, QpCounters};
-pub use qp::{CcMode, UnknownCc};
+pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
 pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
@@ -970,6 +970,11 @@ impl<M: Memory> Engine<M> {
     /// An INT response: a switch names the peer's QP (DestQP) and the peer
     /// (IPv4 source); the QP connected to them takes it.
     fn int_response(&mut self, now: u64, p: &Packet<'_>) {
+        if !self.cfg.int_subscribe {
+            // Nobody asked: a response here is forged or misrouted.
+            self.counters.int_response_unknown += 1;
+            return;
+        }
         let peer = (p.repr.ip.src, p.repr.bth.dest_qp);
         let found = self.by_peer.get(&peer).and_then(|&q| self.index(q).ok());
         let Some(i) = found.filter(|&i| {
@@ -997,7 +1002,7 @@ impl<M: Memory> Engine<M> {
         let t = self.cfg.hpcc.t_ns.max(1);
         let (at, n) = self.flows_counted;
         if n == 0 || now.saturating_sub(at) >= t {
-            let window = 4 * t;
+            let window = t.saturating_mul(4);
             let n = self
                 .qps
                 .iter()

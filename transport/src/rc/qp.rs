@@ -4,6 +4,9 @@
 
 use std::net::Ipv4Addr;
 
+/// The smallest payload per packet `EngineConfig::segment_bytes` may set.
+pub const MIN_SEGMENT: u32 = 256;
+
 use pacer::dcqcn::{CnpLimiter, Dcqcn};
 use pacer::fixed::Fixed;
 use pacer::probe::{ProbeClock, ProbeRequest};
@@ -280,9 +283,12 @@ impl Qp {
         check_bits("min_rnr_timer", u64::from(a.min_rnr_timer), 31)?;
         // Payload bytes per packet: the path MTU, or (simulation only) the
         // engine's segment size when it is smaller.
+        // At least 256 bytes (the smallest path MTU): a message of up to
+        // 2^31 bytes then stays within half the 24-bit PSN space.
+        let mtu = a.path_mtu.bytes();
         self.segment_bytes = cfg
             .segment_bytes
-            .map_or(a.path_mtu.bytes(), |s| s.clamp(1, a.path_mtu.bytes()));
+            .map_or(mtu, |s| s.clamp(MIN_SEGMENT.min(mtu), mtu));
         self.resp.configure(
             self.segment_bytes,
             a.rq_psn,
@@ -851,8 +857,11 @@ impl Qp {
             if echo {
                 if let Some(t) = self.tlm.last.as_mut() {
                     t.echo = true;
+                    // The sender's request flags are not echoed; NFLOWS
+                    // only when this receiver counted.
+                    t.subscribe = false;
+                    t.nflows = flows.is_some();
                     if let Some(n) = flows {
-                        t.nflows = true;
                         t.path_id = n;
                     }
                 }

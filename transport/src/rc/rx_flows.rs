@@ -58,7 +58,13 @@ impl LastHop {
             };
             let dt = last.ts_ns.wrapping_sub(prev.ts_ns) & mask_ts;
             let b = last.rate_bps() as f64 / 8e9;
-            // A delta of more than half the range is a reordered record.
+            // A record a little behind the reference (less than T) was
+            // reordered: keep the newer reference. Any other backwards
+            // delta is an idle gap that wrapped the timestamp: start over
+            // from this record.
+            if dt > mask_ts / 2 && mask_ts - dt < self.t_ns.min(u64::from(mask_ts)) as u32 {
+                return;
+            }
             if dt > 0 && dt <= mask_ts / 2 && b > 0.0 {
                 let t = self.t_ns as f64;
                 let dtx = f64::from(last.tx_bytes.wrapping_sub(prev.tx_bytes) & mask_bytes);
@@ -66,8 +72,6 @@ impl LastHop {
                 let u = q / (b * t) + dtx / (f64::from(dt) * b);
                 let tau = f64::from(dt).min(t);
                 self.u = (1.0 - tau / t) * self.u + tau / t * u.min(1e6);
-            } else if dt > mask_ts / 2 {
-                return; // keep the newer record as the reference
             }
         }
         self.prev = Some(last);
@@ -119,6 +123,23 @@ mod tests {
         }
         assert!(h.utilization() > 0.95, "{}", h.utilization());
         assert!(h.is_bottleneck());
+    }
+
+    #[test]
+    fn a_reordered_record_is_skipped_and_a_wrapped_idle_gap_restarts() {
+        let mut h = LastHop::new(10_000, 0.95);
+        for k in 1..5u32 {
+            h.on_data(&stack(k * 10_000, k * 125_000, 2_000, 0));
+        }
+        let u = h.utilization();
+        // 1 us behind the reference: reordered, nothing changes.
+        h.on_data(&stack(39_000, 480_000, 2_000, 0));
+        assert_eq!(h.utilization(), u);
+        // Far behind (the clock wrapped over an idle gap): the record is
+        // the new reference, and the next one gives a sample again.
+        h.on_data(&stack(5_000, 0, 0, 0));
+        h.on_data(&stack(15_000, 12_500, 0, 0));
+        assert!(h.utilization() < u, "{} then {}", u, h.utilization());
     }
 
     #[test]

@@ -1126,7 +1126,10 @@ impl Simulator {
         let Ok(p) = transport::wire::Packet::parse(frame) else {
             return;
         };
-        let (Some(t), true) = (p.repr.tlm, p.repr.bth.dest_qp == qa) else {
+        // INT responses name the receiver's QP, which may have the same
+        // number as the sender's: not ACK telemetry.
+        let ours = p.repr.bth.dest_qp == qa && p.repr.bth.opcode != Opcode::IntResponse;
+        let (Some(t), true) = (p.repr.tlm, ours) else {
             return;
         };
         if !t.echo {

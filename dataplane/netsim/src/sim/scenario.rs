@@ -261,7 +261,7 @@ pub enum ScenarioError {
     Toml(String),
     #[error("[sim] mtu = {0} is not 256, 512, 1024, 2048 or 4096")]
     Mtu(u32),
-    #[error("[sim] payload_bytes = {payload} is more than the path MTU {mtu}")]
+    #[error("[sim] payload_bytes = {payload} is not between 256 and the path MTU {mtu}")]
     PayloadBytes { payload: u32, mtu: u32 },
     #[error("[sim] int_hop_bytes = {0} is not 16 or 8")]
     IntHopBytes(u32),
@@ -497,7 +497,7 @@ impl ScenarioSpec {
         };
         cfg.payload_bytes = match r.payload_bytes {
             0 => None,
-            p if p > r.mtu => {
+            p if p > r.mtu || p < transport::rc::MIN_SEGMENT => {
                 return Err(ScenarioError::PayloadBytes {
                     payload: p,
                     mtu: r.mtu,
@@ -509,7 +509,7 @@ impl ScenarioSpec {
         if o.int_response.unwrap_or(r.int_response) {
             let period_ns = match r.int_response_period_us {
                 0 => r.base_rtt_ns,
-                us => us * 1_000,
+                us => us.saturating_mul(1_000),
             };
             cfg.int_response = Some(IntResponseConfig {
                 threshold_bytes: r.int_response_threshold_bytes,
