@@ -157,7 +157,7 @@ pub struct Switch<F = Vec<u8>> {
     pfc_out: Vec<(usize, PfcRepr)>,
     int_resp: Option<IntResponder>,
     /// INT responses built, for the driver to route back to their senders.
-    responses: Vec<Vec<u8>>,
+    responses: VecDeque<Vec<u8>>,
 }
 
 /// Time to put `bytes` on a link of `rate_bps`, in nanoseconds (rounded up).
@@ -256,7 +256,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             control_first: false,
             pfc_out: Vec::new(),
             int_resp: None,
-            responses: Vec::new(),
+            responses: VecDeque::new(),
         }
     }
 
@@ -270,11 +270,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
 
     /// The next INT response to send back, oldest first.
     pub fn pop_int_response(&mut self) -> Option<Vec<u8>> {
-        if self.responses.is_empty() {
-            None
-        } else {
-            Some(self.responses.remove(0))
-        }
+        self.responses.pop_front()
     }
 
     /// INT response counters, when the switch sends them.
@@ -456,7 +452,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         if let Some(r) = self.int_resp.as_mut() {
             let hop = hop_record(self.id, port, p, now);
             if let Some(resp) = r.offer(now, frame.as_ref(), p.qlen, &hop) {
-                self.responses.push(resp);
+                self.responses.push_back(resp);
             }
         }
         p.queue.push_back(Queued {

@@ -186,13 +186,20 @@ fn hops_of(t: &TlmRepr) -> HopStack {
             port_id: h.port_id,
         });
     }
+    s.with_wrap(wrap_of(t))
+}
+
+/// Where a stack's timestamps and byte counters wrap: 2^32, or the compact
+/// records' 2^24 ns and 2^27 bytes.
+pub(super) fn wrap_of(t: &TlmRepr) -> pacer::Wrap {
     if t.compact {
-        s = s.with_wrap(pacer::Wrap {
+        pacer::Wrap {
             ts_mask: crate::wire::tlm::COMPACT_TS_MASK,
             bytes_mask: crate::wire::tlm::COMPACT_BYTES_MASK,
-        });
+        }
+    } else {
+        pacer::Wrap::FULL
     }
-    s
 }
 
 fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {

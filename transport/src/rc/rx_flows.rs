@@ -48,15 +48,9 @@ impl LastHop {
         if let Some(prev) = self.prev.filter(|p| {
             (p.switch_id, p.port_id) == (last.switch_id, last.port_id) && p.rate == last.rate
         }) {
-            let (mask_ts, mask_bytes) = if t.compact {
-                (
-                    crate::wire::tlm::COMPACT_TS_MASK,
-                    crate::wire::tlm::COMPACT_BYTES_MASK,
-                )
-            } else {
-                (u32::MAX, u32::MAX)
-            };
-            let dt = last.ts_ns.wrapping_sub(prev.ts_ns) & mask_ts;
+            let wrap = super::qp::wrap_of(t);
+            let mask_ts = wrap.ts_mask;
+            let dt = wrap.ts_delta(last.ts_ns, prev.ts_ns);
             let b = last.rate_bps() as f64 / 8e9;
             // A record a little behind the reference (less than T) was
             // reordered: keep the newer reference. Any other backwards
@@ -67,7 +61,7 @@ impl LastHop {
             }
             if dt > 0 && dt <= mask_ts / 2 && b > 0.0 {
                 let t = self.t_ns as f64;
-                let dtx = f64::from(last.tx_bytes.wrapping_sub(prev.tx_bytes) & mask_bytes);
+                let dtx = f64::from(wrap.bytes_delta(last.tx_bytes, prev.tx_bytes));
                 let q = f64::from(last.qlen.min(prev.qlen));
                 let u = q / (b * t) + dtx / (f64::from(dt) * b);
                 let tau = f64::from(dt).min(t);
