@@ -21,5 +21,6 @@
 pub mod int_response;
 pub mod link;
 pub mod mmu;
+pub mod qos;
 pub mod sim;
 pub mod switch;

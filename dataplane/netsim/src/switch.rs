@@ -20,6 +20,13 @@
 //! (ACKs, NAKs, CNPs) can be given a queue of their own, sent first and
 //! never paused ([`Switch::set_control_first`]), as the HPCC authors'
 //! switches do for DCQCN.
+//!
+//! QoS: with [`Switch::set_qos`], each port's data frames are sorted by
+//! DSCP into classes scheduled by DWRR or strict priority
+//! ([`crate::qos`]); a packet's telemetry then describes its own class
+//! (the class's bytes queued and bytes sent, the port's rate), and a
+//! stack with SOJOURN gets the packet's sojourn time instead of a queue
+//! length. A PAUSE holds every data class of the port.
 
 use std::collections::VecDeque;
 
@@ -32,6 +39,7 @@ use nic::PauseState;
 
 use crate::int_response::{IntResponder, IntResponseConfig, IntResponseCounters};
 use crate::mmu::{IngressLimits, Mmu, PfcConfig};
+use crate::qos::{ClassCounters, Classes, QosConfig, QosError, Queued};
 
 /// ECN marking (DCQCN): probability rises linearly from 0 at `kmin` bytes
 /// of queue to `pmax` at `kmax`, and is 1 above `kmax`.
@@ -112,22 +120,13 @@ pub enum SwitchError {
     PfcBuffer { buffer: u64, set_aside: u64 },
 }
 
-/// A queued data frame, with the ingress port whose shared-buffer bytes
-/// it holds (`NOT_LOSSLESS`: none) and the port's paused-time clock when
-/// it was queued (for the head-of-line delay).
-#[derive(Debug)]
-struct Queued<F> {
-    frame: F,
-    ingress: u32,
-    paused_clock: u64,
-}
-
 const NOT_LOSSLESS: u32 = u32::MAX;
 
 #[derive(Debug)]
 struct Port<F> {
     cfg: PortConfig,
-    queue: VecDeque<Queued<F>>,
+    /// Data frames, by class (one class without QoS).
+    data: Classes<F>,
     /// Control frames (with [`Switch::set_control_first`]) and PFC frames
     /// the driver chose to queue: sent first, never paused.
     control: VecDeque<F>,
@@ -158,6 +157,7 @@ pub struct Switch<F = Vec<u8>> {
     int_resp: Option<IntResponder>,
     /// INT responses built, for the driver to route back to their senders.
     responses: VecDeque<Vec<u8>>,
+    qos: Option<QosConfig>,
 }
 
 /// Time to put `bytes` on a link of `rate_bps`, in nanoseconds (rounded up).
@@ -201,11 +201,13 @@ pub fn ecmp_hash(key: [u32; 3], seed: u32) -> u32 {
 
 /// What the switch's queues need to know of a frame: whether it is an
 /// acknowledgement or a congestion notification (what a switch may send
-/// ahead of data), and its priority (the top bits of its DSCP).
+/// ahead of data), its priority (the top bits of its DSCP) and its DSCP
+/// (its QoS class).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameClass {
     pub control: bool,
     pub priority: u8,
+    pub dscp: u8,
 }
 
 /// The class of a frame already viewed.
@@ -220,6 +222,7 @@ pub fn class_of<T: AsRef<[u8]>>(f: &RoceFrame<T>) -> FrameClass {
         ]
         .contains(&op),
         priority: priority_of_dscp(f.dscp()),
+        dscp: f.dscp(),
     }
 }
 
@@ -238,7 +241,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                 .iter()
                 .map(|&cfg| Port {
                     cfg,
-                    queue: VecDeque::new(),
+                    data: Classes::single(),
                     control: VecDeque::new(),
                     qlen: 0,
                     tx_bytes: 0,
@@ -257,7 +260,30 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             pfc_out: Vec::new(),
             int_resp: None,
             responses: VecDeque::new(),
+            qos: None,
         }
+    }
+
+    /// Gives every port the data classes of `cfg` (before any frame is
+    /// queued: queued frames would be dropped).
+    pub fn set_qos(&mut self, cfg: QosConfig) -> Result<(), QosError> {
+        cfg.check()?;
+        for p in &mut self.ports {
+            p.data = Classes::new(&cfg);
+        }
+        self.qos = Some(cfg);
+        Ok(())
+    }
+
+    /// Data classes per port (1 without QoS).
+    pub fn class_count(&self) -> usize {
+        self.qos.as_ref().map_or(1, |q| q.weights.len())
+    }
+
+    /// Counters of `class` at `port` (sojourn times recorded with QoS on).
+    pub fn class_counters(&self, port: usize, class: usize) -> Option<&ClassCounters> {
+        let p = self.ports.get(port)?;
+        (class < p.data.len()).then(|| p.data.counters(class))
     }
 
     /// Answers subscribed data packets that join a queue at or above
@@ -381,8 +407,8 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     /// port's drop-tail limit. ECN CE marking for ECN-capable data frames
     /// when configured.
     pub fn enqueue(&mut self, now: u64, ingress: Option<usize>, port: usize, frame: F) -> Enqueue {
-        // Only PFC and the control queue look at what a frame is.
-        let class = if self.mmu.is_some() || self.control_first {
+        // Only PFC, the control queue and QoS look at what a frame is.
+        let class = if self.mmu.is_some() || self.control_first || self.qos.is_some() {
             classify(frame.as_ref())
         } else {
             FrameClass::default()
@@ -401,7 +427,12 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         class: FrameClass,
     ) -> Enqueue {
         let len = frame.as_ref().len() as u64;
-        let FrameClass { control, priority } = class;
+        let FrameClass {
+            control,
+            priority,
+            dscp,
+        } = class;
+        let qclass = self.qos.as_ref().map_or(0, |q| q.class_of(dscp));
         let lossless = self
             .mmu
             .as_ref()
@@ -450,16 +481,31 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         p.counters.max_qlen = p.counters.max_qlen.max(p.qlen);
         p.counters.enqueued += 1;
         if let Some(r) = self.int_resp.as_mut() {
-            let hop = hop_record(self.id, port, p, now);
-            if let Some(resp) = r.offer(now, frame.as_ref(), p.qlen, &hop) {
+            // The packet's own class, counting the packet; a sojourn is
+            // how long the class's head has waited.
+            let qos = self.qos.is_some();
+            let (tx, q) = if qos {
+                (p.data.tx_bytes(qclass), p.data.bytes(qclass) + len)
+            } else {
+                (p.tx_bytes, p.qlen)
+            };
+            let mut hop = hop_record(self.id, port, p, now, tx, q);
+            if sojourn_wanted(frame.as_ref()) {
+                hop.qlen = saturate(p.data.head_wait(qclass, now));
+            }
+            if let Some(resp) = r.offer(now, frame.as_ref(), q, &hop) {
                 self.responses.push_back(resp);
             }
         }
-        p.queue.push_back(Queued {
-            frame,
-            ingress: lossless.map_or(NOT_LOSSLESS, |i| i as u32),
-            paused_clock: p.pause.paused_ns(now),
-        });
+        p.data.push(
+            qclass,
+            Queued {
+                frame,
+                ingress: lossless.map_or(NOT_LOSSLESS, |i| i as u32),
+                paused_clock: p.pause.paused_ns(now),
+                arrived: now,
+            },
+        );
         if let Some(i) = lossless {
             if self.mmu.as_ref().is_some_and(|m| m.should_pause(i)) {
                 self.send_pause(now, i);
@@ -550,7 +596,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     pub fn can_send(&self, now: u64, port: usize) -> bool {
         let p = &self.ports[port];
         p.busy_until <= now
-            && (!p.control.is_empty() || (!p.queue.is_empty() && !p.pause.is_paused(now)))
+            && (!p.control.is_empty() || (!p.data.is_empty() && !p.pause.is_paused(now)))
     }
 
     /// When `port` finishes the frame it is sending.
@@ -569,28 +615,35 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         }
         let id = self.id;
         let catch_up = self.catch_up_ns;
+        let qos = self.qos.is_some();
         let p = &mut self.ports[port];
-        let (mut frame, ingress) = match p.control.pop_front() {
-            Some(f) => (f, NOT_LOSSLESS),
-            None => {
-                let q = p.queue.pop_front()?;
-                let hol = p.pause.paused_ns(now).saturating_sub(q.paused_clock);
-                p.counters.hol_ns += hol;
-                p.counters.hol_frames += u64::from(hol > 0);
-                p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
-                (q.frame, q.ingress)
-            }
-        };
-        let len = frame.as_ref().len() as u64;
-        p.qlen -= len;
         // Catching up never reaches back into a pause that held the port.
         let start = if now - p.busy_until <= catch_up {
             p.busy_until.max(p.pause.until().min(now))
         } else {
             now
         };
-        let hop = hop_record(id, port, p, start);
-        match stamp(frame.as_mut(), &hop) {
+        let (mut frame, ingress, sojourn, class) = match p.control.pop_front() {
+            Some(f) => (f, NOT_LOSSLESS, 0, None),
+            None => {
+                let (q, class) = p.data.pop(start)?;
+                let hol = p.pause.paused_ns(now).saturating_sub(q.paused_clock);
+                p.counters.hol_ns += hol;
+                p.counters.hol_frames += u64::from(hol > 0);
+                p.counters.hol_max_ns = p.counters.hol_max_ns.max(hol);
+                let sojourn = start.saturating_sub(q.arrived);
+                (q.frame, q.ingress, sojourn, Some(class))
+            }
+        };
+        let len = frame.as_ref().len() as u64;
+        p.qlen -= len;
+        let (tx, q) = match class.filter(|_| qos) {
+            // The class's bytes before this frame and left behind it.
+            Some(c) => (p.data.tx_bytes(c) - len, p.data.bytes(c)),
+            None => (p.tx_bytes, p.qlen),
+        };
+        let hop = hop_record(id, port, p, start, tx, q);
+        match stamp(frame.as_mut(), &hop, sojourn) {
             Stamp::Stamped => p.counters.tlm_stamped += 1,
             Stamp::Full => p.counters.tlm_full += 1,
             Stamp::NoTelemetry => {}
@@ -622,12 +675,20 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
     }
 }
 
-/// Port `port`'s telemetry record at `ts`: its tx_bytes and queue now.
-fn hop_record<F>(switch_id: u8, port: usize, p: &Port<F>, ts: u64) -> HopRecord {
+/// Port `port`'s telemetry record at `ts`: `tx_bytes` sent and `qlen`
+/// queued (the port's, or with QoS the packet's class's).
+fn hop_record<F>(
+    switch_id: u8,
+    port: usize,
+    p: &Port<F>,
+    ts: u64,
+    tx_bytes: u64,
+    qlen: u64,
+) -> HopRecord {
     HopRecord {
         ts_ns: ts as u32,
-        tx_bytes: p.tx_bytes as u32,
-        qlen: p.qlen.min(u64::from(u32::MAX)) as u32,
+        tx_bytes: tx_bytes as u32,
+        qlen: saturate(qlen),
         rate: (p.cfg.rate_bps / 100_000_000).min(u64::from(u16::MAX)) as u16,
         switch_id,
         port_id: port as u8,
@@ -643,10 +704,21 @@ pub enum Stamp {
     NoTelemetry,
 }
 
+fn saturate(v: u64) -> u32 {
+    v.min(u64::from(u32::MAX)) as u32
+}
+
+/// Whether a frame's stack asks for sojourn times.
+fn sojourn_wanted(frame: &[u8]) -> bool {
+    RoceFrame::new_checked(frame).is_ok_and(|f| f.tlm().is_some_and(|t| t.sojourn()))
+}
+
 /// Pushes `hop` into the frame's TLM block, if it has one with room and it
 /// is not an echoed stack (ACKs, probe responses, CC_NOTIFY carry the
-/// forward path's telemetry back and are left alone).
-pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
+/// forward path's telemetry back and are left alone); when the stack asks
+/// for sojourn times (wire.md, SOJOURN), the record's qlen is the frame's
+/// `sojourn_ns` at this hop.
+pub fn stamp(frame: &mut [u8], hop: &HopRecord, sojourn_ns: u64) -> Stamp {
     let Ok(mut f) = RoceFrame::new_checked(frame) else {
         return Stamp::NoTelemetry;
     };
@@ -658,7 +730,15 @@ pub fn stamp(frame: &mut [u8], hop: &HopRecord) -> Stamp {
         // not add its own hops to it.
         return Stamp::NoTelemetry;
     }
-    if t.push_hop(hop) {
+    let hop = if t.sojourn() {
+        HopRecord {
+            qlen: saturate(sojourn_ns),
+            ..*hop
+        }
+    } else {
+        *hop
+    };
+    if t.push_hop(&hop) {
         Stamp::Stamped
     } else {
         Stamp::Full
@@ -782,6 +862,82 @@ mod tests {
         assert_eq!(v.dequeue(late, 0).unwrap().1, late + ser);
     }
 
+    /// A frame of DSCP `dscp` whose stack asks for sojourn times or not.
+    fn frame_qos(dscp: u8, sojourn: bool, payload: usize) -> Vec<u8> {
+        let base = frame(Some(2), payload, 1);
+        let mut p = Packet::parse(&base).unwrap();
+        p.repr.ip.dscp = dscp;
+        p.repr.tlm.as_mut().unwrap().sojourn = sojourn;
+        let mut b = vec![0u8; p.repr.frame_len(payload)];
+        p.repr.emit(&vec![0u8; payload], &mut b).unwrap();
+        b
+    }
+
+    fn hop0(f: &[u8]) -> HopRecord {
+        Packet::parse(f).unwrap().repr.tlm.unwrap().hops[0]
+    }
+
+    #[test]
+    fn with_qos_classes_share_the_port_by_weight_and_telemetry_is_per_class() {
+        let mut s = Switch::new(1, &[port(100, 1 << 24)], 1);
+        s.set_qos(QosConfig::dwrr(&[3, 1]).map_dscp(26, 0).map_dscp(10, 1))
+            .unwrap();
+        let (a, b) = (frame_qos(26, false, 1000), frame_qos(10, false, 1000));
+        let len = a.len() as u64;
+        for _ in 0..400 {
+            s.enqueue(0, None, 0, a.clone());
+            s.enqueue(0, None, 0, b.clone());
+        }
+        let mut now = 0;
+        let mut sent = [0u64; 2];
+        let mut last = [HopRecord::default(); 2];
+        for _ in 0..400 {
+            let (f, done) = s.dequeue(now, 0).unwrap();
+            now = done;
+            let c = usize::from(Packet::parse(&f).unwrap().repr.ip.dscp == 10);
+            let h = hop0(&f);
+            // Each class's bytes sent before it, and its own queue.
+            assert_eq!(u64::from(h.tx_bytes), sent[c] * len);
+            assert_eq!(u64::from(h.qlen), (400 - sent[c] - 1) * len);
+            sent[c] += 1;
+            last[c] = h;
+        }
+        let share = sent[0] as f64 / 400.0;
+        assert!((share - 0.75).abs() <= 0.05 * 0.75, "class 0 sent {sent:?}");
+        assert_eq!(s.class_counters(0, 1).unwrap().tx_packets, sent[1]);
+        assert!(s.class_counters(0, 2).is_none());
+        assert!(last[1].qlen > last[0].qlen, "the lighter class's queue is longer");
+    }
+
+    #[test]
+    fn a_sojourn_stack_gets_egress_minus_ingress_time() {
+        let mut s = Switch::new(1, &[port(100, 1 << 24)], 1);
+        s.set_qos(QosConfig::dwrr(&[1])).unwrap();
+        let f = frame_qos(0, true, 1000);
+        s.enqueue(1_000, None, 0, f.clone());
+        s.enqueue(1_500, None, 0, f.clone());
+        let (x, done) = s.dequeue(4_000, 0).unwrap();
+        let (y, _) = s.dequeue(done, 0).unwrap();
+        assert_eq!(hop0(&x).qlen, 3_000);
+        assert_eq!(u64::from(hop0(&y).qlen), done - 1_500);
+        let h = &s.class_counters(0, 0).unwrap().sojourn_ns;
+        assert!(h.equivalent(h.max(), 3_000), "3 significant digits");
+        // Without QoS the same stack still gets sojourn times.
+        let mut plain = Switch::new(1, &[port(100, 1 << 24)], 1);
+        plain.enqueue(0, None, 0, f);
+        assert_eq!(hop0(&plain.dequeue(700, 0).unwrap().0).qlen, 700);
+    }
+
+    #[test]
+    fn bad_qos_is_refused_by_name() {
+        let mut s: Switch = Switch::new(1, &[port(100, 1 << 24)], 1);
+        assert_eq!(
+            s.set_qos(QosConfig::dwrr(&[2, 0])),
+            Err(QosError::Weight { class: 1 })
+        );
+        assert_eq!(s.class_count(), 1);
+    }
+
     #[test]
     fn a_full_stack_is_left_alone_and_counted() {
         let mut s = Switch::new(3, &[port(100, 1 << 20)], 1);
@@ -792,6 +948,7 @@ mod tests {
                 switch_id: 1,
                 ..HopRecord::default()
             },
+            0,
         );
         s.enqueue(0, None, 0, f.clone());
         let (out, _) = s.dequeue(0, 0).unwrap();
@@ -804,7 +961,7 @@ mod tests {
         let mut e = frame(Some(3), 10, 1);
         let mut v = RoceFrame::new_checked(&mut e[..]).unwrap();
         v.tlm_mut().unwrap().set_echo(true);
-        assert_eq!(stamp(&mut e, &HopRecord::default()), Stamp::NoTelemetry);
+        assert_eq!(stamp(&mut e, &HopRecord::default(), 0), Stamp::NoTelemetry);
     }
 
     #[test]

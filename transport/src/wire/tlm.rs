@@ -20,6 +20,13 @@
 //! stack, with its own record added, straight back to the sender
 //! (`wire::int_response`, opcode 0xC3).
 //!
+//! With flag bit 4 (SOJOURN) the sender asks the switches for the
+//! packet's sojourn time instead of the queue length (HPCC++ 2023 s9.3):
+//! the qlen field holds the egress minus the ingress timestamp of this
+//! packet at that hop, in nanoseconds (saturating), or in units of
+//! [`COMPACT_SOJOURN_UNIT_NS`] in a compact record (saturating at about
+//! 1 ms).
+//!
 //! The rate code indexes [`COMPACT_RATES`] (the largest rate not above the
 //! port's; 0 when the port is slower than all of them: no sample). A
 //! compact hop has no switch or port id (`path_id` still changes with the
@@ -48,6 +55,11 @@ pub const FLAG_SUBSCRIBE: u8 = 0x04;
 /// of concurrent flows through its last hop (HPCC++ draft-00 s6.2), not
 /// the path id.
 pub const FLAG_NFLOWS: u8 = 0x08;
+/// Flag bit 4: each hop's qlen field holds the packet's sojourn time at
+/// that hop (ns), not the queue's bytes.
+pub const FLAG_SOJOURN: u8 = 0x10;
+/// Nanoseconds per unit of a compact hop's qlen field under SOJOURN.
+pub const COMPACT_SOJOURN_UNIT_NS: u32 = 16;
 /// Port rates a compact hop can name, in units of 100 Mb/s, by code.
 pub const COMPACT_RATES: [u16; 16] = [
     0, 1, 2, 10, 20, 25, 50, 100, 250, 400, 500, 1000, 2000, 4000, 8000, 16000,
@@ -69,6 +81,15 @@ pub const fn block_len_of(maxhop: u8, compact: bool) -> usize {
     HEADER_LEN + hop_len(compact) * maxhop as usize
 }
 
+/// Unit of a compact record's qlen field: 128 bytes, or 16 ns of sojourn.
+const fn qlen_unit(sojourn: bool) -> u32 {
+    if sojourn {
+        COMPACT_SOJOURN_UNIT_NS
+    } else {
+        COMPACT_BYTE_UNIT
+    }
+}
+
 const fn hop_len(compact: bool) -> usize {
     if compact {
         COMPACT_HOP_LEN
@@ -84,7 +105,8 @@ pub struct HopRecord {
     pub ts_ns: u32,
     /// Bytes sent by the egress port before this packet, wrapping mod 2^32.
     pub tx_bytes: u32,
-    /// Egress queue bytes after this dequeue, saturating.
+    /// Egress queue bytes after this dequeue, saturating; in a stack
+    /// with [`FLAG_SOJOURN`], this packet's sojourn time at the hop (ns).
     pub qlen: u32,
     /// Link capacity in units of 100 Mb/s.
     pub rate: u16,
@@ -114,8 +136,8 @@ impl HopRecord {
     }
 
     /// The compact record: fields truncated to their widths (see the
-    /// module doc), the rate rounded down to a code.
-    fn write_compact(&self, b: &mut [u8]) {
+    /// module doc), the rate rounded down to a code, qlen in `qunit`s.
+    fn write_compact(&self, b: &mut [u8], qunit: u32) {
         let code = COMPACT_RATES
             .iter()
             .rposition(|&r| r <= self.rate)
@@ -123,19 +145,19 @@ impl HopRecord {
         let units = |v: u32| u64::from(v / COMPACT_BYTE_UNIT);
         let v = (u64::from(self.ts_ns & COMPACT_TS_MASK) << 40)
             | ((units(self.tx_bytes) & 0xF_FFFF) << 20)
-            | (units(self.qlen).min(0xFFFF) << 4)
+            | (u64::from(self.qlen / qunit).min(0xFFFF) << 4)
             | code;
         b[..COMPACT_HOP_LEN].copy_from_slice(&v.to_be_bytes());
     }
 
-    fn read_compact(b: &[u8]) -> Self {
+    fn read_compact(b: &[u8], qunit: u32) -> Self {
         let mut a = [0u8; 8];
         a.copy_from_slice(&b[..COMPACT_HOP_LEN]);
         let v = u64::from_be_bytes(a);
         HopRecord {
             ts_ns: (v >> 40) as u32,
             tx_bytes: ((v >> 20) & 0xF_FFFF) as u32 * COMPACT_BYTE_UNIT,
-            qlen: ((v >> 4) & 0xFFFF) as u32 * COMPACT_BYTE_UNIT,
+            qlen: ((v >> 4) & 0xFFFF) as u32 * qunit,
             rate: COMPACT_RATES[(v & 0xF) as usize],
             switch_id: 0,
             port_id: 0,
@@ -198,6 +220,11 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         self.flags() & FLAG_NFLOWS != 0
     }
 
+    /// Do the hops' qlen fields hold sojourn times?
+    pub fn sojourn(&self) -> bool {
+        self.flags() & FLAG_SOJOURN != 0
+    }
+
     fn hop_len(&self) -> usize {
         hop_len(self.compact())
     }
@@ -228,7 +255,7 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         }
         let at = &self.b()[HEADER_LEN + i * self.hop_len()..];
         Some(if self.compact() {
-            HopRecord::read_compact(at)
+            HopRecord::read_compact(at, qlen_unit(self.sojourn()))
         } else {
             HopRecord::read(at)
         })
@@ -245,11 +272,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
             return false;
         }
         let (compact, len) = (self.compact(), self.hop_len());
+        let qunit = qlen_unit(self.sojourn());
         let at = HEADER_LEN + usize::from(nhop) * len;
         let path = self.path_id() ^ u16::from(hop.switch_id);
         let b = self.buffer.as_mut();
         if compact {
-            hop.write_compact(&mut b[at..at + len]);
+            hop.write_compact(&mut b[at..at + len], qunit);
         } else {
             hop.write(&mut b[at..at + len]);
         }
@@ -276,6 +304,8 @@ pub struct TlmRepr {
     pub subscribe: bool,
     /// `path_id` holds N, the receiver's flow count ([`FLAG_NFLOWS`]).
     pub nflows: bool,
+    /// Hops carry sojourn times in qlen ([`FLAG_SOJOURN`]).
+    pub sojourn: bool,
     pub nhop: u8,
     pub maxhop: u8,
     pub path_id: u16,
@@ -291,6 +321,7 @@ impl TlmRepr {
             compact: false,
             subscribe: false,
             nflows: false,
+            sojourn: false,
             nhop: 0,
             maxhop: maxhop.clamp(1, MAX_HOPS as u8),
             path_id: 0,
@@ -335,6 +366,7 @@ impl TlmRepr {
             compact: t.compact(),
             subscribe: t.subscribe(),
             nflows: t.nflows(),
+            sojourn: t.sojourn(),
             nhop,
             maxhop,
             path_id: t.path_id(),
@@ -362,7 +394,8 @@ impl TlmRepr {
         buf[0] = flag(self.echo, FLAG_ECHO)
             | flag(self.compact, FLAG_COMPACT)
             | flag(self.subscribe, FLAG_SUBSCRIBE)
-            | flag(self.nflows, FLAG_NFLOWS);
+            | flag(self.nflows, FLAG_NFLOWS)
+            | flag(self.sojourn, FLAG_SOJOURN);
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
         let len = hop_len(self.compact);
@@ -370,7 +403,7 @@ impl TlmRepr {
             let slot = &mut buf[HEADER_LEN + i * len..HEADER_LEN + (i + 1) * len];
             match (i < usize::from(self.nhop), self.compact) {
                 (true, false) => self.hops[i].write(slot),
-                (true, true) => self.hops[i].write_compact(slot),
+                (true, true) => self.hops[i].write_compact(slot, qlen_unit(self.sojourn)),
                 (false, _) => slot.fill(0),
             }
         }
@@ -490,6 +523,45 @@ mod tests {
         let mut t = Tlm::new_checked(&mut b2[..]).unwrap();
         t.set_echo(true);
         assert!(t.compact() && t.echo());
+    }
+
+    #[test]
+    fn under_sojourn_a_compact_qlen_counts_16_ns_units_and_the_flag_survives_echo() {
+        let h = HopRecord {
+            qlen: 5_000,
+            rate: 1000,
+            ..HopRecord::default()
+        };
+        for (compact, want) in [(false, 5_000), (true, 5_000 / 16 * 16)] {
+            let mut r = if compact {
+                TlmRepr::empty_compact(2)
+            } else {
+                TlmRepr::empty(2)
+            };
+            r.sojourn = true;
+            let mut b = vec![0u8; r.block_len()];
+            r.emit(&mut b);
+            assert_eq!(b[0] & FLAG_SOJOURN, FLAG_SOJOURN);
+            let mut t = Tlm::new_checked(&mut b[..]).unwrap();
+            assert!(t.sojourn());
+            assert!(t.push_hop(&h));
+            t.set_echo(true);
+            let back = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
+            assert!(back.sojourn && back.echo);
+            assert_eq!(back.hops[0].qlen, want);
+        }
+        // A compact sojourn saturates at 2^16 - 1 units (about 1 ms).
+        let mut r = TlmRepr::empty_compact(1);
+        r.sojourn = true;
+        r.nhop = 1;
+        r.hops[0] = HopRecord {
+            qlen: u32::MAX,
+            ..h
+        };
+        let mut b = vec![0u8; r.block_len()];
+        r.emit(&mut b);
+        let back = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(back.hops[0].qlen, 0xFFFF * COMPACT_SOJOURN_UNIT_NS);
     }
 
     fn t_path(b: &[u8]) -> u16 {
