@@ -41,6 +41,11 @@ fn setup(cc: CcMode) -> Setup {
 /// A congested 100 Gb/s switch port: the queue grows by what the flow sends
 /// beyond 50 Gb/s, and tx_bytes counts 50 Gb/s of departures.
 fn congested_switch() -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> Fate {
+    switch_reporting(200_000)
+}
+
+/// [`congested_switch`] with `qlen` in every record's qlen field.
+fn switch_reporting(qlen: u32) -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> Fate {
     let mut ts = 0u32;
     move |dir, p, _| {
         if dir == Dir::AtoB && p.repr.tlm.is_some() {
@@ -48,7 +53,7 @@ fn congested_switch() -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) ->
             Fate::PushHop(HopRecord {
                 ts_ns: ts,
                 tx_bytes: ts.wrapping_mul(6), // 6.25 B/ns = 50 Gb/s
-                qlen: 200_000,
+                qlen,
                 rate: 1000,
                 switch_id: 7,
                 port_id: 1,
@@ -451,4 +456,65 @@ fn an_int_response_to_an_engine_that_did_not_subscribe_changes_nothing() {
             .int_responses,
         0
     );
+}
+
+/// The window after twenty WRITEs through a switch that puts `qlen` in its
+/// records, with data packets asking for sojourn times or not.
+fn window_after(sojourn: bool, qlen: u32) -> (u64, Vec<Option<(bool, bool)>>) {
+    let mut s = setup(CcMode::HpccInband { maxhop: 3 });
+    if sojourn {
+        s.cfg = |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            int_sojourn: true,
+            ..EngineConfig::new(m, i, LINE)
+        };
+    }
+    let mut p = Pair::new(s);
+    p.set_hook(Box::new(switch_reporting(qlen)));
+    for i in 0..20 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let flags = p.logged(Dir::BtoA, |k| k.repr.tlm.map(|t| (t.echo, t.sojourn)));
+    (p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, flags)
+}
+
+#[test]
+fn a_sojourn_time_counts_as_the_bytes_the_port_sends_in_it() {
+    // 16 us of sojourn at 100 Gb/s is 200,000 bytes of queue.
+    let (by_sojourn, flags) = window_after(true, 16_000);
+    let (by_bytes, _) = window_after(false, 200_000);
+    let (misread, _) = window_after(false, 16_000);
+    assert_eq!(by_sojourn, by_bytes);
+    assert!(
+        misread > by_sojourn,
+        "16,000 read as bytes is a short queue"
+    );
+    // The ACKs echo the stack with SOJOURN kept, so the sender reads it so.
+    assert!(flags.contains(&Some((true, true))), "{flags:?}");
+}
+
+#[test]
+fn a_qp_sends_the_dscp_its_connection_names() {
+    for (dscp, want) in [(None, 26), (Some(10), 10)] {
+        let mut p = Pair::new(Setup {
+            dscp,
+            ..setup(CcMode::HpccInband { maxhop: 3 })
+        });
+        let wr = p.wr(1, WrOp::Write, 0, 0, 4096);
+        p.post(wr);
+        p.run(10_000_000);
+        for dir in [Dir::AtoB, Dir::BtoA] {
+            let seen = p.logged(dir, |k| k.repr.ip.dscp);
+            assert!(
+                !seen.is_empty() && seen.iter().all(|&d| d == want),
+                "{dir:?}: {seen:?}"
+            );
+        }
+    }
 }

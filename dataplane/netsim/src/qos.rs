@@ -110,8 +110,7 @@ impl Default for ClassCounters {
             tx_packets: 0,
             tx_bytes: 0,
             // 1 ns to 100 s, 3 significant digits; longer saturates.
-            sojourn_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3)
-                .expect("valid bounds"),
+            sojourn_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
             max_qlen: 0,
         }
     }
@@ -389,6 +388,9 @@ mod tests {
         );
         let cfg = QosConfig::dwrr(&[3, 1]).map_dscp(26, 0).map_dscp(10, 1);
         assert_eq!(cfg.check(), Ok(()));
-        assert_eq!((cfg.class_of(26), cfg.class_of(10), cfg.class_of(0)), (0, 1, 1));
+        assert_eq!(
+            (cfg.class_of(26), cfg.class_of(10), cfg.class_of(0)),
+            (0, 1, 1)
+        );
     }
 }

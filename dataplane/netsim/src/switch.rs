@@ -906,7 +906,10 @@ mod tests {
         assert!((share - 0.75).abs() <= 0.05 * 0.75, "class 0 sent {sent:?}");
         assert_eq!(s.class_counters(0, 1).unwrap().tx_packets, sent[1]);
         assert!(s.class_counters(0, 2).is_none());
-        assert!(last[1].qlen > last[0].qlen, "the lighter class's queue is longer");
+        assert!(
+            last[1].qlen > last[0].qlen,
+            "the lighter class's queue is longer"
+        );
     }
 
     #[test]

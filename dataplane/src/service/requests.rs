@@ -814,6 +814,7 @@ impl Service {
                 rq_psn,
                 max_dest_rd_atomic,
                 min_rnr_timer,
+                traffic_class,
             } => {
                 let path_mtu = PathMtu::from_bytes(mtu)
                     .filter(|m| m.bytes() <= self.cfg.max_mtu.bytes())
@@ -838,6 +839,7 @@ impl Service {
                         rq_psn,
                         max_dest_rd_atomic,
                         min_rnr_timer,
+                        dscp: traffic_class.map(|tc| tc >> 2),
                     },
                 )
             }

@@ -403,6 +403,9 @@ fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Vec<Modify>
                 rq_psn: a.rq_psn,
                 max_dest_rd_atomic: a.max_dest_rd_atomic,
                 min_rnr_timer: a.min_rnr_timer,
+                // 0, what a zeroed attribute holds, leaves the daemon's
+                // DSCP (perftest's --tclass sets it).
+                traffic_class: (ah.grh.traffic_class != 0).then_some(ah.grh.traffic_class),
             });
             v
         }

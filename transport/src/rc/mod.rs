@@ -137,7 +137,7 @@ pub struct EngineConfig {
     /// AckReq at least every this many packets (1..=64; HPCC++ inband
     /// wants fresh telemetry, so small values suit it).
     pub ack_req_every: u32,
-    /// DSCP of every packet.
+    /// DSCP of every packet of a QP whose RTR attributes name none.
     pub dscp: u8,
     /// The 802.1Q tag of every frame sent (its PCP is the priority); frames
     /// received must carry the same VLAN id. None: untagged.
@@ -148,6 +148,10 @@ pub struct EngineConfig {
     /// Data packets subscribe to INT responses (wire::tlm's SUBSCRIBE
     /// flag): congested switches answer the sender directly.
     pub int_subscribe: bool,
+    /// Data packets ask the switches for their sojourn time instead of the
+    /// queue length (wire::tlm's SOJOURN flag, HPCC++ 2023 s9.3): with QoS
+    /// queues a queue's bytes do not tell the delay a packet meets there.
+    pub int_sojourn: bool,
     /// Simulation only: packets carry this many payload bytes (at most the
     /// path MTU) instead of the path MTU, as the HPCC authors' simulator
     /// sends 1000-byte payloads. A RoCE peer expects every packet of a
@@ -184,6 +188,7 @@ impl EngineConfig {
             vlan: None,
             compact_int: false,
             int_subscribe: false,
+            int_sojourn: false,
             segment_bytes: None,
             report_flows: false,
         }

@@ -180,7 +180,7 @@ fn hops_of(t: &TlmRepr) -> HopStack {
         s.push(Hop {
             ts_ns: h.ts_ns,
             tx_bytes: h.tx_bytes,
-            qlen: h.qlen,
+            qlen: h.queue_bytes(t.sojourn),
             rate_100mbps: h.rate,
             switch_id: h.switch_id,
             port_id: h.port_id,
@@ -241,6 +241,7 @@ impl Qp {
                 data: cfg.cc.data_tlm_maxhop().map(|m| TlmRepr {
                     compact: cfg.compact_int,
                     subscribe: cfg.int_subscribe,
+                    sojourn: cfg.int_sojourn,
                     ..TlmRepr::empty(m)
                 }),
                 compact: cfg.compact_int,
@@ -679,7 +680,7 @@ impl Qp {
             let ip = Ipv4Repr {
                 src: cfg.ip,
                 dst: rtr.dest_ip,
-                dscp: cfg.dscp,
+                dscp: rtr.dscp.unwrap_or(cfg.dscp),
                 // ECT(0) when a controller acts on congestion (DCQCN on the
                 // CNPs that CE marks bring, HPCC++ on telemetry); with none,
                 // Not-ECT, as rxe sends by default: nothing would react to

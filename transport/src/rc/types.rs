@@ -88,6 +88,9 @@ pub struct RtrAttr {
     /// The RNR NAK timer code this responder sends (5 bits, see
     /// [`rnr_timer_ns`]).
     pub min_rnr_timer: u8,
+    /// DSCP of this QP's packets (the top six bits of the GRH traffic
+    /// class); `None`: the engine's.
+    pub dscp: Option<u8>,
 }
 
 /// The wait an RNR NAK timer code asks for, in nanoseconds (IBA table
@@ -174,6 +177,8 @@ pub struct ConnectParams {
     pub rd_atomic: u8,
     /// RNR NAK timer code this QP's responder sends.
     pub min_rnr_timer: u8,
+    /// DSCP of this QP's packets; `None`: the engine's.
+    pub dscp: Option<u8>,
 }
 
 impl ConnectParams {
@@ -193,6 +198,7 @@ impl ConnectParams {
             rnr_retry: 7,
             rd_atomic: 16,
             min_rnr_timer: 12,
+            dscp: None,
         }
     }
 
@@ -208,6 +214,7 @@ impl ConnectParams {
                 rq_psn: peer.psn,
                 max_dest_rd_atomic: self.rd_atomic,
                 min_rnr_timer: self.min_rnr_timer,
+                dscp: self.dscp,
             },
             RtsAttr {
                 sq_psn,

@@ -164,6 +164,18 @@ impl HopRecord {
         }
     }
 
+    /// The queue this record reports, in bytes: qlen, or, in a stack with
+    /// [`FLAG_SOJOURN`], the bytes the port sends in the packet's sojourn
+    /// time (sojourn x B), which puts the delay the packet met into
+    /// HPCC's qlen / (B T) term (saturating).
+    pub fn queue_bytes(&self, sojourn: bool) -> u32 {
+        if !sojourn {
+            return self.qlen;
+        }
+        // B in bytes per ns is rate / 80 (rate in units of 100 Mb/s).
+        (u64::from(self.qlen) * u64::from(self.rate) / 80).min(u64::from(u32::MAX)) as u32
+    }
+
     /// Link capacity in bits per second.
     pub fn rate_bps(&self) -> u64 {
         u64::from(self.rate) * 100_000_000
@@ -562,6 +574,16 @@ mod tests {
         r.emit(&mut b);
         let back = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
         assert_eq!(back.hops[0].qlen, 0xFFFF * COMPACT_SOJOURN_UNIT_NS);
+        // 1 us at 100G is 12,500 bytes of queue; without SOJOURN qlen is bytes.
+        let us = HopRecord {
+            qlen: 1_000,
+            rate: 1000,
+            ..h
+        };
+        assert_eq!(
+            (us.queue_bytes(true), us.queue_bytes(false)),
+            (12_500, 1_000)
+        );
     }
 
     fn t_path(b: &[u8]) -> u16 {

@@ -114,6 +114,8 @@ pub struct Setup {
     pub srq_b: Option<usize>,
     pub access_b: QpAccess,
     pub cfg: fn(MacAddr, Ipv4Addr) -> EngineConfig,
+    /// Both QPs' DSCP (None: the engines').
+    pub dscp: Option<u8>,
 }
 
 impl Default for Setup {
@@ -134,6 +136,7 @@ impl Default for Setup {
                 remote_atomic: true,
             },
             cfg: |mac, ip| EngineConfig::new(mac, ip, 100_000_000_000),
+            dscp: None,
         }
     }
 }
@@ -192,6 +195,7 @@ impl Pair {
             retry_cnt: s.retry_cnt,
             rnr_retry: s.rnr_retry,
             rd_atomic: s.rd_atomic,
+            dscp: s.dscp,
             ..ConnectParams::new(s.mtu)
         };
         let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };

@@ -909,6 +909,7 @@ impl PreparedQp {
             rq_psn: remote.psn,
             max_dest_rd_atomic: self.max_rd_atomic,
             min_rnr_timer: self.min_rnr_timer,
+            traffic_class: None,
         })?;
         self.qp.modify(Modify::Rts {
             sq_psn: self.psn,

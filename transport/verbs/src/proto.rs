@@ -68,6 +68,10 @@ pub enum Modify {
         /// RNR NAK timer code (5 bits).
         #[serde(default = "default_min_rnr_timer")]
         min_rnr_timer: u8,
+        /// The GRH traffic class (IPv4 TOS: DSCP and ECN); the DSCP goes
+        /// on the QP's packets. `None`: the daemon's DSCP.
+        #[serde(default)]
+        traffic_class: Option<u8>,
     },
     Rts {
         sq_psn: u32,
