@@ -1,6 +1,7 @@
 //! A small SVG chart for `bench sim --plot`: the monitored queue over time
 //! and each flow's rate over time, one panel each, one colour per run or
-//! flow. Hand-written SVG (polylines and text), so that it needs no font
+//! flow; with QoS classes, two more panels: each class's rate and the mean
+//! sojourn time of its frames, one colour per run and class. Hand-written SVG (polylines and text), so that it needs no font
 //! files or drawing crate.
 
 use std::fmt::Write as _;
@@ -62,7 +63,8 @@ fn panel(s: &mut String, top: f64, title: &str, unit: &str, y_max: f64, t_max: f
 /// The SVG document for `runs`.
 pub fn svg(runs: &[&SimResult]) -> String {
     let mut s = String::new();
-    let height = 2.0 * PANEL_H + 30.0;
+    let classes = runs.iter().any(|r| !r.class_series.is_empty());
+    let height = if classes { 4.0 } else { 2.0 } * PANEL_H + 30.0;
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0}" height="{height:.0}" viewBox="0 0 {W:.0} {height:.0}">"#
@@ -134,6 +136,53 @@ pub fn svg(runs: &[&SimResult]) -> String {
             polyline(&mut s, &pts, COLORS[i % COLORS.len()]);
         }
     }
+    if classes {
+        class_panels(&mut s, runs, 2.0 * PANEL_H, t_max);
+    }
     let _ = writeln!(s, "</svg>");
     s
+}
+
+/// Per class of each run: its rate (Gb/s) and its frames' mean sojourn
+/// time (us) per sample, from `top` down.
+fn class_panels(s: &mut String, runs: &[&SimResult], top: f64, t_max: f64) {
+    let x = |t: u64| LEFT + (W - LEFT - 20.0) * t as f64 / t_max;
+    let h = PANEL_H - 50.0;
+    for (k, (title, unit, scale)) in [
+        ("per-class rate", "Gb/s", 1.0),
+        ("per-class mean sojourn", "us", 1e-3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let top = top + k as f64 * PANEL_H;
+        let value = |p: &(f64, f64)| if k == 0 { p.0 } else { p.1 * scale };
+        let y_max = runs
+            .iter()
+            .flat_map(|r| r.class_series.iter().flat_map(|(_, v)| v.iter().map(value)))
+            .fold(1e-9, f64::max);
+        panel(s, top, title, unit, y_max, t_max);
+        let mut line = 0;
+        for r in runs {
+            let n = r.class_series.first().map_or(0, |p| p.1.len());
+            for c in 0..n {
+                let color = COLORS[line % COLORS.len()];
+                let pts: Vec<(f64, f64)> = r
+                    .class_series
+                    .iter()
+                    .filter_map(|(t, v)| v.get(c).map(|p| (x(*t), value(p))))
+                    .map(|(px, v)| (px, top + 25.0 + h * (1.0 - v / y_max)))
+                    .collect();
+                polyline(s, &pts, color);
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.0}" y="{:.0}" font-family="sans-serif" font-size="12" fill="{color}">{} class {c}</text>"#,
+                    W - 190.0,
+                    top + 40.0 + 14.0 * line as f64,
+                    r.cc
+                );
+                line += 1;
+            }
+        }
+    }
 }

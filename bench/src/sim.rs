@@ -12,7 +12,8 @@ use netsim::sim::SimResult;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
     /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch,
-    /// paper-fig11a, paper-incast or fat-incast (configs/sim/NAME.toml, built in).
+    /// paper-fig11a, paper-incast, fat-incast or qos-2class
+    /// (configs/sim/NAME.toml, built in).
     #[arg(long, default_value = "incast")]
     pub scenario: String,
     /// A scenario file to use instead of the built-in one.
@@ -85,6 +86,19 @@ pub struct SimArgs {
     /// [default: the scenario's `receiver_n` key]
     #[arg(long, value_parser = ["on", "off", "both"])]
     pub receiver_n: Option<String>,
+    /// Sojourn time (HPCC++ 2023 s9.3): `on` makes senders ask the switches
+    /// for each packet's sojourn time (egress minus ingress) instead of the
+    /// queue length, `off` for queue lengths, `both` runs each controller
+    /// both ways (the second labelled CC+sojourn) [default: the scenario's
+    /// `int_sojourn` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub sojourn: Option<String>,
+    /// QoS classes at the switch ports (the scenario's `[qos]` section):
+    /// `off` gives every port one FIFO, `both` runs each controller with
+    /// one FIFO (labelled CC+fifo) and then with the classes [default: on
+    /// when the scenario has `[qos]`]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub qos: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -138,41 +152,41 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         pfc: args.buffer.as_deref().map(|b| b == "pfc"),
         int_response: args.int_response.as_deref().map(|v| v == "on"),
         receiver_n: args.receiver_n.as_deref().map(|v| v == "on"),
+        sojourn: args.sojourn.as_deref().map(|v| v == "on"),
+        qos: args.qos.as_deref().map(|v| v != "off"),
     };
-    // (controller, label, overrides): `both` of --int-response or
-    // --receiver-n runs each controller without and with the mechanism.
-    let both = |v: &Option<String>| v.as_deref() == Some("both");
-    let mut plan = Vec::new();
-    for name in ccs {
-        let ir: &[bool] = if both(&args.int_response) {
-            &[false, true]
-        } else {
-            &[false]
-        };
-        let rxn: &[bool] = if both(&args.receiver_n) {
-            &[false, true]
-        } else {
-            &[false]
-        };
-        for &with_ir in ir {
-            for &with_rxn in rxn {
-                let mut label = name.to_string();
-                let mut o = o.clone();
-                if both(&args.int_response) {
-                    o.int_response = Some(with_ir);
-                    if with_ir {
-                        label.push_str("+intresp");
-                    }
-                }
-                if both(&args.receiver_n) {
-                    o.receiver_n = Some(with_rxn);
-                    if with_rxn {
-                        label.push_str("+rxn");
-                    }
-                }
-                plan.push((name, label, o));
-            }
+    // (controller, label, overrides): `both` of a mechanism's flag runs
+    // each controller without and then with it, the label naming the
+    // variant (off, on).
+    type Set = fn(&mut Overrides, bool);
+    let toggles: [(&Option<String>, [&str; 2], Set); 4] = [
+        (&args.int_response, ["", "+intresp"], |o, v| {
+            o.int_response = Some(v)
+        }),
+        (&args.receiver_n, ["", "+rxn"], |o, v| {
+            o.receiver_n = Some(v)
+        }),
+        (&args.sojourn, ["", "+sojourn"], |o, v| o.sojourn = Some(v)),
+        (&args.qos, ["+fifo", ""], |o, v| o.qos = Some(v)),
+    ];
+    let mut plan: Vec<(&str, String, Overrides)> = ccs
+        .iter()
+        .map(|&name| (name, name.to_string(), o.clone()))
+        .collect();
+    for (flag, suffix, set) in toggles {
+        if flag.as_deref() != Some("both") {
+            continue;
         }
+        plan = plan
+            .into_iter()
+            .flat_map(|(name, label, o)| {
+                [false, true].map(|on| {
+                    let mut o = o.clone();
+                    set(&mut o, on);
+                    (name, format!("{label}{}", suffix[usize::from(on)]), o)
+                })
+            })
+            .collect();
     }
     let mut runs = Vec::new();
     for (cc_name, label, o) in plan {
@@ -311,6 +325,24 @@ pub fn table(runs: &[Run]) -> String {
                 p.storm_ports.len(),
                 longest as f64 / 1e3,
                 p.stuck_drops
+            );
+        }
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        for c in &r.classes {
+            let _ = writeln!(
+                s,
+                "{:<11} class {} (weight {}, {} flows): {:.1} Gb/s, share {:.3}; sojourn p50/p99/max {:.2}/{:.2}/{:.2} us; deepest queue {:.1} KB",
+                r.cc,
+                c.class,
+                c.weight,
+                c.flows,
+                c.gbps,
+                c.share,
+                c.sojourn_p50_ns as f64 / 1e3,
+                c.sojourn_p99_ns as f64 / 1e3,
+                c.sojourn_max_ns as f64 / 1e3,
+                c.max_qlen_bytes as f64 / 1e3
             );
         }
     }

@@ -117,6 +117,18 @@ pub struct IncastSection {
     /// W_AI = W_init (1 - eta) / N [default: false].
     #[serde(default)]
     pub receiver_n: bool,
+    /// QoS classes at the switch ports (`[incast.qos]`, the keys of the
+    /// simulator's `[qos]`: scheduler, weights, dscp, quantum_bytes)
+    /// [default: one FIFO per port].
+    #[serde(default)]
+    pub qos: Option<netsim::sim::scenario::QosSpec>,
+    /// DSCP of each sender in turn [default: the engines' 26].
+    #[serde(default)]
+    pub sender_dscp: Vec<u8>,
+    /// Senders ask the switch for each packet's sojourn time instead of
+    /// the queue length (HPCC++ 2023 s9.3) [default: false].
+    #[serde(default)]
+    pub int_sojourn: bool,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -792,6 +804,16 @@ impl IncastSection {
                 ),
             )
         })?;
+        let qos = match &self.qos {
+            Some(q) => Some(
+                q.config()
+                    .map_err(|e| c.bad("incast.qos", format!("{:?}", q.weights), e.to_string()))?,
+            ),
+            None => None,
+        };
+        if let Some(&d) = self.sender_dscp.iter().find(|&&d| d > 63) {
+            return Err(c.bad("incast.sender_dscp", d, "DSCP values 0..=63"));
+        }
         let mut runs = Vec::new();
         for (k, name) in self.cc.iter().enumerate() {
             let cc = c.cc(&format!("incast.cc[{k}]"), name, base_rtt_ns)?;
@@ -804,6 +826,9 @@ impl IncastSection {
                     buffer_bytes: self.buffer_bytes,
                     pfc: self.pfc,
                     receiver_n: self.receiver_n,
+                    qos: qos.clone(),
+                    sender_dscp: self.sender_dscp.clone(),
+                    int_sojourn: self.int_sojourn,
                     int_response: self.int_response.then(|| {
                         netsim::int_response::IntResponseConfig::new(
                             self.int_response_threshold_bytes,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use netsim::int_response::IntResponseConfig;
 use netsim::mmu::{IngressLimits, PfcConfig};
+use netsim::qos::QosConfig;
 use netsim::switch::{EcnConfig, PortConfig, Switch};
 use nic::{Completions, FramePort, Nic};
 use pacer::HpccSettings;
@@ -65,6 +66,24 @@ pub struct IncastConfig {
     /// Receiver-measured N (HPCC++ draft-00 s6.2): the receiver reports the
     /// flows through its last hop, senders take W_AI from the count.
     pub receiver_n: bool,
+    /// QoS classes at the switch ports (HPCC++ 2023 s9.3); `None`: one
+    /// FIFO per port.
+    pub qos: Option<QosConfig>,
+    /// DSCP of each sender's QP in turn (sender i: `sender_dscp[i % len]`);
+    /// empty: the engines' default.
+    pub sender_dscp: Vec<u8>,
+    /// Senders ask the switch for sojourn times instead of queue lengths.
+    pub int_sojourn: bool,
+}
+
+/// One QoS class of the bottleneck port over a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassReport {
+    /// Its share of the bytes the port sent, and its frames' sojourn
+    /// times (ns).
+    pub share: f64,
+    pub sojourn_p50_ns: u64,
+    pub sojourn_p99_ns: u64,
 }
 
 /// Most frames the incast tap records.
@@ -109,6 +128,8 @@ pub struct IncastReport {
     pub int_response_no_buffer: u64,
     /// ACKs with the receiver's flow count that senders took.
     pub flow_reports: u64,
+    /// The bottleneck port's QoS classes (empty without QoS).
+    pub classes: Vec<ClassReport>,
 }
 
 /// Why an incast run could not start or stopped.
@@ -227,6 +248,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         ec.ack_req_every = 1;
         ec.int_subscribe = cfg.int_response.is_some();
         ec.report_flows = cfg.receiver_n;
+        ec.int_sojourn = cfg.int_sojourn;
         let mut mem = VecMemory::new();
         let bytes = cfg.message_bytes as usize * cfg.depth.max(1);
         mem.add(MEM, bytes.max(4096));
@@ -254,6 +276,10 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         ..ConnectParams::new(cfg.mtu)
     };
     for s in 0..n {
+        let params = ConnectParams {
+            dscp: (!cfg.sender_dscp.is_empty()).then(|| cfg.sender_dscp[s % cfg.sender_dscp.len()]),
+            ..params
+        };
         let qs = hosts[s]
             .nic
             .engine_mut()
@@ -329,6 +355,11 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     }
     if let Some(r) = cfg.int_response {
         switch.enable_int_responses(r);
+    }
+    if let Some(q) = &cfg.qos {
+        switch
+            .set_qos(q.clone())
+            .map_err(|e| IncastError::Host(e.to_string()))?;
     }
     let mut pfc_no_buffer = 0u64;
     let mut int_response_no_buffer = 0u64;
@@ -496,5 +527,25 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         int_responses_stale: totals.int_responses_stale,
         int_response_no_buffer,
         flow_reports: totals.flow_reports,
+        classes: class_reports(&switch, recv),
     })
+}
+
+/// The bottleneck port's classes (none without QoS).
+fn class_reports(switch: &Switch<Mbuf>, port: usize) -> Vec<ClassReport> {
+    if switch.class_count() < 2 {
+        return Vec::new();
+    }
+    let counters: Vec<_> = (0..switch.class_count())
+        .filter_map(|c| switch.class_counters(port, c))
+        .collect();
+    let total = counters.iter().map(|k| k.tx_bytes).sum::<u64>().max(1);
+    counters
+        .iter()
+        .map(|k| ClassReport {
+            share: k.tx_bytes as f64 / total as f64,
+            sojourn_p50_ns: k.sojourn_ns.value_at_quantile(0.5),
+            sojourn_p99_ns: k.sojourn_ns.value_at_quantile(0.99),
+        })
+        .collect()
 }

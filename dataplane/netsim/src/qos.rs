@@ -98,8 +98,9 @@ pub struct ClassCounters {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     /// Sojourn times of the frames sent (ns): egress minus ingress
-    /// (recorded with QoS on).
+    /// (recorded with QoS on), and their sum.
     pub sojourn_ns: Histogram<u64>,
+    pub sojourn_sum_ns: u64,
     pub max_qlen: u64,
 }
 
@@ -111,6 +112,7 @@ impl Default for ClassCounters {
             tx_bytes: 0,
             // 1 ns to 100 s, 3 significant digits; longer saturates.
             sojourn_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+            sojourn_sum_ns: 0,
             max_qlen: 0,
         }
     }
@@ -218,6 +220,13 @@ impl<F: AsRef<[u8]>> Classes<F> {
         &self.classes[class].counters
     }
 
+    /// Forgets the sojourn times recorded so far (a measured window opens).
+    pub fn reset_sojourn(&mut self) {
+        for c in &mut self.classes {
+            c.counters.sojourn_ns.reset();
+        }
+    }
+
     pub fn push(&mut self, class: usize, q: Queued<F>) {
         let c = &mut self.classes[class];
         c.bytes += q.frame.as_ref().len() as u64;
@@ -238,9 +247,9 @@ impl<F: AsRef<[u8]>> Classes<F> {
         c.counters.tx_packets += 1;
         c.counters.tx_bytes += len;
         if self.record {
-            c.counters
-                .sojourn_ns
-                .saturating_record(start.saturating_sub(q.arrived));
+            let sojourn = start.saturating_sub(q.arrived);
+            c.counters.sojourn_ns.saturating_record(sojourn);
+            c.counters.sojourn_sum_ns += sojourn;
         }
         Some((q, class))
     }

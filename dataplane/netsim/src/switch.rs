@@ -280,6 +280,13 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         self.qos.as_ref().map_or(1, |q| q.weights.len())
     }
 
+    /// Forgets the sojourn times `port`'s classes recorded so far.
+    pub fn reset_class_sojourn(&mut self, port: usize) {
+        if let Some(p) = self.ports.get_mut(port) {
+            p.data.reset_sojourn();
+        }
+    }
+
     /// Counters of `class` at `port` (sojourn times recorded with QoS on).
     pub fn class_counters(&self, port: usize, class: usize) -> Option<&ClassCounters> {
         let p = self.ports.get(port)?;

@@ -110,6 +110,7 @@ fn lone_flow(start_us: u64, duration_us: u64, drain_us: u64) -> SimResult {
         dst: 1,
         size: 1000,
         start_ns: start_us * 1_000,
+        dscp: None,
     })
     .unwrap();
     sim.run();
@@ -254,6 +255,7 @@ fn a_smaller_payload_per_packet_segments_flows_into_more_packets() {
             dst: 1,
             size: 2048,
             start_ns: 0,
+            dscp: None,
         })
         .unwrap();
         sim.run();
@@ -330,4 +332,73 @@ fn every_shipped_scenario_file_parses() {
         }
     }
     assert!(n > BUILTIN.len(), "found {n} scenario files");
+}
+
+/// HPCC++ 2023 s9.3: with DWRR classes weighted 3:1, backlogged classes
+/// share the bottleneck 3:1 whatever their flow counts (one flow against
+/// three); with one FIFO the four flows share it equally.
+#[test]
+fn dwrr_classes_share_a_bottleneck_by_weight_and_a_fifo_by_flow() {
+    let s = scenario("qos-2class");
+    // No congestion control: every flow at line rate, both classes always
+    // backlogged.
+    let share = |qos: bool| {
+        let r = run(
+            &s,
+            "none",
+            &Overrides {
+                qos: Some(qos),
+                duration_us: Some(1_500),
+                ..Overrides::default()
+            },
+        );
+        r.classes.iter().map(|c| c.share).collect::<Vec<f64>>()
+    };
+    let dwrr = share(true);
+    assert_eq!(dwrr.len(), 2);
+    assert!((dwrr[0] - 0.75).abs() <= 0.05 * 0.75, "{dwrr:?}");
+    assert!((dwrr[1] - 0.25).abs() <= 0.05 * 0.25, "{dwrr:?}");
+    assert!(share(false).is_empty(), "no classes to report without QoS");
+    // With one FIFO the flows share per flow: the class-0 flow gets a
+    // quarter.
+    let fifo = run(
+        &s,
+        "none",
+        &Overrides {
+            qos: Some(false),
+            duration_us: Some(1_500),
+            ..Overrides::default()
+        },
+    );
+    assert!(fifo.jain_fairness > 0.99, "{}", fifo.jain_fairness);
+}
+
+/// Sojourn times reach HPCC++: with them, the lighter class's packets wait
+/// less at the median than with queue lengths (which hide a queue served
+/// at a quarter of the port's rate), and the classes' weights still order
+/// their shares.
+#[test]
+fn hpcc_reading_sojourn_times_keeps_the_light_class_from_a_standing_queue() {
+    let s = scenario("qos-2class");
+    let go = |sojourn: bool| {
+        run(
+            &s,
+            "hpcc",
+            &Overrides {
+                sojourn: Some(sojourn),
+                ..Overrides::default()
+            },
+        )
+        .classes
+    };
+    let (qlen, soj) = (go(false), go(true));
+    assert!(
+        soj[1].sojourn_p50_ns * 4 < qlen[1].sojourn_p50_ns,
+        "class 1 sojourn p50: {} ns with sojourn times, {} ns with queue lengths",
+        soj[1].sojourn_p50_ns,
+        qlen[1].sojourn_p50_ns
+    );
+    for c in [&qlen, &soj] {
+        assert!(c[0].share > 1.5 * c[1].share, "{c:?}");
+    }
 }

@@ -294,6 +294,19 @@ fn incast(
                 r.int_responses, r.int_responses_taken, r.int_responses_stale, r.int_response_no_buffer
             );
         }
+        for (k, c) in r.classes.iter().enumerate() {
+            println!(
+                "{name:<10} class {k}: share {:.3}, sojourn p50/p99 {:.1}/{:.1} us{}",
+                c.share,
+                c.sojourn_p50_ns as f64 / 1e3,
+                c.sojourn_p99_ns as f64 / 1e3,
+                if cfg.int_sojourn {
+                    " (senders read sojourn times)"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     Ok(())
 }

@@ -1,13 +1,14 @@
 //! Fuzz the frame parsers (RoCEv2, ARP and PFC): no input may panic, and
 //! whatever parses must emit again and parse back to the same headers and
 //! payload; a frame template of its outer headers emits the same bytes; an
-//! INT response built from any input is a valid frame carrying its PSN.
+//! INT response built from any input is a valid frame carrying its PSN; a
+//! switch's record pushed into any stack reads back in the stack's units.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use transport::wire::{
     emit_int_response, ArpRepr, EthernetFrame, FrameTemplate, HopRecord, MacAddr, Opcode, Packet,
-    PfcRepr,
+    PfcRepr, RoceFrame,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -26,6 +27,26 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(PfcRepr::parse(&p.to_frame(src)), Ok(p));
     }
     let _ = Packet::parse(data);
+    let mut copy = data.to_vec();
+    let mut frame = RoceFrame::new_checked(&mut copy[..]).ok();
+    if let Some(mut t) = frame.as_mut().and_then(|f| f.tlm_mut()) {
+        let hop = HopRecord {
+            qlen: 1000,
+            rate: 1000,
+            ..HopRecord::default()
+        };
+        let at = usize::from(t.nhop());
+        if t.push_hop(&hop) {
+            // Full records keep qlen; compact ones count 128 B, or 16 ns
+            // under SOJOURN.
+            let want = match (t.compact(), t.sojourn()) {
+                (false, _) => 1000,
+                (true, false) => 896,
+                (true, true) => 992,
+            };
+            assert_eq!(t.hop(at).map(|h| h.qlen), Some(want));
+        }
+    }
     let mut resp = vec![0u8; data.len() + 64];
     if let Ok(n) = emit_int_response(data, &HopRecord::default(), &mut resp) {
         let r = Packet::parse(&resp[..n]).expect("an INT response parses");

@@ -165,6 +165,10 @@ pub struct EngineConfig {
     pub report_flows: bool,
 }
 
+/// The DSCP of an engine's packets unless configured (26, AF31, as RoCE
+/// deployments commonly mark RDMA traffic).
+pub const DEFAULT_DSCP: u8 = 26;
+
 impl EngineConfig {
     /// Defaults: no congestion control, HPCC++ parameters for the line rate
     /// with T = 5 us, N = 16 and 1 KiB MTU (W_init at least one MTU, for
@@ -184,7 +188,7 @@ impl EngineConfig {
             scheduler: SchedulerConfig::default(),
             max_outstanding_psns: 1 << 16,
             ack_req_every: requester::ACK_REQ_EVERY,
-            dscp: 26,
+            dscp: DEFAULT_DSCP,
             vlan: None,
             compact_int: false,
             int_subscribe: false,

@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use super::topology::End;
 use super::SimConfig;
+use crate::qos::QosConfig;
+use crate::switch::Switch;
 
 /// Most points kept per time series (longer runs are thinned).
 const MAX_POINTS: usize = 4000;
@@ -39,6 +41,15 @@ pub(crate) struct Monitor {
     burst_peak: u64,
     burst_rose: bool,
     burst_drained_at: Option<u64>,
+    /// With QoS: the monitored port's classes' bytes sent and sojourn sums
+    /// at the last sample, when the measured window opened and closed (time
+    /// and bytes per class), and per sample each class's rate (Gb/s) and
+    /// mean sojourn (ns).
+    qos: bool,
+    class_last: Vec<(u64, u64, u64)>,
+    class_from: Option<(u64, Vec<u64>)>,
+    class_until: Option<(u64, Vec<u64>)>,
+    pub class_series: Vec<(u64, Vec<(f64, f64)>)>,
 }
 
 /// Jain's fairness index of `xs` (1 when all equal; 1/n when one has all).
@@ -70,7 +81,87 @@ impl Monitor {
             burst_peak: 0,
             burst_rose: false,
             burst_drained_at: None,
+            qos: cfg.qos.is_some(),
+            class_last: Vec::new(),
+            class_from: None,
+            class_until: None,
+            class_series: Vec::new(),
         }
+    }
+
+    /// At a sample time `t`: the monitored port's classes (QoS on only).
+    pub fn classes_at(&mut self, t: u64, sw: &mut Switch) {
+        if !self.qos {
+            return;
+        }
+        let n = sw.class_count();
+        let now: Vec<(u64, u64, u64)> = (0..n)
+            .filter_map(|c| sw.class_counters(self.end.port, c))
+            .map(|k| (k.tx_bytes, k.sojourn_sum_ns, k.tx_packets))
+            .collect();
+        let bytes = || now.iter().map(|k| k.0).collect::<Vec<u64>>();
+        if self.class_from.is_none() && t >= self.measure_from {
+            self.class_from = Some((t, bytes()));
+            sw.reset_class_sojourn(self.end.port);
+        }
+        if self.class_until.is_none() && t >= self.measure_until {
+            self.class_until = Some((t, bytes()));
+        }
+        if self.class_last.len() == now.len() && t <= self.measure_until {
+            let point = now
+                .iter()
+                .zip(&self.class_last)
+                .map(|(k, l)| {
+                    let packets = k.2 - l.2;
+                    let gbps = (k.0 - l.0) as f64 * 8.0 / self.sample_ns as f64;
+                    let mean = if packets == 0 {
+                        0.0
+                    } else {
+                        (k.1 - l.1) as f64 / packets as f64
+                    };
+                    (gbps, mean)
+                })
+                .collect();
+            if self.class_series.len() < MAX_POINTS {
+                self.class_series.push((t, point));
+            }
+        }
+        self.class_last = now;
+    }
+
+    /// Each class of the monitored port over the measured window.
+    pub fn class_results(&self, now: u64, sw: &Switch, q: &QosConfig) -> Vec<ClassResult> {
+        let port = self.end.port;
+        let Some((t0, from)) = self.class_from.as_ref() else {
+            return Vec::new();
+        };
+        let (t1, until) = self.class_until.clone().unwrap_or_else(|| {
+            let b = (0..from.len())
+                .map(|c| sw.class_counters(port, c).map_or(0, |k| k.tx_bytes))
+                .collect();
+            (now, b)
+        });
+        let sent: Vec<u64> = until.iter().zip(from).map(|(u, f)| u - f).collect();
+        let total = sent.iter().sum::<u64>().max(1);
+        let window = t1.saturating_sub(*t0).max(1);
+        sent.iter()
+            .enumerate()
+            .filter_map(|(c, &bytes)| {
+                let k = sw.class_counters(port, c)?;
+                let h = &k.sojourn_ns;
+                Some(ClassResult {
+                    class: c,
+                    weight: q.weights.get(c).copied().unwrap_or(0),
+                    flows: 0,
+                    gbps: bytes as f64 * 8.0 / window as f64,
+                    share: bytes as f64 / total as f64,
+                    sojourn_p50_ns: h.value_at_quantile(0.5),
+                    sojourn_p99_ns: h.value_at_quantile(0.99),
+                    sojourn_max_ns: h.max(),
+                    max_qlen_bytes: k.max_qlen,
+                })
+            })
+            .collect()
     }
 
     /// The queue became `q` bytes at `now`.
@@ -233,6 +324,26 @@ pub struct IntResponseSummary {
     pub stale: u64,
 }
 
+/// One QoS class of the monitored port over the measured window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassResult {
+    pub class: usize,
+    pub weight: u32,
+    /// Flows of the run whose DSCP maps to the class.
+    pub flows: usize,
+    /// What the class sent through the port, and its share of the port's
+    /// bytes.
+    pub gbps: f64,
+    pub share: f64,
+    /// Sojourn time (egress minus ingress) of the class's frames from the
+    /// window's opening to the end of the run.
+    pub sojourn_p50_ns: u64,
+    pub sojourn_p99_ns: u64,
+    pub sojourn_max_ns: u64,
+    /// The class's deepest queue over the run.
+    pub max_qlen_bytes: u64,
+}
+
 /// FCT slowdown percentiles of the flows in a size range.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
@@ -282,6 +393,12 @@ pub struct SimResult {
     pub pfc: PfcSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub int_response: Option<IntResponseSummary>,
+    /// The monitored port's QoS classes (with QoS on).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassResult>,
+    /// Per sample: each class's rate (Gb/s) and mean sojourn (ns).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub class_series: Vec<(u64, Vec<(f64, f64)>)>,
     pub queue_series: Vec<(u64, u64)>,
     pub jain_series: Vec<(u64, f64)>,
     pub rate_series: Vec<(u64, Vec<(usize, f64)>)>,
@@ -398,6 +515,8 @@ impl SimResult {
             ports: Vec::new(),
             pfc: PfcSummary::default(),
             int_response: None,
+            classes: Vec::new(),
+            class_series: m.map_or_else(Vec::new, |m| m.class_series.clone()),
             queue_series: qs,
             jain_series: js,
             rate_series: rs,

@@ -21,6 +21,7 @@ use dary_heap::QuaternaryHeap;
 use nic::{Completions, Nic};
 use pacer::HpccSettings;
 use transport::mr::{Access, Memory, MrKeys};
+use transport::rc::DEFAULT_DSCP;
 use transport::rc::{
     CcMode, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, Qpn, SendWr, Sge,
     WcStatus, WrOp,
@@ -30,6 +31,7 @@ use transport::wire::{MacAddr, Opcode, RoceFrame};
 use crate::int_response::IntResponseConfig;
 use crate::link::SimLink;
 use crate::mmu::{IngressLimits, PfcConfig};
+use crate::qos::QosConfig;
 use crate::switch::{class_of, serialization_ns, EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
 pub use metrics::{
@@ -114,6 +116,11 @@ pub struct SimConfig {
     /// Receiver-measured N (HPCC++ draft-00 s6.2): receivers count the
     /// flows through their last hop and senders take W_AI from the count.
     pub receiver_n: bool,
+    /// QoS classes at every switch port (HPCC++ 2023 s9.3); `None`: one
+    /// FIFO per port.
+    pub qos: Option<QosConfig>,
+    /// Senders ask switches for sojourn times instead of queue lengths.
+    pub int_sojourn: bool,
 }
 
 impl SimConfig {
@@ -145,6 +152,8 @@ impl SimConfig {
             int_response: None,
             payload_bytes: None,
             receiver_n: false,
+            qos: None,
+            int_sojourn: false,
         }
     }
 }
@@ -167,6 +176,11 @@ pub enum SimError {
     MonitorPort(usize),
     #[error("stuck host {host}: there are {hosts} hosts")]
     StuckHost { host: usize, hosts: usize },
+    #[error("QoS at switch node {node}: {source}")]
+    Qos {
+        node: usize,
+        source: crate::qos::QosError,
+    },
     #[error("switch {node}: {source}")]
     Switch {
         node: usize,
@@ -187,6 +201,8 @@ pub struct FlowSpec {
     pub dst: usize,
     pub size: u64,
     pub start_ns: u64,
+    /// The flow's DSCP (its QoS class); `None`: the engines' (26).
+    pub dscp: Option<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -361,6 +377,7 @@ impl Simulator {
             ec.int_subscribe = cfg.int_response.is_some();
             ec.segment_bytes = cfg.payload_bytes;
             ec.report_flows = cfg.receiver_n;
+            ec.int_sojourn = cfg.int_sojourn;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
@@ -415,6 +432,10 @@ impl Simulator {
             sw.set_control_first(cfg.control_first);
             if let Some(r) = cfg.int_response {
                 sw.enable_int_responses(r);
+            }
+            if let Some(q) = &cfg.qos {
+                sw.set_qos(q.clone())
+                    .map_err(|source| SimError::Qos { node: n, source })?;
             }
             if let Some(pfc) = cfg.pfc {
                 let limits: Vec<IngressLimits> = (0..topo.ports[n].len())
@@ -654,9 +675,11 @@ impl Simulator {
                 Event::Sample => {
                     let active = self.active_flows();
                     if let Some(m) = self.monitor.as_mut() {
-                        let q = self.switches[m.end.node]
-                            .as_ref()
-                            .map_or(0, |s| s.qlen(m.end.port));
+                        let sw = self.switches[m.end.node].as_mut();
+                        let q = sw.as_ref().map_or(0, |s| s.qlen(m.end.port));
+                        if let Some(sw) = sw {
+                            m.classes_at(t, sw);
+                        }
                         m.sample(t, q, &active);
                     }
                     self.push(t + self.cfg.sample_ns, Event::Sample);
@@ -687,6 +710,7 @@ impl Simulator {
         };
         let params = ConnectParams {
             timeout: self.cfg.timeout,
+            dscp: spec.dscp,
             ..ConnectParams::new(self.cfg.mtu)
         };
         for (h, q, peer_q, peer) in [(spec.src, qa, qb, spec.dst), (spec.dst, qb, qa, spec.src)] {
@@ -1004,6 +1028,16 @@ impl Simulator {
         r.ports = self.port_stats();
         r.pfc = self.pfc_summary(&r.ports);
         r.int_response = self.cfg.int_response.map(|_| self.int_response_summary());
+        if let (Some(m), Some(q)) = (self.monitor.as_ref(), self.cfg.qos.as_ref()) {
+            let sw = self.switches[m.end.node].as_ref();
+            r.classes = sw.map_or_else(Vec::new, |sw| m.class_results(self.now, sw, q));
+            for f in &self.flows {
+                let c = q.class_of(f.spec.dscp.unwrap_or(DEFAULT_DSCP));
+                if let Some(cr) = r.classes.get_mut(c) {
+                    cr.flows += 1;
+                }
+            }
+        }
         r
     }
 

@@ -12,10 +12,11 @@ use super::topology::{End, Topology, TopologyError, TopologySpec};
 use super::{FlowSpec, SimConfig, SimError, Simulator};
 use crate::int_response::IntResponseConfig;
 use crate::mmu::PfcConfig;
+use crate::qos::{QosConfig, QosError, Scheduler};
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
-pub const BUILTIN: [(&str, &str); 8] = [
+pub const BUILTIN: [(&str, &str); 9] = [
     (
         "incast",
         include_str!("../../../../configs/sim/incast.toml"),
@@ -48,6 +49,10 @@ pub const BUILTIN: [(&str, &str); 8] = [
         "fat-incast",
         include_str!("../../../../configs/sim/fat-incast.toml"),
     ),
+    (
+        "qos-2class",
+        include_str!("../../../../configs/sim/qos-2class.toml"),
+    ),
 ];
 
 /// The flow-size CDFs of `configs/workloads/`.
@@ -69,6 +74,68 @@ pub struct ScenarioSpec {
     pub workload: WorkloadSpec,
     #[serde(default)]
     pub sim: RunSpec,
+    /// QoS classes at every switch port (absent: one FIFO per port).
+    #[serde(default)]
+    pub qos: Option<QosSpec>,
+}
+
+/// `[qos]`: the data classes of every switch egress port (HPCC++ 2023
+/// s9.3).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QosSpec {
+    /// `dwrr` (deficit weighted round robin, the default) or `strict`
+    /// (class 0 first).
+    #[serde(default = "dwrr")]
+    pub scheduler: String,
+    /// One weight per class, each at least 1 (1 to 8 classes).
+    pub weights: Vec<u32>,
+    /// Per class, the DSCP values it takes; others go to the last class.
+    #[serde(default)]
+    pub dscp: Vec<Vec<u8>>,
+    /// Bytes per unit of weight per DWRR round.
+    #[serde(default = "quantum")]
+    pub quantum_bytes: u32,
+}
+
+fn dwrr() -> String {
+    "dwrr".into()
+}
+
+fn quantum() -> u32 {
+    4096
+}
+
+impl QosSpec {
+    /// The switches' configuration, or what is wrong with this one.
+    pub fn config(&self) -> Result<QosConfig, ScenarioError> {
+        let scheduler = match self.scheduler.as_str() {
+            "dwrr" => Scheduler::Dwrr,
+            "strict" => Scheduler::Strict,
+            other => return Err(ScenarioError::QosScheduler(other.into())),
+        };
+        if self.dscp.len() > self.weights.len() {
+            return Err(ScenarioError::QosDscpClasses {
+                lists: self.dscp.len(),
+                classes: self.weights.len(),
+            });
+        }
+        let mut cfg = QosConfig {
+            scheduler,
+            quantum_bytes: self.quantum_bytes,
+            ..QosConfig::dwrr(&self.weights)
+        };
+        for (class, list) in self.dscp.iter().enumerate() {
+            for &d in list {
+                if d > 63 {
+                    return Err(ScenarioError::Dscp(d));
+                }
+                cfg = cfg.map_dscp(d, class as u8);
+            }
+        }
+        cfg.check().map_err(ScenarioError::Qos)?;
+        Ok(cfg)
+    }
 }
 
 /// What the hosts send.
@@ -103,6 +170,10 @@ pub struct WorkloadSpec {
     /// offers the incast load it names on every seed).
     #[serde(default)]
     pub incast_arrivals: Arrivals,
+    /// DSCP values the flows take in turn (flow i gets `dscp[i % len]`);
+    /// empty: every flow the engines' default.
+    #[serde(default)]
+    pub dscp: Vec<u8>,
 }
 
 /// How the incasts of a `poisson` workload are spaced.
@@ -198,6 +269,9 @@ pub struct RunSpec {
     /// hop is the bottleneck report how many flows cross it, and senders
     /// set W_AI = W_init (1 - eta) / N from that instead of `hpcc_n`.
     pub receiver_n: bool,
+    /// Senders ask switches for each packet's sojourn time instead of
+    /// the queue length (HPCC++ 2023 s9.3; meant for `[qos]` classes).
+    pub int_sojourn: bool,
 }
 
 impl Default for RunSpec {
@@ -248,6 +322,7 @@ impl Default for RunSpec {
             int_response_bloom_bits: 4096,
             payload_bytes: 0,
             receiver_n: false,
+            int_sojourn: false,
         }
     }
 }
@@ -283,6 +358,14 @@ pub enum ScenarioError {
     Load(f64),
     #[error("[workload] kind = {0:?} is unknown (incast, dumbbell, converge, poisson)")]
     UnknownWorkload(String),
+    #[error("[qos] scheduler = {0:?} is unknown (dwrr, strict)")]
+    QosScheduler(String),
+    #[error("[qos] dscp has {lists} lists for {classes} classes")]
+    QosDscpClasses { lists: usize, classes: usize },
+    #[error("DSCP {0} is not 0..=63")]
+    Dscp(u8),
+    #[error("[qos] {0}")]
+    Qos(QosError),
     #[error(transparent)]
     Cc(#[from] UnknownCc),
     #[error(transparent)]
@@ -407,6 +490,10 @@ pub struct Overrides {
     pub int_response: Option<bool>,
     /// Receiver-measured N on or off instead of the scenario's `receiver_n`.
     pub receiver_n: Option<bool>,
+    /// Sojourn times on or off instead of the scenario's `int_sojourn`.
+    pub sojourn: Option<bool>,
+    /// Off: one FIFO per port even when the scenario has `[qos]`.
+    pub qos: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -506,6 +593,13 @@ impl ScenarioSpec {
             p => Some(p),
         };
         cfg.receiver_n = o.receiver_n.unwrap_or(r.receiver_n);
+        cfg.int_sojourn = o.sojourn.unwrap_or(r.int_sojourn);
+        if o.qos != Some(false) {
+            cfg.qos = self.qos.as_ref().map(QosSpec::config).transpose()?;
+        }
+        if let Some(&d) = w.dscp.iter().find(|&&d| d > 63) {
+            return Err(ScenarioError::Dscp(d));
+        }
         if o.int_response.unwrap_or(r.int_response) {
             let period_ns = match r.int_response_period_us {
                 0 => r.base_rtt_ns,
@@ -556,6 +650,7 @@ impl ScenarioSpec {
                         dst: recv,
                         size: long,
                         start_ns: 0,
+                        dscp: None,
                     });
                 }
                 towards(recv)
@@ -577,6 +672,7 @@ impl ScenarioSpec {
                         dst: recv,
                         size: long,
                         start_ns,
+                        dscp: None,
                     });
                 }
                 towards(recv)
@@ -589,6 +685,7 @@ impl ScenarioSpec {
                         dst: half + s % (hosts - half),
                         size: long,
                         start_ns: 0,
+                        dscp: None,
                     });
                 }
                 // The left switch's port towards the right switch.
@@ -640,6 +737,7 @@ impl ScenarioSpec {
                             dst,
                             size,
                             start_ns: t as u64,
+                            dscp: None,
                         });
                     }
                 }
@@ -672,6 +770,7 @@ impl ScenarioSpec {
                                 dst,
                                 size: w.incast_size_bytes,
                                 start_ns: t as u64,
+                                dscp: None,
                             });
                         }
                     }
@@ -687,6 +786,11 @@ impl ScenarioSpec {
             }
             other => return Err(ScenarioError::UnknownWorkload(other.into())),
         };
+        if !w.dscp.is_empty() {
+            for (i, f) in flows.iter_mut().enumerate() {
+                f.dscp = Some(w.dscp[i % w.dscp.len()]);
+            }
+        }
         cfg.monitor = Some(monitor);
         let buffer = topo_spec.buffer_bytes;
         let mut sim = Simulator::new(cfg, topo, buffer)?;
