@@ -25,6 +25,8 @@ local OPS = {
 -- A compact hop's rate code -> rate in units of 100 Mb/s (docs/wire.md).
 local COMPACT_RATES = { [0] = 0, 1, 2, 10, 20, 25, 50, 100, 250, 400, 500, 1000, 2000, 4000, 8000, 16000 }
 local COMPACT_UNIT = 128
+-- Nanoseconds per unit of a compact record's queue field under SOJOURN.
+local SOJOURN_UNIT = 16
 
 local f = {
     opcode = ProtoField.uint8("rnic.bth.opcode", "Opcode", base.HEX, OPS),
@@ -45,6 +47,7 @@ local f = {
     tlm_compact = ProtoField.bool("rnic.tlm.compact", "COMPACT (8-byte hops)", 8, nil, 0x02),
     tlm_subscribe = ProtoField.bool("rnic.tlm.subscribe", "SUBSCRIBE (INT responses wanted)", 8, nil, 0x04),
     tlm_nflows = ProtoField.bool("rnic.tlm.nflows", "NFLOWS (path id holds N)", 8, nil, 0x08),
+    tlm_sojourn = ProtoField.bool("rnic.tlm.sojourn", "SOJOURN (hops carry sojourn times)", 8, nil, 0x10),
     tlm_n = ProtoField.uint16("rnic.tlm.n", "Flows through the receiver's last hop (N)", base.DEC),
     tlm_nhop = ProtoField.uint8("rnic.tlm.nhop", "Hops filled", base.DEC, nil, 0xF0),
     tlm_maxhop = ProtoField.uint8("rnic.tlm.maxhop", "Hop slots", base.DEC, nil, 0x0F),
@@ -54,6 +57,7 @@ local f = {
     hop_ts = ProtoField.uint32("rnic.hop.ts_ns", "Egress timestamp (ns)", base.DEC),
     hop_tx = ProtoField.uint32("rnic.hop.tx_bytes", "Bytes sent before", base.DEC),
     hop_qlen = ProtoField.uint32("rnic.hop.qlen", "Queue length (bytes)", base.DEC),
+    hop_sojourn = ProtoField.uint32("rnic.hop.sojourn_ns", "Sojourn time (ns)", base.DEC),
     hop_rate = ProtoField.uint32("rnic.hop.rate_mbps", "Link rate (Mb/s)", base.DEC),
     hop_switch = ProtoField.uint8("rnic.hop.switch_id", "Switch id", base.DEC),
     hop_port = ProtoField.uint8("rnic.hop.port_id", "Port id", base.DEC),
@@ -72,8 +76,8 @@ local f = {
 }
 rnic.fields = {
     f.opcode, f.se, f.migreq, f.padcnt, f.tver, f.pkey, f.fecn, f.becn, f.t, f.destqp, f.ackreq, f.psn,
-    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nflows, f.tlm_n, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
-    f.hop_index, f.hop_ts, f.hop_tx, f.hop_qlen, f.hop_rate, f.hop_switch, f.hop_port, f.hop_code,
+    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nflows, f.tlm_sojourn, f.tlm_n, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
+    f.hop_index, f.hop_ts, f.hop_tx, f.hop_qlen, f.hop_sojourn, f.hop_rate, f.hop_switch, f.hop_port, f.hop_code,
     f.probe_id, f.probe_snd_psn, f.probe_ts,
     f.notify_window, f.notify_rate, f.notify_seq, f.notify_reserved,
     f.congested,
@@ -115,8 +119,12 @@ local function add_bth(tree, tvb)
     b:add(f.psn, tvb(9, 3))
 end
 
--- One hop record at `off`: full (16 bytes) or compact (8).
-local function add_hop(tree, tvb, off, i, compact)
+-- One hop record at `off`: full (16 bytes) or compact (8); under SOJOURN
+-- the queue field holds the packet's sojourn time (16 ns units compact).
+local function add_hop(tree, tvb, off, i, compact, sojourn)
+    local qfield = sojourn and f.hop_sojourn or f.hop_qlen
+    local qname = sojourn and "sojourn" or "qlen"
+    local qunit = sojourn and "ns" or "B"
     local len = compact and 8 or 16
     local h = tree:add(rnic, tvb(off, len), "Hop " .. i)
     h:add(f.hop_index, tvb(off, len), i):set_generated()
@@ -124,25 +132,25 @@ local function add_hop(tree, tvb, off, i, compact)
         local hi, lo = tvb(off, 4):uint(), tvb(off + 4, 4):uint()
         local ts = rshift(hi, 8)
         local tx = bor(lshift(band(hi, 0xFF), 12), rshift(lo, 20)) * COMPACT_UNIT
-        local qlen = band(rshift(lo, 4), 0xFFFF) * COMPACT_UNIT
+        local qlen = band(rshift(lo, 4), 0xFFFF) * (sojourn and SOJOURN_UNIT or COMPACT_UNIT)
         local code = band(lo, 0xF)
         h:add(f.hop_ts, tvb(off, 3), ts)
         h:add(f.hop_tx, tvb(off + 3, 3), tx)
-        h:add(f.hop_qlen, tvb(off + 5, 3), qlen)
+        h:add(qfield, tvb(off + 5, 3), qlen)
         h:add(f.hop_rate, tvb(off + 7, 1), COMPACT_RATES[code] * 100)
         h:add(f.hop_code, tvb(off + 7, 1), code)
         h:add(f.hop_switch, tvb(off, len), 0):set_generated()
         h:add(f.hop_port, tvb(off, len), 0):set_generated()
-        h:append_text(string.format(": ts %d ns, tx %d B, qlen %d B", ts, tx, qlen))
+        h:append_text(string.format(": ts %d ns, tx %d B, %s %d %s", ts, tx, qname, qlen, qunit))
     else
         h:add(f.hop_ts, tvb(off, 4))
         h:add(f.hop_tx, tvb(off + 4, 4))
-        h:add(f.hop_qlen, tvb(off + 8, 4))
+        h:add(qfield, tvb(off + 8, 4))
         h:add(f.hop_rate, tvb(off + 12, 2), tvb(off + 12, 2):uint() * 100)
         h:add(f.hop_switch, tvb(off + 14, 1))
         h:add(f.hop_port, tvb(off + 15, 1))
-        h:append_text(string.format(": switch %d port %d, qlen %d B",
-            tvb(off + 14, 1):uint(), tvb(off + 15, 1):uint(), tvb(off + 8, 4):uint()))
+        h:append_text(string.format(": switch %d port %d, %s %d %s",
+            tvb(off + 14, 1):uint(), tvb(off + 15, 1):uint(), qname, tvb(off + 8, 4):uint(), qunit))
     end
 end
 
@@ -171,6 +179,7 @@ local function add_tlm(tree, tvb)
     t:add(f.tlm_compact, tvb(BTH_LEN, 1))
     t:add(f.tlm_subscribe, tvb(BTH_LEN, 1))
     t:add(f.tlm_nflows, tvb(BTH_LEN, 1))
+    t:add(f.tlm_sojourn, tvb(BTH_LEN, 1))
     t:add(f.tlm_nhop, tvb(BTH_LEN + 1, 1))
     t:add(f.tlm_maxhop, tvb(BTH_LEN + 1, 1))
     if band(flags, 0x08) ~= 0 then
@@ -179,13 +188,15 @@ local function add_tlm(tree, tvb)
     else
         t:add(f.tlm_path_id, tvb(BTH_LEN + 2, 2))
     end
-    t:append_text(string.format(": %d of %d hops%s%s%s%s", nhop, maxhop,
+    local sojourn = band(flags, 0x10) ~= 0
+    t:append_text(string.format(": %d of %d hops%s%s%s%s%s", nhop, maxhop,
         band(flags, 0x01) ~= 0 and ", echo" or "",
         compact and ", compact" or "",
         band(flags, 0x04) ~= 0 and ", subscribed" or "",
-        band(flags, 0x08) ~= 0 and string.format(", N = %d", tvb(BTH_LEN + 2, 2):uint()) or ""))
+        band(flags, 0x08) ~= 0 and string.format(", N = %d", tvb(BTH_LEN + 2, 2):uint()) or "",
+        sojourn and ", sojourn times" or ""))
     for i = 0, math.min(nhop, maxhop) - 1 do
-        add_hop(t, tvb, BTH_LEN + 4 + i * hop_len, i, compact)
+        add_hop(t, tvb, BTH_LEN + 4 + i * hop_len, i, compact, sojourn)
     end
     return len, nhop
 end

@@ -176,6 +176,13 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         // path_id holds the receiver's flow count N.
         let _ = write!(s, " tlm.nflows=1 tlm.n={}", t.path_id);
     }
+    // Under SOJOURN the qlen field holds the packet's sojourn time.
+    let queue = if t.sojourn {
+        s.push_str(" tlm.sojourn=1");
+        "sojourn_ns"
+    } else {
+        "qlen"
+    };
     for (i, h) in t.filled().iter().enumerate() {
         let HopRecord {
             ts_ns,
@@ -187,7 +194,7 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         } = *h;
         let _ = write!(
             s,
-            " hop{i}={{switch={switch_id},port={port_id},ts_ns={ts_ns},tx_bytes={tx_bytes},qlen={qlen},rate_mbps={}}}",
+            " hop{i}={{switch={switch_id},port={port_id},ts_ns={ts_ns},tx_bytes={tx_bytes},{queue}={qlen},rate_mbps={}}}",
             u32::from(rate) * 100
         );
     }

@@ -288,6 +288,24 @@ pub fn telemetry() -> Vec<Sample> {
         switch_id: 0,
         port_id: 0,
     };
+    // A data packet whose compact stack asks for sojourn times (16 ns
+    // units in the qlen field): 4 us at the first hop, 1 us at the second.
+    let mut timed = packet(RdmaWriteOnly, true, 220);
+    timed.reth = reth(0x7f3a_0006_0000, 64);
+    let mut sojourn = TlmRepr::empty_compact(3);
+    sojourn.sojourn = true;
+    sojourn.nhop = 2;
+    for (i, ns) in [4_000, 1_008].into_iter().enumerate() {
+        sojourn.hops[i] = HopRecord {
+            ts_ns: 200_000 + 1_000 * i as u32,
+            tx_bytes: 128 * (5000 + i as u32),
+            qlen: ns,
+            rate: 1000,
+            switch_id: 0,
+            port_id: 0,
+        };
+    }
+    timed.tlm = Some(sojourn);
     let data = Sample {
         payload: payload(128, 2),
         repr: subscribed,
@@ -307,6 +325,10 @@ pub fn telemetry() -> Vec<Sample> {
         Sample {
             repr: int_response,
             payload: vec![],
+        },
+        Sample {
+            payload: payload(64, 3),
+            repr: timed,
         },
         Sample {
             repr: ack,

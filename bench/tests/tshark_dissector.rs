@@ -40,8 +40,20 @@ fn decoded(line: &str) -> HashMap<String, String> {
             m.insert(k.to_string(), v.to_string());
         }
     }
-    for key in ["switch", "port", "ts_ns", "tx_bytes", "qlen", "rate_mbps"] {
-        let list: Vec<&str> = hops.iter().map(|h| h[key].as_str()).collect();
+    for key in [
+        "switch",
+        "port",
+        "ts_ns",
+        "tx_bytes",
+        "qlen",
+        "sojourn_ns",
+        "rate_mbps",
+    ] {
+        // qlen or, under SOJOURN, sojourn_ns.
+        let list: Vec<&str> = hops
+            .iter()
+            .filter_map(|h| h.get(key).map(String::as_str))
+            .collect();
         m.insert(format!("hop.{key}"), list.join(","));
     }
     m
@@ -61,7 +73,7 @@ fn nums(s: &str) -> Vec<u64> {
     s.split(',').filter(|x| !x.is_empty()).map(num).collect()
 }
 
-const FIELDS: [&str; 27] = [
+const FIELDS: [&str; 29] = [
     "frame.number",
     "rnic.bth.opcode",
     "rnic.bth.destqp",
@@ -71,12 +83,14 @@ const FIELDS: [&str; 27] = [
     "rnic.tlm.echo",
     "rnic.tlm.compact",
     "rnic.tlm.subscribe",
+    "rnic.tlm.sojourn",
     "rnic.tlm.path_id",
     "rnic.tlm.nflows",
     "rnic.tlm.n",
     "rnic.hop.ts_ns",
     "rnic.hop.tx_bytes",
     "rnic.hop.qlen",
+    "rnic.hop.sojourn_ns",
     "rnic.hop.rate_mbps",
     "rnic.hop.switch_id",
     "rnic.hop.port_id",
@@ -141,7 +155,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         .collect();
     assert_eq!(rows.len(), ours.len(), "one row per frame:\n{text}");
 
-    let mut seen = [false; 6]; // tlm, compact, probe, notify, int_response, N
+    let mut seen = [false; 7]; // tlm, compact, probe, notify, int_response, N, sojourn
     for (i, (t, d)) in rows.iter().zip(&ours).enumerate() {
         let frame = i + 1;
         let ctx = format!("frame {frame}: tshark {t:?}\nbench decode {d:?}");
@@ -176,11 +190,14 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         }
         assert_eq!(num(t["rnic.tlm.compact"]), flag("tlm.compact"), "{ctx}");
         assert_eq!(num(t["rnic.tlm.subscribe"]), flag("tlm.subscribe"), "{ctx}");
+        assert_eq!(num(t["rnic.tlm.sojourn"]), flag("tlm.sojourn"), "{ctx}");
         seen[1] |= flag("tlm.compact") == 1;
+        seen[6] |= flag("tlm.sojourn") == 1 && flag("tlm.compact") == 1;
         for (ts, dk) in [
             ("rnic.hop.ts_ns", "hop.ts_ns"),
             ("rnic.hop.tx_bytes", "hop.tx_bytes"),
             ("rnic.hop.qlen", "hop.qlen"),
+            ("rnic.hop.sojourn_ns", "hop.sojourn_ns"),
             ("rnic.hop.rate_mbps", "hop.rate_mbps"),
             ("rnic.hop.switch_id", "hop.switch"),
             ("rnic.hop.port_id", "hop.port"),
@@ -222,7 +239,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         }
     }
     assert_eq!(
-        seen, [true; 6],
+        seen, [true; 7],
         "the demo has every kind of telemetry frame"
     );
 }
