@@ -174,6 +174,35 @@ pub enum Update {
     Window { committed: bool },
 }
 
+/// The most utilized hop of `hops` against the earlier stack `last` of
+/// the same path, as MeasureInflight samples it: per hop at the same index
+/// and the same (switch_id, port_id) with a non-zero ts delta and B > 0,
+/// u' = min(qlen, last qlen) / (B T) + txRate / B (deltas wrapping at the
+/// stack's widths); returns the largest u' (the first on ties) and its ts
+/// delta, `None` when no hop gives a sample.
+pub fn busiest_hop(hops: &HopStack, last: &HopStack, t_ns: f64) -> Option<(f64, f64)> {
+    let mut best: Option<(f64, f64)> = None;
+    for (now, then) in hops.as_slice().iter().zip(last.as_slice()) {
+        if !now.same_port(then) {
+            continue;
+        }
+        let wrap = hops.wrap();
+        let dt = wrap.ts_delta(now.ts_ns, then.ts_ns);
+        let b = now.bytes_per_ns();
+        if dt == 0 || b <= 0.0 {
+            continue;
+        }
+        let dt = f64::from(dt);
+        let tx_rate = f64::from(wrap.bytes_delta(now.tx_bytes, then.tx_bytes)) / dt;
+        let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
+        let u = (qlen / (b * t_ns) + tx_rate / b).min(U_MAX);
+        if best.is_none_or(|(bu, _)| u > bu) {
+            best = Some((u, dt));
+        }
+    }
+    best
+}
+
 /// State shared by sender- and receiver-based HPCC++.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HpccCore {
@@ -238,26 +267,7 @@ impl HpccCore {
     pub fn measure_inflight(&self, hops: &HopStack) -> Option<f64> {
         let last = self.last.as_ref()?;
         let t = self.params.t_ns as f64;
-        let mut best: Option<(f64, f64)> = None; // (u', tau)
-        for (now, then) in hops.as_slice().iter().zip(last.as_slice()) {
-            if !now.same_port(then) {
-                continue;
-            }
-            let wrap = hops.wrap();
-            let dt = wrap.ts_delta(now.ts_ns, then.ts_ns);
-            let b = now.bytes_per_ns();
-            if dt == 0 || b <= 0.0 {
-                continue;
-            }
-            let dt = f64::from(dt);
-            let tx_rate = f64::from(wrap.bytes_delta(now.tx_bytes, then.tx_bytes)) / dt;
-            let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
-            let u = (qlen / (b * t) + tx_rate / b).min(U_MAX);
-            if best.is_none_or(|(bu, _)| u > bu) {
-                best = Some((u, dt));
-            }
-        }
-        let (u, tau) = best?;
+        let (u, tau) = busiest_hop(hops, last, t)?;
         let tau = tau.min(t);
         Some(((1.0 - tau / t) * self.u + tau / t * u).clamp(0.0, U_MAX))
     }

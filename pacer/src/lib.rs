@@ -21,6 +21,7 @@ pub mod controller;
 pub mod dcqcn;
 pub mod fixed;
 pub mod hpcc;
+pub mod path;
 pub mod probe;
 pub mod psn;
 pub mod rx_hpcc;
