@@ -12,7 +12,7 @@ use netsim::sim::SimResult;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
     /// Scenario: incast, dumbbell, converge, fb_hadoop, websearch,
-    /// paper-fig11a, paper-incast, fat-incast or qos-2class
+    /// paper-fig11a, paper-incast, fat-incast, qos-2class or hot-core
     /// (configs/sim/NAME.toml, built in).
     #[arg(long, default_value = "incast")]
     pub scenario: String,
@@ -99,6 +99,13 @@ pub struct SimArgs {
     /// when the scenario has `[qos]`]
     #[arg(long, value_parser = ["on", "off", "both"])]
     pub qos: Option<String>,
+    /// Path choice from telemetry (HPCC++ 2023 s9.4): `on` lets each flow
+    /// probe other UDP source ports (ECMP paths) and move to a clearly less
+    /// loaded one, `off` keeps every flow on its hashed path, `both` runs
+    /// each controller both ways (the second labelled CC+paths) [default:
+    /// the scenario's `path_choice` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub paths: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -154,12 +161,13 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         receiver_n: args.receiver_n.as_deref().map(|v| v == "on"),
         sojourn: args.sojourn.as_deref().map(|v| v == "on"),
         qos: args.qos.as_deref().map(|v| v != "off"),
+        path_choice: args.paths.as_deref().map(|v| v == "on"),
     };
     // (controller, label, overrides): `both` of a mechanism's flag runs
     // each controller without and then with it, the label naming the
     // variant (off, on).
     type Set = fn(&mut Overrides, bool);
-    let toggles: [(&Option<String>, [&str; 2], Set); 4] = [
+    let toggles: [(&Option<String>, [&str; 2], Set); 5] = [
         (&args.int_response, ["", "+intresp"], |o, v| {
             o.int_response = Some(v)
         }),
@@ -168,6 +176,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         }),
         (&args.sojourn, ["", "+sojourn"], |o, v| o.sojourn = Some(v)),
         (&args.qos, ["+fifo", ""], |o, v| o.qos = Some(v)),
+        (&args.paths, ["", "+paths"], |o, v| o.path_choice = Some(v)),
     ];
     let mut plan: Vec<(&str, String, Overrides)> = ccs
         .iter()
@@ -343,6 +352,15 @@ pub fn table(runs: &[Run]) -> String {
                 c.sojourn_p99_ns as f64 / 1e3,
                 c.sojourn_max_ns as f64 / 1e3,
                 c.max_qlen_bytes as f64 / 1e3
+            );
+        }
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        if let Some(p) = &r.paths {
+            let _ = writeln!(
+                s,
+                "{:<11} paths: {} probes of other paths ({} answered), {} moves",
+                r.cc, p.probes, p.answered, p.moves
             );
         }
     }

@@ -182,25 +182,38 @@ pub enum Update {
 /// delta, `None` when no hop gives a sample.
 pub fn busiest_hop(hops: &HopStack, last: &HopStack, t_ns: f64) -> Option<(f64, f64)> {
     let mut best: Option<(f64, f64)> = None;
-    for (now, then) in hops.as_slice().iter().zip(last.as_slice()) {
-        if !now.same_port(then) {
-            continue;
-        }
-        let wrap = hops.wrap();
-        let dt = wrap.ts_delta(now.ts_ns, then.ts_ns);
-        let b = now.bytes_per_ns();
-        if dt == 0 || b <= 0.0 {
-            continue;
-        }
-        let dt = f64::from(dt);
-        let tx_rate = f64::from(wrap.bytes_delta(now.tx_bytes, then.tx_bytes)) / dt;
-        let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
-        let u = (qlen / (b * t_ns) + tx_rate / b).min(U_MAX);
+    for (u, _, dt) in hop_samples(hops, last, t_ns) {
         if best.is_none_or(|(bu, _)| u > bu) {
             best = Some((u, dt));
         }
     }
     best
+}
+
+/// Each hop's sample of `hops` against `last` (see [`busiest_hop`]): its
+/// u', its capacity B (bytes per ns) and its ts delta (ns).
+pub fn hop_samples<'a>(
+    hops: &'a HopStack,
+    last: &'a HopStack,
+    t_ns: f64,
+) -> impl Iterator<Item = (f64, f64, f64)> + 'a {
+    let wrap = hops.wrap();
+    hops.as_slice()
+        .iter()
+        .zip(last.as_slice())
+        .filter(|(now, then)| now.same_port(then))
+        .filter_map(move |(now, then)| {
+            let dt = wrap.ts_delta(now.ts_ns, then.ts_ns);
+            let b = now.bytes_per_ns();
+            if dt == 0 || b <= 0.0 {
+                return None;
+            }
+            let dt = f64::from(dt);
+            let tx_rate = f64::from(wrap.bytes_delta(now.tx_bytes, then.tx_bytes)) / dt;
+            let qlen = f64::from(now.qlen.min(then.qlen).min(QLEN_MAX));
+            let u = (qlen / (b * t_ns) + tx_rate / b).min(U_MAX);
+            Some((u, b, dt))
+        })
 }
 
 /// State shared by sender- and receiver-based HPCC++.

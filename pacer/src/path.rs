@@ -4,14 +4,20 @@
 //! to a clearly less loaded one, with hysteresis so that it does not flap.
 //!
 //! This module owns the decision only, in path indices `0..paths` (the
-//! caller maps them to source ports): each path's utilization U (the most
-//! utilized hop, as HPCC++ measures it) from the stacks of the current
-//! path's ACKs and of probes sent on the others, when to probe which path,
-//! and when to move. A move is asked for; the caller drains what is in
-//! flight on the old path (so that nothing arrives out of order) and then
-//! calls [`PathChooser::moved`]. Time is passed in.
+//! caller maps them to source ports): each path's spare capacity from the
+//! stacks of the current path's ACKs and of probes sent on the others,
+//! when to probe which path, and when to move. A move is asked for; the
+//! caller drains what is in flight on the old path (so that nothing arrives
+//! out of order) and then calls [`PathChooser::moved`]. Time is passed in.
+//!
+//! Spare capacity, not U: HPCC++ holds every bottleneck near eta whatever
+//! its speed, so a saturated 10G link and a saturated 100G link show the
+//! same U. A path's spare is the least, over its hops, of B (1 - U) with U
+//! measured as HPCC++ measures it (bytes per ns, EWMA over T). The flow
+//! moves when another path's spare exceeds what it has now (its own rate
+//! plus its path's spare) by a margin, after a dwell time on its path.
 
-use crate::hpcc::busiest_hop;
+use crate::hpcc::hop_samples;
 use crate::telemetry::HopStack;
 
 /// When to move, and how often to look at the other paths.
@@ -22,9 +28,8 @@ pub struct PathConfig {
     /// One other path is probed per interval, in turn, while the flow
     /// has data in flight (ns).
     pub probe_interval_ns: u64,
-    /// Move only off a path whose U is at least this.
-    pub busy_u: f64,
-    /// ... to a path whose U is lower by at least this much.
+    /// Move only to a path whose spare capacity is more than (1 + margin)
+    /// times what the flow has now (its rate and its path's spare).
     pub margin: f64,
     /// Stay on a path at least this long after a move (ns).
     pub dwell_ns: u64,
@@ -33,16 +38,14 @@ pub struct PathConfig {
 }
 
 impl PathConfig {
-    /// Four paths, a probe per base RTT `t_ns`, move off U >= 0.95 to a
-    /// path 0.3 lower, at most once per 20 T, samples trusted for 4 probe
-    /// rounds.
+    /// Four paths, a probe per base RTT `t_ns`, move for 50% more, at most
+    /// once per 20 T, samples trusted for 4 probe rounds.
     pub fn new(t_ns: u64) -> Self {
         let t = t_ns.max(1);
         PathConfig {
             paths: 4,
             probe_interval_ns: t,
-            busy_u: 0.95,
-            margin: 0.3,
+            margin: 0.5,
             dwell_ns: 20 * t,
             stale_ns: 4 * 4 * t,
         }
@@ -53,8 +56,9 @@ impl PathConfig {
 struct PathState {
     /// The last stack seen on the path, and when.
     last: Option<(HopStack, u64)>,
-    /// EWMA of the busiest hop's U over T, and when it was last updated.
-    u: Option<(f64, u64)>,
+    /// EWMA over T of the path's spare capacity (bytes per ns), and when
+    /// it was last updated.
+    spare: Option<(f64, u64)>,
     /// The path id the switches folded into the last stack.
     path_id: u16,
 }
@@ -113,15 +117,21 @@ impl PathChooser {
         self.counters
     }
 
+    /// The path id the switches folded into `path`'s last stack.
+    pub fn path_id(&self, path: usize) -> Option<u16> {
+        let p = self.paths.get(path)?;
+        p.last.map(|_| p.path_id)
+    }
+
     /// The path a move was asked to and not yet done.
     pub fn moving_to(&self) -> Option<usize> {
         self.moving_to
     }
 
-    /// Path `path`'s U at `now`, if fresh.
-    pub fn utilization(&self, path: usize, now: u64) -> Option<f64> {
-        let (u, at) = self.paths.get(path)?.u?;
-        (now.saturating_sub(at) <= self.cfg.stale_ns).then_some(u)
+    /// Path `path`'s spare capacity at `now` (bytes per ns), if fresh.
+    pub fn spare(&self, path: usize, now: u64) -> Option<f64> {
+        let (s, at) = self.paths.get(path)?.spare?;
+        (now.saturating_sub(at) <= self.cfg.stale_ns).then_some(s)
     }
 
     /// A stack that came back from `path` at `now` (an ACK's echo on the
@@ -134,20 +144,24 @@ impl PathChooser {
         let t = self.t_ns as f64;
         // A stack from another route (its path id changed) starts over.
         if let Some((last, _)) = p.last.filter(|_| p.path_id == path_id) {
-            if let Some((sample, dt)) = busiest_hop(hops, &last, t) {
+            // The tightest hop: least B (1 - U), and its ts delta.
+            let tightest = hop_samples(hops, &last, t)
+                .map(|(u, b, dt)| (b * (1.0 - u).max(0.0), dt))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((sample, dt)) = tightest {
                 let tau = dt.min(t);
-                let u = match p
-                    .u
-                    .filter(|&(_, at)| now.saturating_sub(at) <= self.cfg.stale_ns)
-                {
-                    Some((u, _)) => (1.0 - tau / t) * u + tau / t * sample,
+                let fresh = p
+                    .spare
+                    .filter(|&(_, at)| now.saturating_sub(at) <= self.cfg.stale_ns);
+                let s = match fresh {
+                    Some((s, _)) => (1.0 - tau / t) * s + tau / t * sample,
                     None => sample,
                 };
-                p.u = Some((u, now));
+                p.spare = Some((s, now));
                 self.counters.samples += 1;
             }
         } else {
-            p.u = None;
+            p.spare = None;
         }
         p.last = Some((*hops, now));
         p.path_id = path_id;
@@ -169,32 +183,31 @@ impl PathChooser {
         Some(self.turn)
     }
 
-    /// When the next probe is due.
-    pub fn probe_deadline(&self) -> u64 {
-        self.next_probe
+    /// When the next probe is due (none while a move waits: no probe goes
+    /// then).
+    pub fn probe_deadline(&self) -> Option<u64> {
+        self.moving_to.is_none().then_some(self.next_probe)
     }
 
-    /// Whether to move at `now`, and where: only after the dwell time on
-    /// the current path, only off a busy path (U >= `busy_u`), only to
-    /// the least utilized fresh path, and only when that is lower by the
-    /// margin. Once asked, the same move is returned until
+    /// Whether to move at `now`, for a flow sending `own_rate` (bytes per
+    /// ns), and where: only after the dwell time on the current path, only
+    /// to the fresh path with the most spare capacity, and only when that
+    /// exceeds what the flow has now (its rate plus its path's spare) by
+    /// the margin. Once asked, the same move is returned until
     /// [`PathChooser::moved`].
-    pub fn decide(&mut self, now: u64) -> Option<usize> {
+    pub fn decide(&mut self, now: u64, own_rate: f64) -> Option<usize> {
         if let Some(to) = self.moving_to {
             return Some(to);
         }
         if now.saturating_sub(self.since) < self.cfg.dwell_ns {
             return None;
         }
-        let cur = self.utilization(self.current, now)?;
-        if cur < self.cfg.busy_u {
-            return None;
-        }
-        let (best, u) = (0..self.paths.len())
+        let have = own_rate.max(0.0) + self.spare(self.current, now)?;
+        let (best, spare) = (0..self.paths.len())
             .filter(|&p| p != self.current)
-            .filter_map(|p| self.utilization(p, now).map(|u| (p, u)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))?;
-        if u > cur - self.cfg.margin {
+            .filter_map(|p| self.spare(p, now).map(|s| (p, s)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        if spare <= have * (1.0 + self.cfg.margin) {
             return None;
         }
         self.moving_to = Some(best);
@@ -247,38 +260,59 @@ mod tests {
         }
     }
 
+    /// 100G in bytes per ns.
+    const B100: f64 = 12.5;
+
     #[test]
-    fn a_busy_path_moves_to_a_clearly_idler_one_after_the_dwell_time() {
+    fn a_flow_moves_to_a_path_with_clearly_more_spare_after_the_dwell_time() {
         let mut c = PathChooser::new(PathConfig::new(T), T, 0);
-        feed(&mut c, 0, 1.0, 0, 30 * T);
-        feed(&mut c, 2, 0.3, 0, 30 * T);
+        feed(&mut c, 0, 0.95, 0, 30 * T);
+        feed(&mut c, 2, 0.2, 0, 30 * T);
         feed(&mut c, 1, 0.9, 0, 30 * T);
-        assert!((c.utilization(0, 30 * T).unwrap() - 1.0).abs() < 0.01);
-        assert_eq!(c.decide(10 * T), None, "within the dwell time");
-        assert_eq!(c.decide(30 * T), Some(2), "the least utilized");
-        assert_eq!(c.decide(31 * T), Some(2), "asked until done");
+        let spare = c.spare(2, 30 * T).unwrap();
+        assert!((spare - 0.8 * B100).abs() < 0.05, "{spare}");
+        // The flow has 1 byte/ns (8 Gb/s): 10 of spare on path 2 beats it.
+        assert_eq!(c.decide(10 * T, 1.0), None, "within the dwell time");
+        assert_eq!(c.decide(30 * T, 1.0), Some(2), "the most spare");
+        assert_eq!(c.decide(31 * T, 1.0), Some(2), "asked until done");
         c.moved(2, 32 * T);
         assert_eq!((c.current(), c.counters().moves), (2, 1));
-        assert_eq!(c.decide(33 * T), None);
+        assert_eq!(c.decide(33 * T, 1.0), None);
     }
 
     #[test]
-    fn hysteresis_no_move_off_a_path_below_busy_or_for_a_small_gain() {
+    fn hysteresis_no_move_for_less_than_the_margin_or_on_stale_samples() {
+        // The flow already has most of a 100G path: another path with 80%
+        // of 100G spare is not 50% more.
         let mut c = PathChooser::new(PathConfig::new(T), T, 0);
-        // Current below busy_u: stays however idle the others are.
-        feed(&mut c, 0, 0.9, 0, 30 * T);
-        feed(&mut c, 1, 0.0, 0, 30 * T);
-        assert_eq!(c.decide(30 * T), None);
-        // Busy, but the best other path is only 0.2 lower.
-        let mut c = PathChooser::new(PathConfig::new(T), T, 0);
-        feed(&mut c, 0, 1.0, 0, 30 * T);
-        feed(&mut c, 1, 0.8, 0, 30 * T);
-        assert_eq!(c.decide(30 * T), None);
+        feed(&mut c, 0, 0.95, 0, 30 * T);
+        feed(&mut c, 1, 0.2, 0, 30 * T);
+        assert_eq!(c.decide(30 * T, 0.9 * B100), None);
         // Stale samples of another path are not trusted.
         let mut c = PathChooser::new(PathConfig::new(T), T, 0);
         feed(&mut c, 1, 0.0, 0, 2 * T);
         feed(&mut c, 0, 1.0, 0, 100 * T);
-        assert_eq!(c.decide(100 * T), None);
+        assert_eq!(c.decide(100 * T, 0.1), None);
+    }
+
+    #[test]
+    fn a_saturated_slow_path_loses_to_a_fast_one_with_room() {
+        // Path 0: a 10G hop at U 0.95 (the flow gets 1.19 B/ns); path 1:
+        // 100G at U 0.7. U alone would not tell them apart at saturation;
+        // spare capacity does.
+        let mut c = PathChooser::new(PathConfig::new(T), T, 0);
+        for k in 0..30u64 {
+            let t = k * T;
+            let h = stack(t as u32, 0.95, 0).as_slice()[0];
+            let slow = HopStack::from_slice(&[Hop {
+                rate_100mbps: 100,
+                tx_bytes: (t as f64 * 1.25 * 0.95) as u32,
+                ..h
+            }]);
+            c.on_stack(0, t, &slow, 0);
+            c.on_stack(1, t, &stack(t as u32, 0.7, 0), 1);
+        }
+        assert_eq!(c.decide(29 * T, 1.19), Some(1));
     }
 
     #[test]
@@ -290,7 +324,7 @@ mod tests {
             for p in 0..2 {
                 c.on_stack(p, t, &stack(t as u32, 1.0, 20_000), p as u16);
             }
-            assert_eq!(c.decide(t), None);
+            assert_eq!(c.decide(t, 0.5 * B100), None);
         }
         assert_eq!(c.counters().moves, 0);
     }
@@ -314,9 +348,9 @@ mod tests {
     fn a_new_path_id_restarts_the_estimate() {
         let mut c = PathChooser::new(PathConfig::new(T), T, 0);
         feed(&mut c, 1, 0.2, 0, 5 * T);
-        assert!(c.utilization(1, 5 * T).is_some());
+        assert!(c.spare(1, 5 * T).is_some());
         // The route changed (another path id): no delta across it.
         c.on_stack(1, 6 * T, &stack(6 * T as u32, 0.9, 0), 77);
-        assert_eq!(c.utilization(1, 6 * T), None);
+        assert_eq!(c.spare(1, 6 * T), None);
     }
 }

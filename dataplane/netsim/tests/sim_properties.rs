@@ -402,3 +402,52 @@ fn hpcc_reading_sojourn_times_keeps_the_light_class_from_a_standing_queue() {
         assert!(c[0].share > 1.5 * c[1].share, "{c:?}");
     }
 }
+
+/// HPCC++ 2023 s9.4: on a fat tree with one 10G core link, flows that
+/// choose paths from telemetry move off it, lose nothing, retransmit
+/// nothing, and put fewer bytes through the hot link than ECMP alone.
+#[test]
+fn path_choice_moves_flows_off_a_hot_link_and_loses_nothing() {
+    let s = scenario("hot-core");
+    let go = |on: bool| {
+        run(
+            &s,
+            "hpcc",
+            &Overrides {
+                path_choice: Some(on),
+                duration_us: Some(1_000),
+                ..Overrides::default()
+            },
+        )
+    };
+    let (ecmp, chosen) = (go(false), go(true));
+    for r in [&ecmp, &chosen] {
+        assert_eq!(r.flows_done, r.flows_total, "{}", r.cc);
+        assert_eq!((r.drops, r.retransmitted), (0, 0));
+    }
+    assert!(ecmp.paths.is_none());
+    let p = chosen.paths.as_ref().unwrap();
+    assert!(p.moves > 0 && p.probes > 0 && p.answered > 0, "{p:?}");
+    assert!(chosen.probe_overhead > 0.0);
+    // The hot link's two egress ports, from the topology.
+    let topo = s.topology.build().unwrap();
+    let link = topo
+        .links
+        .iter()
+        .find(|l| l.rate_bps == 10_000_000_000)
+        .expect("the hot link");
+    let ends = [(link.a.node, link.a.port), (link.b.node, link.b.port)];
+    let hot = |r: &SimResult| -> u64 {
+        r.ports
+            .iter()
+            .filter(|p| ends.contains(&(p.node, p.port)))
+            .map(|p| p.tx_bytes)
+            .sum()
+    };
+    assert!(
+        hot(&chosen) < hot(&ecmp),
+        "bytes through the hot link: {} with path choice, {} without",
+        hot(&chosen),
+        hot(&ecmp)
+    );
+}

@@ -4,8 +4,10 @@
 //! headers, so that they pass the ICRC and reach the QP logic). The two
 //! engines run in the one NIC pipeline (`nic::Nic::poll`) over the
 //! in-memory link, each port wrapped in the fault injector whose script
-//! the input drives. Nothing may panic, and every work request completes
-//! at most once.
+//! the input drives. The first byte chooses the engines: no congestion
+//! control, or HPCC++ inband with sojourn times and path choice (probes
+//! on other source ports, moves). Nothing may panic, and every work
+//! request completes at most once.
 #![no_main]
 
 use std::collections::{HashSet, VecDeque};
@@ -16,9 +18,10 @@ use libfuzzer_sys::fuzz_target;
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, VecMemory};
 use transport::rc::{
-    ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, RecvWr, SendWr, SgList, Sge, WrOp,
+    CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, RecvWr, SendWr, SgList, Sge,
+    WrOp,
 };
-use transport::wire::{AethRepr, MacAddr, Opcode, PacketRepr, RethRepr};
+use transport::wire::{AethRepr, HopRecord, MacAddr, Opcode, PacketRepr, ProbeRepr, RethRepr};
 
 const BASE: u64 = 0x1_0000;
 const SIZE: usize = 1 << 16;
@@ -47,10 +50,20 @@ impl Bytes<'_> {
     }
 }
 
-fn engine(mac: MacAddr, ip: Ipv4Addr) -> Engine<VecMemory> {
+fn engine(mac: MacAddr, ip: Ipv4Addr, hpcc: bool) -> Engine<VecMemory> {
     let mut mem = VecMemory::new();
     mem.add(BASE, SIZE);
-    Engine::new(EngineConfig::new(mac, ip, 10_000_000_000), mem, 0)
+    let mut cfg = EngineConfig::new(mac, ip, 10_000_000_000);
+    if hpcc {
+        cfg.cc = CcMode::HpccInband { maxhop: 3 };
+        cfg.int_sojourn = true;
+        cfg.path_choice = Some(pacer::path::PathConfig {
+            dwell_ns: 1_000,
+            margin: 0.0,
+            ..pacer::path::PathConfig::new(1_000)
+        });
+    }
+    Engine::new(cfg, mem, 0)
 }
 
 /// Fates of frames, as the input chooses them (delivered once used up).
@@ -73,7 +86,8 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);
     let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
     let (ia, ib) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let mut e = [engine(ma, ia), engine(mb, ib)];
+    let hpcc = input.u8().unwrap_or(0) & 1 == 1;
+    let mut e = [engine(ma, ia, hpcc), engine(mb, ib, hpcc)];
     let keys = [
         e[0].register_mr(BASE, SIZE as u64, Access::ALL).unwrap(),
         e[1].register_mr(BASE, SIZE as u64, Access::ALL).unwrap(),
@@ -252,13 +266,34 @@ fuzz_target!(|data: &[u8]| {
                     r.atomic_ack = Some(u64::from(psn));
                 }
                 if l.probe {
-                    r.probe = Some(Default::default());
+                    // Any probe id: HPCC++ probe mode's, or a path probe's.
+                    r.probe = Some(ProbeRepr {
+                        probe_id: input.u32().unwrap_or(0),
+                        snd_psn: psn,
+                        sender_ts_ns: u64::from(psn),
+                    });
                 }
                 if l.notify {
                     r.notify = Some(Default::default());
                 }
-                if l.tlm_required {
-                    r.tlm = Some(transport::wire::TlmRepr::empty(2));
+                if l.tlm_required || psn & 8 != 0 {
+                    // A stack with one fuzz-chosen hop, echoed or not,
+                    // maybe of sojourn times.
+                    let mut t = transport::wire::TlmRepr::empty(2);
+                    t.echo = psn & 16 != 0;
+                    t.sojourn = psn & 32 != 0;
+                    t.nflows = psn & 64 != 0;
+                    t.path_id = (psn >> 16) as u16;
+                    t.nhop = 1;
+                    t.hops[0] = HopRecord {
+                        ts_ns: input.u32().unwrap_or(0),
+                        tx_bytes: input.u32().unwrap_or(0),
+                        qlen: input.u32().unwrap_or(0),
+                        rate: input.u8().map_or(0, |b| u16::from(b) * 8),
+                        switch_id: 1,
+                        port_id: 1,
+                    };
+                    r.tlm = Some(t);
                 }
                 let n = if l.payload {
                     usize::from(input.u8().unwrap_or(0)) * 8

@@ -43,6 +43,10 @@ pub struct QpCounters {
     pub int_responses_stale: u64,
     /// ACKs whose receiver reported N (receiver-measured N), taken.
     pub flow_reports: u64,
+    /// Path choice: probes sent on other paths, their answers, moves made.
+    pub path_probes: u64,
+    pub path_probe_responses: u64,
+    pub path_moves: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -75,6 +79,9 @@ impl QpCounters {
             int_responses,
             int_responses_stale,
             flow_reports,
+            path_probes,
+            path_probe_responses,
+            path_moves,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -103,6 +110,9 @@ impl QpCounters {
         self.int_responses += int_responses;
         self.int_responses_stale += int_responses_stale;
         self.flow_reports += flow_reports;
+        self.path_probes += path_probes;
+        self.path_probe_responses += path_probe_responses;
+        self.path_moves += path_moves;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }

@@ -18,6 +18,7 @@
 //! Nothing here reads a clock or allocates per packet in steady state.
 
 mod counters;
+pub mod paths;
 mod qp;
 mod read_recovery;
 mod recv;
@@ -163,6 +164,10 @@ pub struct EngineConfig {
     /// report N in the ACKs' echoed telemetry; as a sender, set W_AI =
     /// W_init (1 - eta) / N from the reports.
     pub report_flows: bool,
+    /// Path choice from telemetry (HPCC++ 2023 s9.4): a QP probes other
+    /// UDP source ports (ECMP paths) and moves to a clearly less loaded one
+    /// (hpcc and hpcc-probe modes); `None`: one path.
+    pub path_choice: Option<pacer::path::PathConfig>,
 }
 
 /// The DSCP of an engine's packets unless configured (26, AF31, as RoCE
@@ -195,6 +200,7 @@ impl EngineConfig {
             int_sojourn: false,
             segment_bytes: None,
             report_flows: false,
+            path_choice: None,
         }
     }
 

@@ -16,6 +16,7 @@ use pacer::telemetry::{Hop, HopStack};
 use pacer::{CongestionControl, Controller, Hpcc};
 
 use super::counters::QpCounters;
+use super::paths::{probe_path, QpPaths};
 use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
@@ -171,6 +172,8 @@ pub(crate) struct Qp {
     pub sqd_notify: bool,
     /// This QP's own bounds on its requester (the engine's otherwise).
     pub send_limits: Option<SendLimits>,
+    /// Path choice from telemetry (EngineConfig::path_choice), from RTR on.
+    paths: Option<Box<QpPaths>>,
     pub counters: QpCounters,
 }
 
@@ -257,6 +260,7 @@ impl Qp {
             armed: None,
             sqd_notify: false,
             send_limits: None,
+            paths: None,
             counters: QpCounters::default(),
         }
     }
@@ -304,6 +308,14 @@ impl Qp {
             a.min_rnr_timer,
         );
         self.rtr = Some(a);
+        // Path choice needs telemetry from the switches on the way back.
+        self.paths = cfg
+            .path_choice
+            .filter(|_| matches!(cfg.cc, CcMode::HpccInband { .. } | CcMode::HpccProbe { .. }))
+            .map(|pc| {
+                let base = udp::entropy_port(self.qpn, a.dest_qpn);
+                Box::new(QpPaths::new(pc, cfg.hpcc.t_ns, base))
+            });
         self.build_template(cfg);
         self.state = QpState::Rtr;
         Ok(())
@@ -429,6 +441,19 @@ impl Qp {
         self.rtr.map(|r| (r.dest_ip, r.dest_qpn))
     }
 
+    /// Hop slots of the TLM_REQUESTs this QP sends: the mode's, or its
+    /// data packets', or 1.
+    fn probe_maxhop(&self) -> u8 {
+        match self.mode {
+            CcMode::HpccProbe { maxhop, .. } => maxhop,
+            _ => self.tlm.data.as_ref().map_or(1, |d| d.maxhop),
+        }
+    }
+
+    fn is_path_probe(&self, probe: &Option<ProbeRepr>) -> bool {
+        self.paths.is_some() && probe.is_some_and(|p| probe_path(p.probe_id).is_some())
+    }
+
     /// An INT response for the packet of `psn`: the controller reacts when
     /// that PSN is in flight (sent, not yet acknowledged); anything else
     /// is late or forged and only counted.
@@ -448,6 +473,7 @@ impl Qp {
             || self.pending_cnp
             || self.tlm.probe_resp.is_some()
             || self.tlm.notify.is_some()
+            || self.paths.as_ref().is_some_and(|p| p.pending.is_some())
     }
 
     /// The earliest timer of this QP.
@@ -460,6 +486,10 @@ impl Qp {
             (a, b) => a.or(b),
         };
         let t = earliest(self.req.timer(), self.cc.poll_timeout());
+        let t = match &self.paths {
+            Some(p) if self.req.has_outstanding() => earliest(t, p.chooser.probe_deadline()),
+            _ => t,
+        };
         match &self.probe {
             Some(p) => earliest(t, p.deadline()),
             None => t,
@@ -484,6 +514,9 @@ impl Qp {
     }
 
     fn poll_probe(&mut self, now: u64) {
+        if let Some(paths) = self.paths.as_mut() {
+            paths.poll(now, self.req.has_outstanding(), self.req.snd_nxt());
+        }
         if let Some(probe) = self.probe.as_mut() {
             if self.pending_probe.is_none() {
                 self.pending_probe =
@@ -496,6 +529,54 @@ impl Qp {
         let hops = hops_of(t);
         self.cc
             .on_telemetry(now, ack_seq, self.req.snd_nxt(), &hops);
+        if let Some(paths) = self.paths.as_mut() {
+            let cur = paths.chooser.current();
+            // Under NFLOWS the path id holds N: keep the path's own.
+            let path_id = if t.nflows {
+                paths.chooser.path_id(cur).unwrap_or(0)
+            } else {
+                t.path_id
+            };
+            paths.chooser.on_stack(cur, now, &hops, path_id);
+        }
+    }
+
+    /// Moves to the path the chooser asks for once nothing is in flight on
+    /// the current one (until then new packets wait: see `peek`).
+    fn follow_path(&mut self, now: u64) {
+        let Some(paths) = self.paths.as_mut() else {
+            return;
+        };
+        let own = self.cc.rate_bps() as f64 / 8e9;
+        let Some(to) = paths.chooser.decide(now, own) else {
+            return;
+        };
+        if self.req.has_outstanding() {
+            return;
+        }
+        paths.chooser.moved(to, now);
+        paths.drain_acked = false;
+        let port = paths.current_port();
+        self.template = self.template.map(|t| t.with_src_port(port));
+        self.counters.path_moves += 1;
+    }
+
+    /// The requester's next packet, unless a path move holds new ones
+    /// (retransmissions still go, on the old path). The first new packet
+    /// after the move is decided still goes, asking for an ACK, so that
+    /// the drain ends with an ACK rather than a timeout.
+    fn peek(&self) -> Option<TxItem> {
+        let mut t = self.req.peek(self.cc.window_bytes())?;
+        match self.paths.as_deref() {
+            Some(p) if p.draining() && !t.retransmit => {
+                if p.drain_acked {
+                    return None;
+                }
+                t.ack_req = true;
+                Some(t)
+            }
+            _ => Some(t),
+        }
     }
 
     /// Handles a parsed packet for this QP.
@@ -543,6 +624,7 @@ impl Qp {
                         self.telemetry(now, psn, &t);
                     }
                 }
+                self.follow_path(now);
             }
             Opcode::RdmaReadResponseFirst
             | Opcode::RdmaReadResponseMiddle
@@ -576,6 +658,16 @@ impl Qp {
                 if let (Some(probe), Some(mut t)) = (p.repr.probe, p.repr.tlm) {
                     t.echo = true;
                     self.tlm.probe_resp = Some((probe, t));
+                }
+            }
+            Opcode::TlmResponse if self.is_path_probe(&p.repr.probe) => {
+                if let (Some(pr), Some(t), Some(paths)) =
+                    (p.repr.probe, p.repr.tlm, self.paths.as_mut())
+                {
+                    let k = probe_path(pr.probe_id).unwrap_or(0);
+                    self.counters.path_probe_responses += 1;
+                    paths.chooser.on_stack(k, now, &hops_of(&t), t.path_id);
+                    self.follow_path(now);
                 }
             }
             Opcode::TlmResponse => {
@@ -689,7 +781,10 @@ impl Qp {
                 ..Ipv4Repr::default()
             };
             let udp = UdpRepr {
-                src_port: udp::entropy_port(self.qpn, rtr.dest_qpn),
+                src_port: self.paths.as_ref().map_or_else(
+                    || udp::entropy_port(self.qpn, rtr.dest_qpn),
+                    |p| p.current_port(),
+                ),
             };
             FrameTemplate::new(&eth, &ip, &udp)
         });
@@ -753,7 +848,7 @@ impl Qp {
         if !self.state.sends() {
             return None;
         }
-        let t = self.req.peek(self.cc.window_bytes())?;
+        let t = self.peek()?;
         let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
         Some((tag + frame_len_of(t.opcode, tlm, t.len as usize)) as u32)
     }
@@ -797,7 +892,7 @@ impl Qp {
             self.counters.tx_bytes += u64::from(r.len);
             return Ok(Some(n));
         }
-        let Some(t) = self.req.peek(self.cc.window_bytes()) else {
+        let Some(t) = self.peek() else {
             return Ok(None);
         };
         let Some(payload) = self.req.tx_payload() else {
@@ -838,6 +933,9 @@ impl Qp {
             return Ok(None);
         };
         self.req.sent(&t, now);
+        if let Some(p) = self.paths.as_deref_mut().filter(|p| p.draining()) {
+            p.drain_acked |= t.ack_req && !t.retransmit;
+        }
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += u64::from(t.len);
         if t.retransmit {
@@ -900,11 +998,22 @@ impl Qp {
             r.bth.becn = true;
             self.counters.cnps_sent += 1;
             self.emit(&r, ident, 0, buf, |_| ())
-        } else if let Some(pr) = self.pending_probe.take() {
-            let maxhop = match self.mode {
-                CcMode::HpccProbe { maxhop, .. } => maxhop,
-                _ => 1,
+        } else if let Some((k, pr)) = self.paths.as_mut().and_then(|p| p.pending.take()) {
+            // A probe of another path: from that path's source port.
+            let maxhop = self.probe_maxhop();
+            let tlm = TlmRepr {
+                compact: self.tlm.compact,
+                ..TlmRepr::empty(maxhop)
             };
+            let mut r = self.transport(Opcode::TlmRequest, 0);
+            r.probe = Some(pr);
+            r.tlm = Some(&tlm);
+            self.counters.path_probes += 1;
+            let port = self.paths.as_ref().map_or(0, |p| p.port(k));
+            let tpl = self.template.as_ref()?.with_src_port(port);
+            tpl.emit_with(&r, ident, 0, buf, |_| ()).ok()
+        } else if let Some(pr) = self.pending_probe.take() {
+            let maxhop = self.probe_maxhop();
             let tlm = TlmRepr {
                 compact: self.tlm.compact,
                 ..TlmRepr::empty(maxhop)

@@ -546,6 +546,20 @@ impl FrameTemplate {
         }
     }
 
+    /// The same headers with UDP source port `port` (another ECMP path).
+    pub fn with_src_port(&self, port: u16) -> Self {
+        let mut t = *self;
+        let at = usize::from(t.len) - udp::HEADER_LEN;
+        t.head[at..at + 2].copy_from_slice(&port.to_be_bytes());
+        t
+    }
+
+    /// The UDP source port of the frames.
+    pub fn src_port(&self) -> u16 {
+        let at = usize::from(self.len) - udp::HEADER_LEN;
+        u16::from_be_bytes([self.head[at], self.head[at + 1]])
+    }
+
     /// Length of the frame `t` with `payload_len` payload bytes.
     pub fn frame_len(&self, t: &TransportRepr<'_>, payload_len: usize) -> usize {
         usize::from(self.len) + t.len_with(payload_len)

@@ -344,6 +344,16 @@ pub struct ClassResult {
     pub max_qlen_bytes: u64,
 }
 
+/// Path choice over a run (present when flows choose paths).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PathSummary {
+    /// Probes flows sent on paths they were not using, and answers.
+    pub probes: u64,
+    pub answered: u64,
+    /// Moves to another path.
+    pub moves: u64,
+}
+
 /// FCT slowdown percentiles of the flows in a size range.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
@@ -393,6 +403,8 @@ pub struct SimResult {
     pub pfc: PfcSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub int_response: Option<IntResponseSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths: Option<PathSummary>,
     /// The monitored port's QoS classes (with QoS on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassResult>,
@@ -515,6 +527,7 @@ impl SimResult {
             ports: Vec::new(),
             pfc: PfcSummary::default(),
             int_response: None,
+            paths: None,
             classes: Vec::new(),
             class_series: m.map_or_else(Vec::new, |m| m.class_series.clone()),
             queue_series: qs,

@@ -35,8 +35,8 @@ use crate::qos::QosConfig;
 use crate::switch::{class_of, serialization_ns, EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
 pub use metrics::{
-    Bucket, CountGroup, FlowResult, IntResponseSummary, PfcSummary, PortStat, SimResult,
-    BURST_DRAINED_BYTES,
+    Bucket, CountGroup, FlowResult, IntResponseSummary, PathSummary, PfcSummary, PortStat,
+    SimResult, BURST_DRAINED_BYTES,
 };
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 use transport::wire::pfc::{self, PfcRepr};
@@ -121,6 +121,9 @@ pub struct SimConfig {
     pub qos: Option<QosConfig>,
     /// Senders ask switches for sojourn times instead of queue lengths.
     pub int_sojourn: bool,
+    /// Path choice from telemetry (HPCC++ 2023 s9.4); `None`: one path per
+    /// flow.
+    pub path_choice: Option<pacer::path::PathConfig>,
 }
 
 impl SimConfig {
@@ -154,6 +157,7 @@ impl SimConfig {
             receiver_n: false,
             qos: None,
             int_sojourn: false,
+            path_choice: None,
         }
     }
 }
@@ -378,6 +382,7 @@ impl Simulator {
             ec.segment_bytes = cfg.payload_bytes;
             ec.report_flows = cfg.receiver_n;
             ec.int_sojourn = cfg.int_sojourn;
+            ec.path_choice = cfg.path_choice;
             let mut engine = Engine::new(ec, NullMemory, 0);
             let keys = engine
                 .register_mr(0, 1 << 40, Access::ALL)
@@ -769,7 +774,8 @@ impl Simulator {
         let (peer, delay) = (host.peer, host.delay_ns);
         if let Some((left, frame)) = host.nic.port_mut().take_sent() {
             self.host_tx_bytes += frame.len() as u64;
-            let probing = matches!(self.cfg.cc, CcMode::HpccProbe { .. });
+            let probing =
+                matches!(self.cfg.cc, CcMode::HpccProbe { .. }) || self.cfg.path_choice.is_some();
             let probe = probing
                 && RoceFrame::new_checked(&frame[..]).is_ok_and(|f| {
                     [Opcode::TlmRequest as u8, Opcode::TlmResponse as u8].contains(&f.opcode_raw())
@@ -1028,6 +1034,17 @@ impl Simulator {
         r.ports = self.port_stats();
         r.pfc = self.pfc_summary(&r.ports);
         r.int_response = self.cfg.int_response.map(|_| self.int_response_summary());
+        r.paths = self.cfg.path_choice.map(|_| {
+            let mut t = transport::rc::QpCounters::default();
+            for h in &self.hosts {
+                t.accumulate(&h.nic.engine().qp_totals());
+            }
+            PathSummary {
+                probes: t.path_probes,
+                answered: t.path_probe_responses,
+                moves: t.path_moves,
+            }
+        });
         if let (Some(m), Some(q)) = (self.monitor.as_ref(), self.cfg.qos.as_ref()) {
             let sw = self.switches[m.end.node].as_ref();
             r.classes = sw.map_or_else(Vec::new, |sw| m.class_results(self.now, sw, q));

@@ -16,7 +16,7 @@ use crate::qos::{QosConfig, QosError, Scheduler};
 use crate::switch::EcnConfig;
 
 /// The scenario files shipped in `configs/sim/`.
-pub const BUILTIN: [(&str, &str); 9] = [
+pub const BUILTIN: [(&str, &str); 10] = [
     (
         "incast",
         include_str!("../../../../configs/sim/incast.toml"),
@@ -52,6 +52,10 @@ pub const BUILTIN: [(&str, &str); 9] = [
     (
         "qos-2class",
         include_str!("../../../../configs/sim/qos-2class.toml"),
+    ),
+    (
+        "hot-core",
+        include_str!("../../../../configs/sim/hot-core.toml"),
     ),
 ];
 
@@ -272,6 +276,17 @@ pub struct RunSpec {
     /// Senders ask switches for each packet's sojourn time instead of
     /// the queue length (HPCC++ 2023 s9.3; meant for `[qos]` classes).
     pub int_sojourn: bool,
+    /// Path choice from telemetry (HPCC++ 2023 s9.4): each flow probes
+    /// `paths - 1` other UDP source ports, one per `path_probe_rtts` base
+    /// RTTs, and moves to the one with the most spare capacity when that
+    /// exceeds what it has (its rate and its path's spare) by
+    /// `path_margin` (0.5: half as much again), at most once per
+    /// `path_dwell_rtts`.
+    pub path_choice: bool,
+    pub paths: u8,
+    pub path_probe_rtts: f64,
+    pub path_margin: f64,
+    pub path_dwell_rtts: f64,
 }
 
 impl Default for RunSpec {
@@ -323,6 +338,11 @@ impl Default for RunSpec {
             payload_bytes: 0,
             receiver_n: false,
             int_sojourn: false,
+            path_choice: false,
+            paths: 4,
+            path_probe_rtts: 1.0,
+            path_margin: 0.5,
+            path_dwell_rtts: 20.0,
         }
     }
 }
@@ -364,6 +384,8 @@ pub enum ScenarioError {
     QosDscpClasses { lists: usize, classes: usize },
     #[error("DSCP {0} is not 0..=63")]
     Dscp(u8),
+    #[error("[sim] paths = {0} is not 2..=16")]
+    Paths(u8),
     #[error("[qos] {0}")]
     Qos(QosError),
     #[error(transparent)]
@@ -494,6 +516,8 @@ pub struct Overrides {
     pub sojourn: Option<bool>,
     /// Off: one FIFO per port even when the scenario has `[qos]`.
     pub qos: Option<bool>,
+    /// Path choice on or off instead of the scenario's `path_choice`.
+    pub path_choice: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -594,6 +618,19 @@ impl ScenarioSpec {
         };
         cfg.receiver_n = o.receiver_n.unwrap_or(r.receiver_n);
         cfg.int_sojourn = o.sojourn.unwrap_or(r.int_sojourn);
+        if o.path_choice.unwrap_or(r.path_choice) {
+            if !(2..=16).contains(&r.paths) {
+                return Err(ScenarioError::Paths(r.paths));
+            }
+            let t = r.base_rtt_ns as f64;
+            cfg.path_choice = Some(pacer::path::PathConfig {
+                paths: r.paths,
+                probe_interval_ns: (r.path_probe_rtts * t).max(1.0) as u64,
+                margin: r.path_margin,
+                dwell_ns: (r.path_dwell_rtts * t) as u64,
+                stale_ns: (4.0 * f64::from(r.paths) * r.path_probe_rtts * t) as u64,
+            });
+        }
         if o.qos != Some(false) {
             cfg.qos = self.qos.as_ref().map(QosSpec::config).transpose()?;
         }

@@ -176,6 +176,10 @@ pub enum TopologyError {
     Oversubscription(f64),
     #[error("kind = {0:?} is unknown (star, dumbbell, leaf-spine, fat-tree)")]
     Kind(String),
+    #[error("hot_link_gbps = {0}: must be positive")]
+    HotLink(f64),
+    #[error("hot_link_gbps: a {0} has no link between two switch tiers")]
+    NoHotLink(String),
 }
 
 /// Topology settings read from TOML (`configs/sim/*.toml`).
@@ -213,6 +217,12 @@ pub struct TopologySpec {
     /// (1 = none; 2 = twice as many hosts).
     #[serde(default = "default_one")]
     pub oversubscription: f64,
+    /// The first link between the two top tiers (a fat tree's first
+    /// aggregation switch and its first core; a leaf-spine's leaf 0 and
+    /// spine 0) runs at this rate instead: a hot link that ECMP still
+    /// spreads flows onto (HPCC++ 2023 s9.4's case for path choice).
+    #[serde(default)]
+    pub hot_link_gbps: Option<f64>,
 }
 
 fn default_one() -> f64 {
@@ -380,6 +390,27 @@ impl TopologySpec {
             }
             other => return Err(TopologyError::Kind(other.into())),
         }
+        if let Some(g) = self.hot_link_gbps {
+            let rate = (g * 1e9) as u64;
+            if rate == 0 {
+                return Err(TopologyError::HotLink(g));
+            }
+            let tier = t.tiers();
+            let top = tier
+                .iter()
+                .copied()
+                .filter(|&x| x != usize::MAX)
+                .max()
+                .unwrap_or(0);
+            let hot = t.links.iter_mut().find(|l| {
+                let (a, b) = (tier[l.a.node], tier[l.b.node]);
+                a.max(b) == top && a.min(b) + 1 == top && top >= 2
+            });
+            match hot {
+                Some(l) => l.rate_bps = rate,
+                None => return Err(TopologyError::NoHotLink(self.kind.clone())),
+            }
+        }
         Ok(t)
     }
 }
@@ -390,6 +421,30 @@ mod tests {
 
     fn spec(kind: &str, hosts: usize) -> TopologySpec {
         toml::from_str(&format!("kind = \"{kind}\"\nhosts = {hosts}")).unwrap()
+    }
+
+    #[test]
+    fn a_hot_link_is_the_first_between_the_top_two_tiers() {
+        let t: Topology =
+            toml::from_str::<TopologySpec>("kind = \"fat-tree\"\nk = 4\nhot_link_gbps = 10")
+                .unwrap()
+                .build()
+                .unwrap();
+        let tier = t.tiers();
+        let slow: Vec<&Link> = t
+            .links
+            .iter()
+            .filter(|l| l.rate_bps == 10_000_000_000)
+            .collect();
+        assert_eq!(slow.len(), 1);
+        let mut ends = [tier[slow[0].a.node], tier[slow[0].b.node]];
+        ends.sort_unstable();
+        assert_eq!(ends, [2, 3], "aggregation to core");
+        let star = toml::from_str::<TopologySpec>("kind = \"star\"\nhot_link_gbps = 10").unwrap();
+        assert_eq!(
+            star.build().err(),
+            Some(TopologyError::NoHotLink("star".into()))
+        );
     }
 
     #[test]
