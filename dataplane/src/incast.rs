@@ -544,8 +544,8 @@ fn class_reports(switch: &Switch<Mbuf>, port: usize) -> Vec<ClassReport> {
         .iter()
         .map(|k| ClassReport {
             share: k.tx_bytes as f64 / total as f64,
-            sojourn_p50_ns: k.sojourn_ns.value_at_quantile(0.5),
-            sojourn_p99_ns: k.sojourn_ns.value_at_quantile(0.99),
+            sojourn_p50_ns: k.sojourn_at(0.5),
+            sojourn_p99_ns: k.sojourn_at(0.99),
         })
         .collect()
 }

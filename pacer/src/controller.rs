@@ -38,6 +38,9 @@ pub trait CongestionControl {
     }
     /// Runs timers due at `now`.
     fn handle_timeout(&mut self, _now: u64) {}
+    /// The flow moved to another route: telemetry from before describes
+    /// other switches, and is no reference for what comes next.
+    fn on_path_change(&mut self) {}
 }
 
 fn saturate(x: f64) -> u64 {
@@ -64,6 +67,9 @@ impl CongestionControl for Hpcc {
     }
     fn on_flow_count(&mut self, now: u64, n: u16) {
         self.set_flow_count(now, n);
+    }
+    fn on_path_change(&mut self) {
+        self.forget_reference();
     }
 }
 
@@ -162,6 +168,9 @@ impl CongestionControl for Controller {
     }
     fn handle_timeout(&mut self, now: u64) {
         dispatch!(self, c => CongestionControl::handle_timeout(c, now))
+    }
+    fn on_path_change(&mut self) {
+        dispatch!(self, c => CongestionControl::on_path_change(c))
     }
 }
 

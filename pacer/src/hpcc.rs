@@ -358,6 +358,12 @@ impl Hpcc {
         &self.core
     }
 
+    /// Drops L (the reference stack): the next telemetry starts over, as
+    /// the first did (the flow changed routes).
+    pub fn forget_reference(&mut self) {
+        self.core.last = None;
+    }
+
     /// lastUpdateSeq: snd_nxt when Wc was last committed.
     pub fn last_update_seq(&self) -> u32 {
         self.last_update_seq

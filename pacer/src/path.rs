@@ -123,6 +123,24 @@ impl PathChooser {
         p.last.map(|_| p.path_id)
     }
 
+    /// Forgets what was learnt of `path` (the caller gave it another
+    /// route).
+    pub fn forget(&mut self, path: usize) {
+        if path != self.current {
+            if let Some(p) = self.paths.get_mut(path) {
+                *p = PathState::default();
+            }
+        }
+    }
+
+    /// Whether a route with `path_id` is already known, on a path other
+    /// than `except`.
+    pub fn known_route(&self, path_id: u16, except: usize) -> bool {
+        (0..self.paths.len())
+            .filter(|&p| p != except)
+            .any(|p| self.path_id(p) == Some(path_id))
+    }
+
     /// The path a move was asked to and not yet done.
     pub fn moving_to(&self) -> Option<usize> {
         self.moving_to
@@ -142,8 +160,13 @@ impl PathChooser {
             return;
         };
         let t = self.t_ns as f64;
-        // A stack from another route (its path id changed) starts over.
-        if let Some((last, _)) = p.last.filter(|_| p.path_id == path_id) {
+        // A stack from another route (its path id changed), or after a
+        // gap long enough for the counters to have wrapped, starts over.
+        let stale = self.cfg.stale_ns;
+        let usable = p
+            .last
+            .filter(|&(_, at)| p.path_id == path_id && now.saturating_sub(at) <= stale);
+        if let Some((last, _)) = usable {
             // The tightest hop: least B (1 - U), and its ts delta.
             let tightest = hop_samples(hops, &last, t)
                 .map(|(u, b, dt)| (b * (1.0 - u).max(0.0), dt))

@@ -143,6 +143,7 @@ fn posting_to_a_qp_not_in_rts_is_an_immediate_error() {
                         max_dest_rd_atomic: 1,
                         min_rnr_timer: 12,
                         dscp: None,
+                        feedback_key: None,
                     },
                 )
                 .unwrap(),
@@ -185,6 +186,7 @@ fn states_go_reset_init_rtr_rts_and_attributes_are_checked() {
         max_dest_rd_atomic: 1,
         min_rnr_timer: 12,
         dscp: None,
+        feedback_key: None,
     };
     let err = e.modify_to_rtr(q, rtr).unwrap_err();
     assert_eq!(

@@ -518,3 +518,83 @@ fn a_qp_sends_the_dscp_its_connection_names() {
         }
     }
 }
+
+/// Both ends with the same feedback key: ACKs carry a MAC over their echoed
+/// stack and the sender takes it; `forge` rewrites each ACK's stack (or
+/// replays) before it arrives.
+fn keyed(forge: Option<fn(&mut transport::wire::TlmRepr)>) -> (u64, transport::rc::QpCounters) {
+    let mut p = Pair::new(Setup {
+        feedback_key: Some(transport::rc::auth::FeedbackKey([7; 16])),
+        ..setup(CcMode::HpccInband { maxhop: 3 })
+    });
+    let mut inner = congested_switch();
+    p.set_hook(Box::new(move |dir, pk, n| match (dir, forge) {
+        (Dir::BtoA, Some(f)) if pk.repr.tlm.is_some_and(|t| t.echo) => {
+            let mut t = pk.repr.tlm.unwrap();
+            f(&mut t);
+            Fate::ReplaceTlm(Box::new(t))
+        }
+        _ => inner(dir, pk, n),
+    }));
+    for i in 0..20 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let w = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0;
+    (w, p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap())
+}
+
+#[test]
+fn a_keyed_ack_is_taken_and_a_bad_mac_never_changes_the_window() {
+    let w0 = {
+        let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+        p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0
+    };
+    // Genuine ACKs: the congestion cuts W as without a key.
+    let (w, c) = keyed(None);
+    assert!(w < w0, "{w} < {w0}");
+    assert_eq!((c.feedback_forged, c.feedback_replayed), (0, 0), "{c:?}");
+    // A forged stack (an idle path claimed) or a stripped MAC: refused,
+    // counted, W untouched.
+    let idle: fn(&mut transport::wire::TlmRepr) = |t| {
+        t.hops[0].qlen = 0;
+    };
+    let flip: fn(&mut transport::wire::TlmRepr) = |t| t.mac = t.mac.map(|m| m ^ 1);
+    for f in [idle, flip] {
+        let (w, c) = keyed(Some(f));
+        assert_eq!(w, w0, "no forged ACK changed W");
+        assert!(c.feedback_forged > 0, "{c:?}");
+    }
+}
+
+#[test]
+fn a_replayed_keyed_ack_is_refused_and_counted() {
+    let mut p = Pair::new(Setup {
+        feedback_key: Some(transport::rc::auth::FeedbackKey([7; 16])),
+        ..setup(CcMode::HpccInband { maxhop: 3 })
+    });
+    let mut inner = congested_switch();
+    p.set_hook(Box::new(move |dir, pk, n| {
+        if dir == Dir::BtoA && pk.repr.tlm.is_some_and(|t| t.echo) {
+            Fate::Duplicate
+        } else {
+            inner(dir, pk, n)
+        }
+    }));
+    for i in 0..10 {
+        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
+        p.post(wr);
+    }
+    p.run(100_000_000);
+    assert!(p
+        .completions_a()
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert!(c.feedback_replayed > 0 && c.feedback_forged == 0, "{c:?}");
+}

@@ -99,22 +99,31 @@ pub struct ClassCounters {
     pub tx_bytes: u64,
     /// Sojourn times of the frames sent (ns): egress minus ingress
     /// (recorded with QoS on), and their sum.
-    pub sojourn_ns: Histogram<u64>,
+    pub sojourn_ns: Option<Histogram<u64>>,
     pub sojourn_sum_ns: u64,
     pub max_qlen: u64,
 }
 
-impl Default for ClassCounters {
-    fn default() -> Self {
+impl ClassCounters {
+    /// Counters with a sojourn histogram (QoS on) or without.
+    fn new(record: bool) -> Self {
         ClassCounters {
             enqueued: 0,
             tx_packets: 0,
             tx_bytes: 0,
             // 1 ns to 100 s, 3 significant digits; longer saturates.
-            sojourn_ns: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+            sojourn_ns: record
+                .then(|| Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")),
             sojourn_sum_ns: 0,
             max_qlen: 0,
         }
+    }
+
+    /// The sojourn time at quantile `q` (0 without a histogram).
+    pub fn sojourn_at(&self, q: f64) -> u64 {
+        self.sojourn_ns
+            .as_ref()
+            .map_or(0, |h| h.value_at_quantile(q))
     }
 }
 
@@ -178,7 +187,7 @@ impl<F: AsRef<[u8]>> Classes<F> {
                     bytes: 0,
                     tx_bytes: 0,
                     deficit: 0,
-                    counters: ClassCounters::default(),
+                    counters: ClassCounters::new(record),
                 })
                 .collect(),
             scheduler,
@@ -223,7 +232,9 @@ impl<F: AsRef<[u8]>> Classes<F> {
     /// Forgets the sojourn times recorded so far (a measured window opens).
     pub fn reset_sojourn(&mut self) {
         for c in &mut self.classes {
-            c.counters.sojourn_ns.reset();
+            if let Some(h) = c.counters.sojourn_ns.as_mut() {
+                h.reset();
+            }
         }
     }
 
@@ -248,7 +259,9 @@ impl<F: AsRef<[u8]>> Classes<F> {
         c.counters.tx_bytes += len;
         if self.record {
             let sojourn = start.saturating_sub(q.arrived);
-            c.counters.sojourn_ns.saturating_record(sojourn);
+            if let Some(h) = c.counters.sojourn_ns.as_mut() {
+                h.saturating_record(sojourn);
+            }
             c.counters.sojourn_sum_ns += sojourn;
         }
         Some((q, class))
@@ -383,7 +396,8 @@ mod tests {
         assert_eq!(c.head_wait(0, 500), 0, "no negative waits");
         c.pop(3_000);
         c.pop(3_000);
-        let (h0, h1) = (&c.counters(0).sojourn_ns, &c.counters(1).sojourn_ns);
+        let h0 = c.counters(0).sojourn_ns.as_ref().unwrap();
+        let h1 = c.counters(1).sojourn_ns.as_ref().unwrap();
         assert!(h0.equivalent(h0.max(), 2_000) && h1.equivalent(h1.max(), 1_500));
         assert_eq!((c.tx_bytes(0), c.tx_bytes(1)), (100, 100));
     }

@@ -930,7 +930,7 @@ mod tests {
         let (y, _) = s.dequeue(done, 0).unwrap();
         assert_eq!(hop0(&x).qlen, 3_000);
         assert_eq!(u64::from(hop0(&y).qlen), done - 1_500);
-        let h = &s.class_counters(0, 0).unwrap().sojourn_ns;
+        let h = s.class_counters(0, 0).unwrap().sojourn_ns.as_ref().unwrap();
         assert!(h.equivalent(h.max(), 3_000), "3 significant digits");
         // Without QoS the same stack still gets sojourn times.
         let mut plain = Switch::new(1, &[port(100, 1 << 24)], 1);

@@ -840,6 +840,7 @@ impl Service {
                         max_dest_rd_atomic,
                         min_rnr_timer,
                         dscp: traffic_class.map(|tc| tc >> 2),
+                        feedback_key: None,
                     },
                 )
             }

@@ -5,8 +5,9 @@
 //! engines run in the one NIC pipeline (`nic::Nic::poll`) over the
 //! in-memory link, each port wrapped in the fault injector whose script
 //! the input drives. The first byte chooses the engines: no congestion
-//! control, or HPCC++ inband with sojourn times and path choice (probes
-//! on other source ports, moves). Nothing may panic, and every work
+//! control, or HPCC++ inband with sojourn times, path choice (probes on
+//! other source ports, moves) and authenticated feedback (forged ACK MACs
+//! from the crafted frames). Nothing may panic, and every work
 //! request completes at most once.
 #![no_main]
 
@@ -99,6 +100,8 @@ fuzz_target!(|data: &[u8]| {
         retry_cnt: 2,
         rnr_retry: 1,
         rd_atomic: 4,
+        // HPCC++ engines authenticate their feedback.
+        feedback_key: hpcc.then_some(transport::rc::auth::FeedbackKey([3; 16])),
         ..ConnectParams::new(mtu)
     };
     for (i, (mac, ip)) in [(mb, ib), (ma, ia)].into_iter().enumerate() {
@@ -283,6 +286,7 @@ fuzz_target!(|data: &[u8]| {
                     t.echo = psn & 16 != 0;
                     t.sojourn = psn & 32 != 0;
                     t.nflows = psn & 64 != 0;
+                    t.mac = (psn & 128 != 0).then_some(u64::from(psn));
                     t.path_id = (psn >> 16) as u16;
                     t.nhop = 1;
                     t.hops[0] = HopRecord {

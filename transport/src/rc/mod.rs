@@ -17,6 +17,7 @@
 //! the next frame). ACKs, NAKs, probes and CNPs leave before paced data.
 //! Nothing here reads a clock or allocates per packet in steady state.
 
+pub mod auth;
 mod counters;
 pub mod paths;
 mod qp;

@@ -15,6 +15,7 @@ use pacer::scheduler::FlowId;
 use pacer::telemetry::{Hop, HopStack};
 use pacer::{CongestionControl, Controller, Hpcc};
 
+use super::auth::{ack_mac, AckId};
 use super::counters::QpCounters;
 use super::paths::{probe_path, QpPaths};
 use super::recv::RecvQueue;
@@ -133,6 +134,8 @@ struct QpTlm {
     notify: Option<(Notification, TlmRepr)>,
     /// Blocks this QP allocates have 8-byte hop records.
     compact: bool,
+    /// ... and ask for sojourn times.
+    sojourn: bool,
 }
 
 pub(crate) struct Qp {
@@ -174,6 +177,8 @@ pub(crate) struct Qp {
     pub send_limits: Option<SendLimits>,
     /// Path choice from telemetry (EngineConfig::path_choice), from RTR on.
     paths: Option<Box<QpPaths>>,
+    /// The PSN of the last authenticated ACK whose telemetry was taken.
+    feedback_psn: Option<u32>,
     pub counters: QpCounters,
 }
 
@@ -248,6 +253,7 @@ impl Qp {
                     ..TlmRepr::empty(m)
                 }),
                 compact: cfg.compact_int,
+                sojourn: cfg.int_sojourn,
                 ..QpTlm::default()
             }),
             template: None,
@@ -261,6 +267,7 @@ impl Qp {
             sqd_notify: false,
             send_limits: None,
             paths: None,
+            feedback_psn: None,
             counters: QpCounters::default(),
         }
     }
@@ -293,6 +300,9 @@ impl Qp {
         check_bits("rq_psn", u64::from(a.rq_psn), 0xFF_FFFF)?;
         check_bits("max_dest_rd_atomic", u64::from(a.max_dest_rd_atomic), 255)?;
         check_bits("min_rnr_timer", u64::from(a.min_rnr_timer), 31)?;
+        if let Some(d) = a.dscp {
+            check_bits("dscp", u64::from(d), 63)?;
+        }
         // Payload bytes per packet: the path MTU, or (simulation only) the
         // engine's segment size when it is smaller.
         // At least 256 bytes (the smallest path MTU): a message of up to
@@ -454,10 +464,48 @@ impl Qp {
         self.paths.is_some() && probe.is_some_and(|p| probe_path(p.probe_id).is_some())
     }
 
+    /// Whether the telemetry an ACK (`psn`, `aeth`) echoes may be acted
+    /// on: always without a feedback key; with one, only with the right
+    /// MAC and a PSN newer than the last feedback taken.
+    fn feedback_ok(&mut self, psn: u32, aeth: AethRepr, t: &TlmRepr) -> bool {
+        let Some(key) = self.rtr.and_then(|r| r.feedback_key) else {
+            return true;
+        };
+        let id = AckId {
+            dest_qp: self.qpn,
+            psn,
+            syndrome: aeth.syndrome,
+            msn: aeth.msn,
+        };
+        if t.mac != Some(ack_mac(&key, id, t)) {
+            self.counters.feedback_forged += 1;
+            return false;
+        }
+        if self
+            .feedback_psn
+            .is_some_and(|last| !pacer::psn::psn_gt(psn, last))
+        {
+            self.counters.feedback_replayed += 1;
+            return false;
+        }
+        self.feedback_psn = Some(psn);
+        true
+    }
+
+    /// Whether this QP's feedback is authenticated: then feedback that
+    /// carries no MAC of ours (INT responses, notifications) is refused.
+    fn keyed(&self) -> bool {
+        self.rtr.is_some_and(|r| r.feedback_key.is_some())
+    }
+
     /// An INT response for the packet of `psn`: the controller reacts when
     /// that PSN is in flight (sent, not yet acknowledged); anything else
     /// is late or forged and only counted.
     pub fn on_int_response(&mut self, now: u64, psn: u32, t: &TlmRepr) {
+        if self.keyed() {
+            self.counters.feedback_unauthenticated += 1;
+            return;
+        }
         if !self.req.in_flight(psn) {
             self.counters.int_responses_stale += 1;
             return;
@@ -473,7 +521,7 @@ impl Qp {
             || self.pending_cnp
             || self.tlm.probe_resp.is_some()
             || self.tlm.notify.is_some()
-            || self.paths.as_ref().is_some_and(|p| p.pending.is_some())
+            || (self.state.sends() && self.paths.as_ref().is_some_and(|p| p.pending.is_some()))
     }
 
     /// The earliest timer of this QP.
@@ -487,12 +535,15 @@ impl Qp {
         };
         let t = earliest(self.req.timer(), self.cc.poll_timeout());
         let t = match &self.paths {
-            Some(p) if self.req.has_outstanding() => earliest(t, p.chooser.probe_deadline()),
+            // Not while a probe waits to go: its deadline has passed.
+            Some(p) if self.req.has_outstanding() && p.pending.is_none() => {
+                earliest(t, p.chooser.probe_deadline())
+            }
             _ => t,
         };
         match &self.probe {
-            Some(p) => earliest(t, p.deadline()),
-            None => t,
+            Some(p) if self.pending_probe.is_none() => earliest(t, p.deadline()),
+            _ => t,
         }
     }
 
@@ -509,6 +560,7 @@ impl Qp {
         if self.cc.poll_timeout().is_some_and(|t| t <= now) {
             self.cc.handle_timeout(now);
         }
+        self.follow_path(now);
         self.poll_probe(now);
         None
     }
@@ -557,7 +609,8 @@ impl Qp {
         paths.chooser.moved(to, now);
         paths.drain_acked = false;
         let port = paths.current_port();
-        self.template = self.template.map(|t| t.with_src_port(port));
+        paths.template = self.template.map(|t| t.with_src_port(port));
+        self.cc.on_path_change();
         self.counters.path_moves += 1;
     }
 
@@ -615,7 +668,9 @@ impl Qp {
                     Ok(false) => self.counters.ignored_responses += 1,
                     Err(Fatal::Fail(s)) => out.fail = Some(s),
                 }
-                if let (Some(t), CcMode::HpccInband { .. }) = (p.repr.tlm, self.mode) {
+                let tlm = p.repr.tlm.filter(|t| t.echo);
+                let tlm = tlm.filter(|t| self.feedback_ok(psn, a, t));
+                if let (Some(t), CcMode::HpccInband { .. }) = (tlm, self.mode) {
                     if t.echo {
                         if t.nflows && self.use_reported_n {
                             self.counters.flow_reports += 1;
@@ -653,6 +708,8 @@ impl Qp {
                     }
                     None => self.counters.ignored_responses += 1,
                 }
+                // A response may end a move's drain.
+                self.follow_path(now);
             }
             Opcode::TlmRequest => {
                 if let (Some(probe), Some(mut t)) = (p.repr.probe, p.repr.tlm) {
@@ -660,14 +717,25 @@ impl Qp {
                     self.tlm.probe_resp = Some((probe, t));
                 }
             }
+            Opcode::TlmResponse if self.keyed() => {
+                self.counters.feedback_unauthenticated += 1;
+            }
             Opcode::TlmResponse if self.is_path_probe(&p.repr.probe) => {
                 if let (Some(pr), Some(t), Some(paths)) =
                     (p.repr.probe, p.repr.tlm, self.paths.as_mut())
                 {
                     let k = probe_path(pr.probe_id).unwrap_or(0);
-                    self.counters.path_probe_responses += 1;
-                    paths.chooser.on_stack(k, now, &hops_of(&t), t.path_id);
-                    self.follow_path(now);
+                    if paths.answered(k, pr.probe_id) {
+                        self.counters.path_probe_responses += 1;
+                        // A route already known teaches nothing: that path
+                        // tries another port instead.
+                        if !paths.redraw_if_known(k, t.path_id) {
+                            paths.chooser.on_stack(k, now, &hops_of(&t), t.path_id);
+                            self.follow_path(now);
+                        }
+                    } else {
+                        self.counters.ignored_responses += 1;
+                    }
                 }
             }
             Opcode::TlmResponse => {
@@ -683,6 +751,9 @@ impl Qp {
                         self.poll_probe(now);
                     }
                 }
+            }
+            Opcode::CcNotify if self.keyed() => {
+                self.counters.feedback_unauthenticated += 1;
             }
             Opcode::CcNotify => {
                 if let Some(n) = p.repr.notify {
@@ -781,13 +852,13 @@ impl Qp {
                 ..Ipv4Repr::default()
             };
             let udp = UdpRepr {
-                src_port: self.paths.as_ref().map_or_else(
-                    || udp::entropy_port(self.qpn, rtr.dest_qpn),
-                    |p| p.current_port(),
-                ),
+                src_port: udp::entropy_port(self.qpn, rtr.dest_qpn),
             };
             FrameTemplate::new(&eth, &ip, &udp)
         });
+        if let Some(p) = self.paths.as_deref_mut() {
+            p.template = self.template.map(|t| t.with_src_port(p.current_port()));
+        }
     }
 
     /// BTH of a packet to the peer, no other header yet.
@@ -807,6 +878,24 @@ impl Qp {
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<usize> {
         let tpl = self.template.as_ref()?;
+        tpl.emit_with(t, ident, payload_len, buf, fill).ok()
+    }
+
+    /// [`Qp::emit`] of a request: from the current path's source port
+    /// (responses and ACKs keep the QP's own, so that a move never
+    /// reorders a READ response stream).
+    fn emit_req(
+        &self,
+        t: &TransportRepr<'_>,
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<usize> {
+        let tpl = match self.paths.as_deref() {
+            Some(p) => p.template.as_ref(),
+            None => self.template.as_ref(),
+        }?;
         tpl.emit_with(t, ident, payload_len, buf, fill).ok()
     }
 
@@ -905,7 +994,7 @@ impl Qp {
                     return Ok(None);
                 };
                 let r = self.request_transport(&t);
-                self.emit(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
+                self.emit_req(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
             }
             Payload::One(s) => {
                 let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
@@ -914,7 +1003,7 @@ impl Qp {
                     return Ok(None);
                 };
                 let r = self.request_transport(&t);
-                self.emit(&r, ident, len, buf, |dst| mem.read(va, dst))
+                self.emit_req(&r, ident, len, buf, |dst| mem.read(va, dst))
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);
@@ -924,7 +1013,7 @@ impl Qp {
                     return Ok(None);
                 }
                 let r = self.request_transport(&t);
-                self.emit(&r, ident, len, buf, |dst| {
+                self.emit_req(&r, ident, len, buf, |dst| {
                     super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
             }
@@ -961,6 +1050,13 @@ impl Qp {
             // borrowed where it lies.
             let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED;
             if echo {
+                let key = self.rtr.and_then(|x| x.feedback_key);
+                let id = AckId {
+                    dest_qp: r.bth.dest_qp,
+                    psn: a.psn,
+                    syndrome: a.syndrome,
+                    msn: a.msn,
+                };
                 if let Some(t) = self.tlm.last.as_mut() {
                     t.echo = true;
                     // The sender's request flags are not echoed; NFLOWS
@@ -970,6 +1066,9 @@ impl Qp {
                     if let Some(n) = flows {
                         t.path_id = n;
                     }
+                    // Tagged last, over the stack as it goes.
+                    t.mac = None;
+                    t.mac = key.map(|k| ack_mac(&k, id, t));
                 }
                 r.tlm = self.tlm.last.as_ref();
             }
@@ -998,24 +1097,32 @@ impl Qp {
             r.bth.becn = true;
             self.counters.cnps_sent += 1;
             self.emit(&r, ident, 0, buf, |_| ())
-        } else if let Some((k, pr)) = self.paths.as_mut().and_then(|p| p.pending.take()) {
+        } else if let Some((k, pr)) = self
+            .paths
+            .as_mut()
+            .filter(|_| self.state.sends())
+            .and_then(|p| p.pending.take())
+        {
             // A probe of another path: from that path's source port.
             let maxhop = self.probe_maxhop();
             let tlm = TlmRepr {
                 compact: self.tlm.compact,
+                sojourn: self.tlm.sojourn,
                 ..TlmRepr::empty(maxhop)
             };
             let mut r = self.transport(Opcode::TlmRequest, 0);
             r.probe = Some(pr);
             r.tlm = Some(&tlm);
-            self.counters.path_probes += 1;
             let port = self.paths.as_ref().map_or(0, |p| p.port(k));
             let tpl = self.template.as_ref()?.with_src_port(port);
-            tpl.emit_with(&r, ident, 0, buf, |_| ()).ok()
+            let n = tpl.emit_with(&r, ident, 0, buf, |_| ()).ok();
+            self.counters.path_probes += u64::from(n.is_some());
+            n
         } else if let Some(pr) = self.pending_probe.take() {
             let maxhop = self.probe_maxhop();
             let tlm = TlmRepr {
                 compact: self.tlm.compact,
+                sojourn: self.tlm.sojourn,
                 ..TlmRepr::empty(maxhop)
             };
             let mut r = self.transport(Opcode::TlmRequest, 0);

@@ -46,6 +46,12 @@ impl LastHop {
         };
         let queue = |h: &crate::wire::HopRecord| h.queue_bytes(t.sojourn);
         self.deepest = hops.iter().all(|h| queue(h) <= queue(&last));
+        // Kept in bytes: the next stack may come from a sender that asks
+        // for the other unit.
+        let last = crate::wire::HopRecord {
+            qlen: queue(&last),
+            ..last
+        };
         if let Some(prev) = self.prev.filter(|p| {
             (p.switch_id, p.port_id) == (last.switch_id, last.port_id) && p.rate == last.rate
         }) {
@@ -63,7 +69,7 @@ impl LastHop {
             if dt > 0 && dt <= mask_ts / 2 && b > 0.0 {
                 let t = self.t_ns as f64;
                 let dtx = f64::from(wrap.bytes_delta(last.tx_bytes, prev.tx_bytes));
-                let q = f64::from(queue(&last).min(queue(&prev)));
+                let q = f64::from(last.qlen.min(prev.qlen));
                 let u = q / (b * t) + dtx / (f64::from(dt) * b);
                 let tau = f64::from(dt).min(t);
                 self.u = (1.0 - tau / t) * self.u + tau / t * u.min(1e6);

@@ -91,6 +91,9 @@ pub struct RtrAttr {
     /// DSCP of this QP's packets (the top six bits of the GRH traffic
     /// class); `None`: the engine's.
     pub dscp: Option<u8>,
+    /// The connection's feedback key (`rc::auth`): echoed telemetry is
+    /// MACed by the receiver and verified by the sender. `None`: off.
+    pub feedback_key: Option<super::auth::FeedbackKey>,
 }
 
 /// The wait an RNR NAK timer code asks for, in nanoseconds (IBA table
@@ -179,6 +182,8 @@ pub struct ConnectParams {
     pub min_rnr_timer: u8,
     /// DSCP of this QP's packets; `None`: the engine's.
     pub dscp: Option<u8>,
+    /// The connection's feedback key (both ends the same); `None`: off.
+    pub feedback_key: Option<super::auth::FeedbackKey>,
 }
 
 impl ConnectParams {
@@ -199,6 +204,7 @@ impl ConnectParams {
             rd_atomic: 16,
             min_rnr_timer: 12,
             dscp: None,
+            feedback_key: None,
         }
     }
 
@@ -215,6 +221,7 @@ impl ConnectParams {
                 max_dest_rd_atomic: self.rd_atomic,
                 min_rnr_timer: self.min_rnr_timer,
                 dscp: self.dscp,
+                feedback_key: self.feedback_key,
             },
             RtsAttr {
                 sq_psn,

@@ -27,6 +27,11 @@
 //! [`COMPACT_SOJOURN_UNIT_NS`] in a compact record (saturating at about
 //! 1 ms).
 //!
+//! With flag bit 5 (AUTH) an echoed stack ends with an 8-byte MAC after
+//! its hop slots: a truncated keyed MAC (SipHash-2-4 with the QP's feedback
+//! key, `rc::auth`) over the feedback, so that the sender acts only on
+//! telemetry its peer reflected.
+//!
 //! The rate code indexes [`COMPACT_RATES`] (the largest rate not above the
 //! port's; 0 when the port is slower than all of them: no sample). A
 //! compact hop has no switch or port id (`path_id` still changes with the
@@ -58,6 +63,10 @@ pub const FLAG_NFLOWS: u8 = 0x08;
 /// Flag bit 4: each hop's qlen field holds the packet's sojourn time at
 /// that hop (ns), not the queue's bytes.
 pub const FLAG_SOJOURN: u8 = 0x10;
+/// Flag bit 5: the block ends with an 8-byte MAC ([`MAC_LEN`]).
+pub const FLAG_AUTH: u8 = 0x20;
+/// Bytes of the MAC that follows the hop slots under AUTH.
+pub const MAC_LEN: usize = 8;
 /// Nanoseconds per unit of a compact hop's qlen field under SOJOURN.
 pub const COMPACT_SOJOURN_UNIT_NS: u32 = 16;
 /// Port rates a compact hop can name, in units of 100 Mb/s, by code.
@@ -79,6 +88,11 @@ pub const fn block_len(maxhop: u8) -> usize {
 /// Bytes a TLM block with `maxhop` slots occupies, compact or not.
 pub const fn block_len_of(maxhop: u8, compact: bool) -> usize {
     HEADER_LEN + hop_len(compact) * maxhop as usize
+}
+
+/// Bytes of a block with these slots, compact or not, with a MAC or not.
+pub const fn block_len_with(maxhop: u8, compact: bool, auth: bool) -> usize {
+    block_len_of(maxhop, compact) + if auth { MAC_LEN } else { 0 }
 }
 
 /// Unit of a compact record's qlen field: 128 bytes, or 16 ns of sojourn.
@@ -195,7 +209,7 @@ impl<T: AsRef<[u8]>> Tlm<T> {
         check_len(b, HEADER_LEN, Layer::Tlm)?;
         check_len(
             b,
-            block_len_of(b[1] & 0x0f, b[0] & FLAG_COMPACT != 0),
+            block_len_with(b[1] & 0x0f, b[0] & FLAG_COMPACT != 0, b[0] & FLAG_AUTH != 0),
             Layer::Tlm,
         )?;
         Ok(Tlm { buffer })
@@ -257,7 +271,22 @@ impl<T: AsRef<[u8]>> Tlm<T> {
 
     /// Length of the block (header and every allocated slot).
     pub fn block_len(&self) -> usize {
-        block_len_of(self.maxhop(), self.compact())
+        block_len_with(self.maxhop(), self.compact(), self.auth())
+    }
+
+    /// Does the block end with a MAC?
+    pub fn auth(&self) -> bool {
+        self.flags() & FLAG_AUTH != 0
+    }
+
+    /// The MAC after the hop slots, under AUTH.
+    pub fn mac(&self) -> Option<u64> {
+        let at = block_len_of(self.maxhop(), self.compact());
+        self.auth().then(|| {
+            let mut m = [0u8; MAC_LEN];
+            m.copy_from_slice(&self.b()[at..at + MAC_LEN]);
+            u64::from_be_bytes(m)
+        })
     }
 
     /// Hop record in slot `i`, if the slot is allocated.
@@ -298,6 +327,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
         true
     }
 
+    /// The block's bytes, to rewrite it whole (its length is fixed).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+
     /// Sets or clears the ECHO flag.
     pub fn set_echo(&mut self, echo: bool) {
         let b = &mut self.buffer.as_mut()[0];
@@ -318,6 +352,8 @@ pub struct TlmRepr {
     pub nflows: bool,
     /// Hops carry sojourn times in qlen ([`FLAG_SOJOURN`]).
     pub sojourn: bool,
+    /// The MAC after the slots ([`FLAG_AUTH`]).
+    pub mac: Option<u64>,
     pub nhop: u8,
     pub maxhop: u8,
     pub path_id: u16,
@@ -334,6 +370,7 @@ impl TlmRepr {
             subscribe: false,
             nflows: false,
             sojourn: false,
+            mac: None,
             nhop: 0,
             maxhop: maxhop.clamp(1, MAX_HOPS as u8),
             path_id: 0,
@@ -356,7 +393,7 @@ impl TlmRepr {
 
     /// Bytes the block occupies.
     pub fn block_len(&self) -> usize {
-        block_len_of(self.maxhop, self.compact)
+        block_len_with(self.maxhop, self.compact, self.mac.is_some())
     }
 
     /// Are the hop counts valid (1 <= maxhop <= 15, nhop <= maxhop)?
@@ -379,6 +416,7 @@ impl TlmRepr {
             subscribe: t.subscribe(),
             nflows: t.nflows(),
             sojourn: t.sojourn(),
+            mac: t.mac(),
             nhop,
             maxhop,
             path_id: t.path_id(),
@@ -407,7 +445,8 @@ impl TlmRepr {
             | flag(self.compact, FLAG_COMPACT)
             | flag(self.subscribe, FLAG_SUBSCRIBE)
             | flag(self.nflows, FLAG_NFLOWS)
-            | flag(self.sojourn, FLAG_SOJOURN);
+            | flag(self.sojourn, FLAG_SOJOURN)
+            | flag(self.mac.is_some(), FLAG_AUTH);
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
         let len = hop_len(self.compact);
@@ -418,6 +457,10 @@ impl TlmRepr {
                 (true, true) => self.hops[i].write_compact(slot, qlen_unit(self.sojourn)),
                 (false, _) => slot.fill(0),
             }
+        }
+        if let Some(m) = self.mac {
+            let at = block_len_of(self.maxhop, self.compact);
+            buf[at..at + MAC_LEN].copy_from_slice(&m.to_be_bytes());
         }
     }
 }
@@ -584,6 +627,29 @@ mod tests {
             (us.queue_bytes(true), us.queue_bytes(false)),
             (12_500, 1_000)
         );
+    }
+
+    #[test]
+    fn an_auth_block_ends_with_its_mac_after_the_slots() {
+        for compact in [false, true] {
+            let mut r = if compact {
+                TlmRepr::empty_compact(2)
+            } else {
+                TlmRepr::empty(2)
+            };
+            r.echo = true;
+            r.mac = Some(0x0102_0304_0506_0708);
+            assert_eq!(r.block_len(), block_len_of(2, compact) + MAC_LEN);
+            let mut b = vec![0u8; r.block_len()];
+            r.emit(&mut b);
+            assert_eq!(b[0] & FLAG_AUTH, FLAG_AUTH);
+            assert_eq!(&b[b.len() - 8..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+            let t = Tlm::new_checked(&b[..]).unwrap();
+            assert_eq!(t.block_len(), b.len());
+            assert_eq!(TlmRepr::parse(&t).unwrap(), r);
+            // A block too short for its MAC is refused.
+            assert!(Tlm::new_checked(&b[..b.len() - 1]).is_err());
+        }
     }
 
     fn t_path(b: &[u8]) -> u16 {

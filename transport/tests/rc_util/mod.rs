@@ -47,6 +47,9 @@ pub enum Fate {
     PushHop(HopRecord),
     /// Deliver with ECN set to CE, as a congested switch marks it.
     MarkCe,
+    /// Deliver with the TLM block replaced by this one (of the same
+    /// length; the ICRC does not cover the block), as an on-path attacker.
+    ReplaceTlm(Box<transport::wire::TlmRepr>),
 }
 
 /// Decides the fate of each frame: direction, parsed frame, frame number.
@@ -116,6 +119,8 @@ pub struct Setup {
     pub cfg: fn(MacAddr, Ipv4Addr) -> EngineConfig,
     /// Both QPs' DSCP (None: the engines').
     pub dscp: Option<u8>,
+    /// Both QPs' feedback key.
+    pub feedback_key: Option<transport::rc::auth::FeedbackKey>,
 }
 
 impl Default for Setup {
@@ -137,6 +142,7 @@ impl Default for Setup {
             },
             cfg: |mac, ip| EngineConfig::new(mac, ip, 100_000_000_000),
             dscp: None,
+            feedback_key: None,
         }
     }
 }
@@ -178,6 +184,18 @@ fn fault(f: Fate) -> Fault {
                 t.push_hop(&hop);
             }
         })),
+        Fate::ReplaceTlm(r) => Fault::Rewrite(Box::new(move |f| {
+            if let Some(mut t) = RoceFrame::new_checked(f)
+                .ok()
+                .as_mut()
+                .and_then(|v| v.tlm_mut())
+            {
+                let b = t.bytes_mut();
+                if b.len() == r.block_len() {
+                    r.emit(b);
+                }
+            }
+        })),
         Fate::MarkCe => Fault::Rewrite(Box::new(|f| {
             if let Ok(mut v) = RoceFrame::new_checked(f) {
                 v.mark_ce();
@@ -196,6 +214,7 @@ impl Pair {
             rnr_retry: s.rnr_retry,
             rd_atomic: s.rd_atomic,
             dscp: s.dscp,
+            feedback_key: s.feedback_key,
             ..ConnectParams::new(s.mtu)
         };
         let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };

@@ -148,16 +148,15 @@ impl Monitor {
             .enumerate()
             .filter_map(|(c, &bytes)| {
                 let k = sw.class_counters(port, c)?;
-                let h = &k.sojourn_ns;
                 Some(ClassResult {
                     class: c,
                     weight: q.weights.get(c).copied().unwrap_or(0),
                     flows: 0,
                     gbps: bytes as f64 * 8.0 / window as f64,
                     share: bytes as f64 / total as f64,
-                    sojourn_p50_ns: h.value_at_quantile(0.5),
-                    sojourn_p99_ns: h.value_at_quantile(0.99),
-                    sojourn_max_ns: h.max(),
+                    sojourn_p50_ns: k.sojourn_at(0.5),
+                    sojourn_p99_ns: k.sojourn_at(0.99),
+                    sojourn_max_ns: k.sojourn_at(1.0),
                     max_qlen_bytes: k.max_qlen,
                 })
             })

@@ -386,6 +386,8 @@ pub enum ScenarioError {
     Dscp(u8),
     #[error("[sim] paths = {0} is not 2..=16")]
     Paths(u8),
+    #[error("[sim] {key} = {value} must be a finite number, at least 0 (path_probe_rtts above 0)")]
+    PathSetting { key: &'static str, value: f64 },
     #[error("[qos] {0}")]
     Qos(QosError),
     #[error(transparent)]
@@ -621,6 +623,15 @@ impl ScenarioSpec {
         if o.path_choice.unwrap_or(r.path_choice) {
             if !(2..=16).contains(&r.paths) {
                 return Err(ScenarioError::Paths(r.paths));
+            }
+            for (key, v, positive) in [
+                ("path_probe_rtts", r.path_probe_rtts, true),
+                ("path_margin", r.path_margin, false),
+                ("path_dwell_rtts", r.path_dwell_rtts, false),
+            ] {
+                if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
+                    return Err(ScenarioError::PathSetting { key, value: v });
+                }
             }
             let t = r.base_rtt_ns as f64;
             cfg.path_choice = Some(pacer::path::PathConfig {
