@@ -48,6 +48,8 @@ local f = {
     tlm_subscribe = ProtoField.bool("rnic.tlm.subscribe", "SUBSCRIBE (INT responses wanted)", 8, nil, 0x04),
     tlm_nflows = ProtoField.bool("rnic.tlm.nflows", "NFLOWS (path id holds N)", 8, nil, 0x08),
     tlm_sojourn = ProtoField.bool("rnic.tlm.sojourn", "SOJOURN (hops carry sojourn times)", 8, nil, 0x10),
+    tlm_auth = ProtoField.bool("rnic.tlm.auth", "AUTH (a MAC follows the hops)", 8, nil, 0x20),
+    tlm_mac = ProtoField.uint64("rnic.tlm.mac", "Feedback MAC (SipHash-2-4)", base.HEX),
     tlm_n = ProtoField.uint16("rnic.tlm.n", "Flows through the receiver's last hop (N)", base.DEC),
     tlm_nhop = ProtoField.uint8("rnic.tlm.nhop", "Hops filled", base.DEC, nil, 0xF0),
     tlm_maxhop = ProtoField.uint8("rnic.tlm.maxhop", "Hop slots", base.DEC, nil, 0x0F),
@@ -76,7 +78,7 @@ local f = {
 }
 rnic.fields = {
     f.opcode, f.se, f.migreq, f.padcnt, f.tver, f.pkey, f.fecn, f.becn, f.t, f.destqp, f.ackreq, f.psn,
-    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nflows, f.tlm_sojourn, f.tlm_n, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
+    f.tlm_version, f.tlm_echo, f.tlm_compact, f.tlm_subscribe, f.tlm_nflows, f.tlm_sojourn, f.tlm_auth, f.tlm_mac, f.tlm_n, f.tlm_nhop, f.tlm_maxhop, f.tlm_path_id,
     f.hop_index, f.hop_ts, f.hop_tx, f.hop_qlen, f.hop_sojourn, f.hop_rate, f.hop_switch, f.hop_port, f.hop_code,
     f.probe_id, f.probe_snd_psn, f.probe_ts,
     f.notify_window, f.notify_rate, f.notify_seq, f.notify_reserved,
@@ -165,7 +167,8 @@ local function add_tlm(tree, tvb)
     local compact = band(flags, 0x02) ~= 0
     local nhop, maxhop = rshift(counts, 4), band(counts, 0x0F)
     local hop_len = compact and 8 or 16
-    local len = 4 + hop_len * maxhop
+    local auth = band(flags, 0x20) ~= 0
+    local len = 4 + hop_len * maxhop + (auth and 8 or 0)
     if tvb:len() < BTH_LEN + len then
         tree:add_proto_expert_info(ef_truncated)
         return nil
@@ -180,6 +183,10 @@ local function add_tlm(tree, tvb)
     t:add(f.tlm_subscribe, tvb(BTH_LEN, 1))
     t:add(f.tlm_nflows, tvb(BTH_LEN, 1))
     t:add(f.tlm_sojourn, tvb(BTH_LEN, 1))
+    t:add(f.tlm_auth, tvb(BTH_LEN, 1))
+    if auth then
+        t:add(f.tlm_mac, tvb(BTH_LEN + len - 8, 8))
+    end
     t:add(f.tlm_nhop, tvb(BTH_LEN + 1, 1))
     t:add(f.tlm_maxhop, tvb(BTH_LEN + 1, 1))
     if band(flags, 0x08) ~= 0 then

@@ -176,6 +176,10 @@ fn tlm(s: &mut String, t: &TlmRepr) {
         // path_id holds the receiver's flow count N.
         let _ = write!(s, " tlm.nflows=1 tlm.n={}", t.path_id);
     }
+    if let Some(m) = t.mac {
+        // AUTH: the feedback MAC after the slots.
+        let _ = write!(s, " tlm.mac={m:#018x}");
+    }
     // Under SOJOURN the qlen field holds the packet's sojourn time.
     let queue = if t.sojourn {
         s.push_str(" tlm.sojourn=1");

@@ -306,6 +306,21 @@ pub fn telemetry() -> Vec<Sample> {
         };
     }
     timed.tlm = Some(sojourn);
+    // An ACK of a keyed connection: its echoed stack ends with the MAC.
+    let mut keyed_ack = packet(Acknowledge, false, 220);
+    keyed_ack.aeth = aeth(0x1f, 14);
+    let mut echoed = stack(2, 4, true);
+    echoed.mac = Some(transport::rc::auth::ack_mac(
+        &transport::rc::auth::FeedbackKey([0x42; 16]),
+        transport::rc::auth::AckId {
+            dest_qp: keyed_ack.bth.dest_qp,
+            psn: 220,
+            syndrome: 0x1f,
+            msn: 14,
+        },
+        &echoed,
+    ));
+    keyed_ack.tlm = Some(echoed);
     let data = Sample {
         payload: payload(128, 2),
         repr: subscribed,
@@ -329,6 +344,10 @@ pub fn telemetry() -> Vec<Sample> {
         Sample {
             payload: payload(64, 3),
             repr: timed,
+        },
+        Sample {
+            repr: keyed_ack,
+            payload: vec![],
         },
         Sample {
             repr: ack,

@@ -24,7 +24,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     );
     let demo = String::from_utf8(out.stdout).unwrap();
     assert!(
-        demo.contains("frames=36 roce=35 icrc_bad=1 other=1 errors=0"),
+        demo.contains("frames=37 roce=36 icrc_bad=1 other=1 errors=0"),
         "{demo}"
     );
 
@@ -32,7 +32,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 37);
+    assert_eq!(lines.len(), 38);
     for name in [
         "RDMA_WRITE_ONLY",
         "RDMA_READ_REQUEST",
@@ -49,7 +49,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
     ] {
         assert!(text.contains(&format!(" op={name} ")), "{name} missing");
     }
-    assert_eq!(lines[36], "frames=36 roce=35 icrc_bad=1 other=1 errors=0");
+    assert_eq!(lines[37], "frames=37 roce=36 icrc_bad=1 other=1 errors=0");
 }
 
 #[test]
@@ -84,9 +84,9 @@ fn decode_reports_a_truncated_file_after_the_frames_it_read() {
     assert!(!out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.ends_with("frames=35 roce=35 icrc_bad=1 other=0 errors=0\n"),
+        text.ends_with("frames=36 roce=36 icrc_bad=1 other=0 errors=0\n"),
         "{text}"
     );
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("record 36"), "{err}");
+    assert!(err.contains("record 37"), "{err}");
 }

@@ -73,7 +73,7 @@ fn nums(s: &str) -> Vec<u64> {
     s.split(',').filter(|x| !x.is_empty()).map(num).collect()
 }
 
-const FIELDS: [&str; 29] = [
+const FIELDS: [&str; 30] = [
     "frame.number",
     "rnic.bth.opcode",
     "rnic.bth.destqp",
@@ -84,6 +84,7 @@ const FIELDS: [&str; 29] = [
     "rnic.tlm.compact",
     "rnic.tlm.subscribe",
     "rnic.tlm.sojourn",
+    "rnic.tlm.mac",
     "rnic.tlm.path_id",
     "rnic.tlm.nflows",
     "rnic.tlm.n",
@@ -155,7 +156,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         .collect();
     assert_eq!(rows.len(), ours.len(), "one row per frame:\n{text}");
 
-    let mut seen = [false; 7]; // tlm, compact, probe, notify, int_response, N, sojourn
+    let mut seen = [false; 8]; // tlm, compact, probe, notify, int_response, N, sojourn, mac
     for (i, (t, d)) in rows.iter().zip(&ours).enumerate() {
         let frame = i + 1;
         let ctx = format!("frame {frame}: tshark {t:?}\nbench decode {d:?}");
@@ -193,6 +194,13 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         assert_eq!(num(t["rnic.tlm.sojourn"]), flag("tlm.sojourn"), "{ctx}");
         seen[1] |= flag("tlm.compact") == 1;
         seen[6] |= flag("tlm.sojourn") == 1 && flag("tlm.compact") == 1;
+        match d.get("tlm.mac") {
+            Some(m) => {
+                assert_eq!(num(t["rnic.tlm.mac"]), num(m), "{ctx}");
+                seen[7] = true;
+            }
+            None => assert_eq!(t["rnic.tlm.mac"], "", "{ctx}"),
+        }
         for (ts, dk) in [
             ("rnic.hop.ts_ns", "hop.ts_ns"),
             ("rnic.hop.tx_bytes", "hop.tx_bytes"),
@@ -239,7 +247,7 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         }
     }
     assert_eq!(
-        seen, [true; 7],
+        seen, [true; 8],
         "the demo has every kind of telemetry frame"
     );
 }
