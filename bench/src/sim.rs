@@ -106,6 +106,12 @@ pub struct SimArgs {
     /// the scenario's `path_choice` key]
     #[arg(long, value_parser = ["on", "off", "both"])]
     pub paths: Option<String>,
+    /// Authenticated feedback (HPCC++ draft-00 s9): `on` gives every
+    /// connection a key and its ACKs a MAC over the echoed telemetry,
+    /// `both` runs each controller without and with (the second labelled
+    /// CC+auth) [default: the scenario's `feedback_auth` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub auth: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -162,12 +168,13 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         sojourn: args.sojourn.as_deref().map(|v| v == "on"),
         qos: args.qos.as_deref().map(|v| v != "off"),
         path_choice: args.paths.as_deref().map(|v| v == "on"),
+        feedback_auth: args.auth.as_deref().map(|v| v == "on"),
     };
     // (controller, label, overrides): `both` of a mechanism's flag runs
     // each controller without and then with it, the label naming the
     // variant (off, on).
     type Set = fn(&mut Overrides, bool);
-    let toggles: [(&Option<String>, [&str; 2], Set); 5] = [
+    let toggles: [(&Option<String>, [&str; 2], Set); 6] = [
         (&args.int_response, ["", "+intresp"], |o, v| {
             o.int_response = Some(v)
         }),
@@ -177,6 +184,7 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         (&args.sojourn, ["", "+sojourn"], |o, v| o.sojourn = Some(v)),
         (&args.qos, ["+fifo", ""], |o, v| o.qos = Some(v)),
         (&args.paths, ["", "+paths"], |o, v| o.path_choice = Some(v)),
+        (&args.auth, ["", "+auth"], |o, v| o.feedback_auth = Some(v)),
     ];
     let mut plan: Vec<(&str, String, Overrides)> = ccs
         .iter()
@@ -352,6 +360,15 @@ pub fn table(runs: &[Run]) -> String {
                 c.sojourn_p99_ns as f64 / 1e3,
                 c.sojourn_max_ns as f64 / 1e3,
                 c.max_qlen_bytes as f64 / 1e3
+            );
+        }
+    }
+    for r in runs.iter().map(|r| &r.result) {
+        if let Some(f) = &r.feedback {
+            let _ = writeln!(
+                s,
+                "{:<11} feedback: {} forged, {} replayed, {} unauthenticated refused",
+                r.cc, f.forged, f.replayed, f.unauthenticated
             );
         }
     }

@@ -353,6 +353,16 @@ pub struct PathSummary {
     pub moves: u64,
 }
 
+/// Authenticated feedback over a run (present when connections are
+/// keyed): echoed telemetry refused for a bad MAC or as a replay, and
+/// unauthenticated feedback refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FeedbackSummary {
+    pub forged: u64,
+    pub replayed: u64,
+    pub unauthenticated: u64,
+}
+
 /// FCT slowdown percentiles of the flows in a size range.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
@@ -404,6 +414,8 @@ pub struct SimResult {
     pub int_response: Option<IntResponseSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paths: Option<PathSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackSummary>,
     /// The monitored port's QoS classes (with QoS on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassResult>,
@@ -527,6 +539,7 @@ impl SimResult {
             pfc: PfcSummary::default(),
             int_response: None,
             paths: None,
+            feedback: None,
             classes: Vec::new(),
             class_series: m.map_or_else(Vec::new, |m| m.class_series.clone()),
             queue_series: qs,

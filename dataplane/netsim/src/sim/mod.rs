@@ -35,8 +35,8 @@ use crate::qos::QosConfig;
 use crate::switch::{class_of, serialization_ns, EcnConfig, PortConfig, Switch};
 use metrics::Monitor;
 pub use metrics::{
-    Bucket, CountGroup, FlowResult, IntResponseSummary, PathSummary, PfcSummary, PortStat,
-    SimResult, BURST_DRAINED_BYTES,
+    Bucket, CountGroup, FeedbackSummary, FlowResult, IntResponseSummary, PathSummary, PfcSummary,
+    PortStat, SimResult, BURST_DRAINED_BYTES,
 };
 use topology::{host_index, host_ip, End, NodeKind, Topology};
 use transport::wire::pfc::{self, PfcRepr};
@@ -124,6 +124,9 @@ pub struct SimConfig {
     /// Path choice from telemetry (HPCC++ 2023 s9.4); `None`: one path per
     /// flow.
     pub path_choice: Option<pacer::path::PathConfig>,
+    /// Every connection gets a feedback key (drawn from the seed): ACKs
+    /// carry a MAC over their echoed telemetry (rc::auth).
+    pub feedback_auth: bool,
 }
 
 impl SimConfig {
@@ -158,6 +161,7 @@ impl SimConfig {
             qos: None,
             int_sojourn: false,
             path_choice: None,
+            feedback_auth: false,
         }
     }
 }
@@ -713,9 +717,17 @@ impl Simulator {
             self.flows_done += 1;
             return;
         };
+        let feedback_key = self.cfg.feedback_auth.then(|| {
+            use rand::{RngCore, SeedableRng};
+            let mut k = [0u8; 16];
+            rand_chacha::ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (id as u64) << 20)
+                .fill_bytes(&mut k);
+            transport::rc::auth::FeedbackKey(k)
+        });
         let params = ConnectParams {
             timeout: self.cfg.timeout,
             dscp: spec.dscp,
+            feedback_key,
             ..ConnectParams::new(self.cfg.mtu)
         };
         for (h, q, peer_q, peer) in [(spec.src, qa, qb, spec.dst), (spec.dst, qb, qa, spec.src)] {
@@ -1034,16 +1046,19 @@ impl Simulator {
         r.ports = self.port_stats();
         r.pfc = self.pfc_summary(&r.ports);
         r.int_response = self.cfg.int_response.map(|_| self.int_response_summary());
-        r.paths = self.cfg.path_choice.map(|_| {
-            let mut t = transport::rc::QpCounters::default();
-            for h in &self.hosts {
-                t.accumulate(&h.nic.engine().qp_totals());
-            }
-            PathSummary {
-                probes: t.path_probes,
-                answered: t.path_probe_responses,
-                moves: t.path_moves,
-            }
+        let mut t = transport::rc::QpCounters::default();
+        for h in &self.hosts {
+            t.accumulate(&h.nic.engine().qp_totals());
+        }
+        r.paths = self.cfg.path_choice.map(|_| PathSummary {
+            probes: t.path_probes,
+            answered: t.path_probe_responses,
+            moves: t.path_moves,
+        });
+        r.feedback = self.cfg.feedback_auth.then(|| FeedbackSummary {
+            forged: t.feedback_forged,
+            replayed: t.feedback_replayed,
+            unauthenticated: t.feedback_unauthenticated,
         });
         if let (Some(m), Some(q)) = (self.monitor.as_ref(), self.cfg.qos.as_ref()) {
             let sw = self.switches[m.end.node].as_ref();

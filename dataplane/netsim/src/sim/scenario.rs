@@ -283,6 +283,9 @@ pub struct RunSpec {
     /// `path_margin` (0.5: half as much again), at most once per
     /// `path_dwell_rtts`.
     pub path_choice: bool,
+    /// Every connection authenticates the telemetry its ACKs echo
+    /// (a per-connection key, a SipHash MAC per ACK).
+    pub feedback_auth: bool,
     pub paths: u8,
     pub path_probe_rtts: f64,
     pub path_margin: f64,
@@ -339,6 +342,7 @@ impl Default for RunSpec {
             receiver_n: false,
             int_sojourn: false,
             path_choice: false,
+            feedback_auth: false,
             paths: 4,
             path_probe_rtts: 1.0,
             path_margin: 0.5,
@@ -520,6 +524,8 @@ pub struct Overrides {
     pub qos: Option<bool>,
     /// Path choice on or off instead of the scenario's `path_choice`.
     pub path_choice: Option<bool>,
+    /// Authenticated feedback on or off instead of `feedback_auth`.
+    pub feedback_auth: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -620,6 +626,7 @@ impl ScenarioSpec {
         };
         cfg.receiver_n = o.receiver_n.unwrap_or(r.receiver_n);
         cfg.int_sojourn = o.sojourn.unwrap_or(r.int_sojourn);
+        cfg.feedback_auth = o.feedback_auth.unwrap_or(r.feedback_auth);
         if o.path_choice.unwrap_or(r.path_choice) {
             if !(2..=16).contains(&r.paths) {
                 return Err(ScenarioError::Paths(r.paths));
