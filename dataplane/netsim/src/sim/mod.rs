@@ -1055,7 +1055,7 @@ impl Simulator {
             answered: t.path_probe_responses,
             moves: t.path_moves,
         });
-        r.feedback = self.cfg.feedback_auth.then(|| FeedbackSummary {
+        r.feedback = self.cfg.feedback_auth.then_some(FeedbackSummary {
             forged: t.feedback_forged,
             replayed: t.feedback_replayed,
             unauthenticated: t.feedback_unauthenticated,
