@@ -129,6 +129,10 @@ pub struct IncastSection {
     /// the queue length (HPCC++ 2023 s9.3) [default: false].
     #[serde(default)]
     pub int_sojourn: bool,
+    /// Authenticated feedback: every connection gets a key and its ACKs a
+    /// MAC over the echoed telemetry [default: false].
+    #[serde(default)]
+    pub feedback_auth: bool,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -829,6 +833,7 @@ impl IncastSection {
                     qos: qos.clone(),
                     sender_dscp: self.sender_dscp.clone(),
                     int_sojourn: self.int_sojourn,
+                    feedback_auth: self.feedback_auth,
                     int_response: self.int_response.then(|| {
                         netsim::int_response::IntResponseConfig::new(
                             self.int_response_threshold_bytes,

@@ -74,6 +74,9 @@ pub struct IncastConfig {
     pub sender_dscp: Vec<u8>,
     /// Senders ask the switch for sojourn times instead of queue lengths.
     pub int_sojourn: bool,
+    /// Every sender-receiver connection has a feedback key: ACKs carry a
+    /// MAC over their echoed telemetry (rc::auth).
+    pub feedback_auth: bool,
 }
 
 /// One QoS class of the bottleneck port over a run.
@@ -130,6 +133,10 @@ pub struct IncastReport {
     pub flow_reports: u64,
     /// The bottleneck port's QoS classes (empty without QoS).
     pub classes: Vec<ClassReport>,
+    /// With feedback keys: echoed telemetry refused for a bad MAC, and
+    /// for a PSN not newer than the last taken (a replay or a duplicate).
+    pub feedback_forged: u64,
+    pub feedback_replayed: u64,
 }
 
 /// Why an incast run could not start or stopped.
@@ -276,7 +283,13 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         ..ConnectParams::new(cfg.mtu)
     };
     for s in 0..n {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&(s as u64 + 1).to_le_bytes());
+        key[8..].copy_from_slice(&t0_key_salt().to_le_bytes());
         let params = ConnectParams {
+            feedback_key: cfg
+                .feedback_auth
+                .then_some(transport::rc::auth::FeedbackKey(key)),
             dscp: (!cfg.sender_dscp.is_empty()).then(|| cfg.sender_dscp[s % cfg.sender_dscp.len()]),
             ..params
         };
@@ -527,8 +540,18 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         int_responses_stale: totals.int_responses_stale,
         int_response_no_buffer,
         flow_reports: totals.flow_reports,
+        feedback_forged: totals.feedback_forged,
+        feedback_replayed: totals.feedback_replayed,
         classes: class_reports(&switch, recv),
     })
+}
+
+/// Per-run salt of the connections' feedback keys (the wall clock: a
+/// testbed key, not a secret anyone provisions).
+fn t0_key_salt() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The bottleneck port's classes (none without QoS).

@@ -294,6 +294,12 @@ fn incast(
                 r.int_responses, r.int_responses_taken, r.int_responses_stale, r.int_response_no_buffer
             );
         }
+        if cfg.feedback_auth {
+            println!(
+                "{name:<10} authenticated feedback: ACK stacks refused: {} bad MAC, {} not newer (replays)",
+                r.feedback_forged, r.feedback_replayed
+            );
+        }
         for (k, c) in r.classes.iter().enumerate() {
             println!(
                 "{name:<10} class {k}: share {:.3}, sojourn p50/p99 {:.1}/{:.1} us{}",
