@@ -67,7 +67,12 @@ fn switch_reporting(qlen: u32) -> impl FnMut(Dir, &transport::wire::Packet<'_>, 
 /// Twenty 8 KiB WRITEs through the congested switch; all must succeed.
 fn write_through_congestion(p: &mut Pair) {
     p.set_hook(Box::new(congested_switch()));
-    for i in 0..20 {
+    write_all(p, 20);
+}
+
+/// `n` 8 KiB WRITEs through whatever the wire does; all must succeed.
+fn write_all(p: &mut Pair, n: u64) {
+    for i in 0..n {
         let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
         p.post(wr);
     }
@@ -471,15 +476,7 @@ fn window_after(sojourn: bool, qlen: u32) -> (u64, Vec<Option<(bool, bool)>>) {
     }
     let mut p = Pair::new(s);
     p.set_hook(Box::new(switch_reporting(qlen)));
-    for i in 0..20 {
-        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
-        p.post(wr);
-    }
-    p.run(100_000_000);
-    assert!(p
-        .completions_a()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    write_all(&mut p, 20);
     let flags = p.logged(Dir::BtoA, |k| k.repr.tlm.map(|t| (t.echo, t.sojourn)));
     (p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, flags)
 }
@@ -536,15 +533,7 @@ fn keyed(forge: Option<fn(&mut transport::wire::TlmRepr)>) -> (u64, transport::r
         }
         _ => inner(dir, pk, n),
     }));
-    for i in 0..20 {
-        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
-        p.post(wr);
-    }
-    p.run(100_000_000);
-    assert!(p
-        .completions_a()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    write_all(&mut p, 20);
     let w = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0;
     (w, p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap())
 }
@@ -586,15 +575,7 @@ fn a_replayed_keyed_ack_is_refused_and_counted() {
             inner(dir, pk, n)
         }
     }));
-    for i in 0..10 {
-        let wr = p.wr(i, WrOp::Write, 0, 0, 8192);
-        p.post(wr);
-    }
-    p.run(100_000_000);
-    assert!(p
-        .completions_a()
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    write_all(&mut p, 10);
     let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert!(c.feedback_replayed > 0 && c.feedback_forged == 0, "{c:?}");
 }

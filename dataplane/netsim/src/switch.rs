@@ -496,12 +496,16 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             } else {
                 (p.tx_bytes, p.qlen)
             };
-            let mut hop = hop_record(self.id, port, p, now, tx, q);
-            if sojourn_wanted(frame.as_ref()) {
-                hop.qlen = saturate(p.data.head_wait(qclass, now));
-            }
-            if let Some(resp) = r.offer(now, frame.as_ref(), q, &hop) {
-                self.responses.push_back(resp);
+            // Below the threshold nothing is sent: no record, no view of
+            // the frame.
+            if q >= r.config().threshold_bytes {
+                let mut hop = hop_record(self.id, port, p, now, tx, q);
+                if sojourn_wanted(frame.as_ref()) {
+                    hop.qlen = saturate(p.data.head_wait(qclass, now));
+                }
+                if let Some(resp) = r.offer(now, frame.as_ref(), q, &hop) {
+                    self.responses.push_back(resp);
+                }
             }
         }
         p.data.push(

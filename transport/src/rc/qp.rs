@@ -881,9 +881,17 @@ impl Qp {
         tpl.emit_with(t, ident, payload_len, buf, fill).ok()
     }
 
-    /// [`Qp::emit`] of a request: from the current path's source port
-    /// (responses and ACKs keep the QP's own, so that a move never
-    /// reorders a READ response stream).
+    /// The outer headers of requests: the current path's (responses and
+    /// ACKs keep the QP's own, so that a move never reorders a READ
+    /// response stream).
+    fn req_template(&self) -> Option<&FrameTemplate> {
+        match self.paths.as_deref() {
+            Some(p) => p.template.as_ref(),
+            None => self.template.as_ref(),
+        }
+    }
+
+    /// [`Qp::emit`] of a request, behind [`Qp::req_template`].
     fn emit_req(
         &self,
         t: &TransportRepr<'_>,
@@ -892,11 +900,9 @@ impl Qp {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<usize> {
-        let tpl = match self.paths.as_deref() {
-            Some(p) => p.template.as_ref(),
-            None => self.template.as_ref(),
-        }?;
-        tpl.emit_with(t, ident, payload_len, buf, fill).ok()
+        self.req_template()?
+            .emit_with(t, ident, payload_len, buf, fill)
+            .ok()
     }
 
     fn response_transport(&self, r: &RespItem) -> TransportRepr<'static> {
