@@ -112,6 +112,13 @@ pub struct SimArgs {
     /// CC+auth) [default: the scenario's `feedback_auth` key]
     #[arg(long, value_parser = ["on", "off", "both"])]
     pub auth: Option<String>,
+    /// Relative telemetry (HPCC++ 2023 s9.1): `on` makes every switch port
+    /// facing a host a domain boundary that rewrites telemetry into
+    /// relative load (no rates, bytes or switch ids leave the network),
+    /// `both` runs each controller without and with (the second labelled
+    /// CC+relative) [default: the scenario's `relative_boundary` key]
+    #[arg(long, value_parser = ["on", "off", "both"])]
+    pub relative: Option<String>,
 }
 
 /// One controller's run: its result and the wall-clock seconds it took.
@@ -169,12 +176,13 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         qos: args.qos.as_deref().map(|v| v != "off"),
         path_choice: args.paths.as_deref().map(|v| v == "on"),
         feedback_auth: args.auth.as_deref().map(|v| v == "on"),
+        relative_boundary: args.relative.as_deref().map(|v| v == "on"),
     };
     // (controller, label, overrides): `both` of a mechanism's flag runs
     // each controller without and then with it, the label naming the
     // variant (off, on).
     type Set = fn(&mut Overrides, bool);
-    let toggles: [(&Option<String>, [&str; 2], Set); 6] = [
+    let toggles: [(&Option<String>, [&str; 2], Set); 7] = [
         (&args.int_response, ["", "+intresp"], |o, v| {
             o.int_response = Some(v)
         }),
@@ -185,6 +193,9 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
         (&args.qos, ["+fifo", ""], |o, v| o.qos = Some(v)),
         (&args.paths, ["", "+paths"], |o, v| o.path_choice = Some(v)),
         (&args.auth, ["", "+auth"], |o, v| o.feedback_auth = Some(v)),
+        (&args.relative, ["", "+relative"], |o, v| {
+            o.relative_boundary = Some(v)
+        }),
     ];
     let mut plan: Vec<(&str, String, Overrides)> = ccs
         .iter()
@@ -367,8 +378,15 @@ pub fn table(runs: &[Run]) -> String {
         if let Some(f) = &r.feedback {
             let _ = writeln!(
                 s,
-                "{:<11} feedback: {} forged, {} replayed, {} unauthenticated refused",
-                r.cc, f.forged, f.replayed, f.unauthenticated
+                "{:<11} feedback: {} forged, {} replayed refused",
+                r.cc, f.forged, f.replayed
+            );
+        }
+        if let Some(n) = r.relative_rewrites {
+            let _ = writeln!(
+                s,
+                "{:<11} relative telemetry: {n} frames left the network with relative load only",
+                r.cc
             );
         }
     }

@@ -133,6 +133,11 @@ pub struct IncastSection {
     /// MAC over the echoed telemetry [default: false].
     #[serde(default)]
     pub feedback_auth: bool,
+    /// The switch is a telemetry domain's boundary: every stack it sends
+    /// is rewritten into relative load, no port rate, byte count or switch
+    /// id leaves it (HPCC++ 2023 s9.1) [default: false].
+    #[serde(default)]
+    pub relative_telemetry: bool,
     pub base_rtt_us: u64,
     pub mtu: u32,
     pub message_bytes: u32,
@@ -834,6 +839,7 @@ impl IncastSection {
                     sender_dscp: self.sender_dscp.clone(),
                     int_sojourn: self.int_sojourn,
                     feedback_auth: self.feedback_auth,
+                    relative_telemetry: self.relative_telemetry,
                     int_response: self.int_response.then(|| {
                         netsim::int_response::IntResponseConfig::new(
                             self.int_response_threshold_bytes,

@@ -77,6 +77,9 @@ pub struct IncastConfig {
     /// Every sender-receiver connection has a feedback key: ACKs carry a
     /// MAC over their echoed telemetry (rc::auth).
     pub feedback_auth: bool,
+    /// The switch is a telemetry domain's boundary (HPCC++ 2023 s9.1):
+    /// every stack it sends out is rewritten into relative load.
+    pub relative_telemetry: bool,
 }
 
 /// One QoS class of the bottleneck port over a run.
@@ -137,6 +140,8 @@ pub struct IncastReport {
     /// for a PSN not newer than the last taken (a replay or a duplicate).
     pub feedback_forged: u64,
     pub feedback_replayed: u64,
+    /// Frames whose telemetry the switch rewrote into relative load.
+    pub tlm_relative: u64,
 }
 
 /// Why an incast run could not start or stopped.
@@ -369,6 +374,9 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
     if let Some(r) = cfg.int_response {
         switch.enable_int_responses(r);
     }
+    for p in 0..=n {
+        switch.set_relative_telemetry(p, cfg.relative_telemetry);
+    }
     if let Some(q) = &cfg.qos {
         switch
             .set_qos(q.clone())
@@ -542,6 +550,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         flow_reports: totals.flow_reports,
         feedback_forged: totals.feedback_forged,
         feedback_replayed: totals.feedback_replayed,
+        tlm_relative: (0..=n).map(|p| switch.counters(p).tlm_relative).sum(),
         classes: class_reports(&switch, recv),
     })
 }

@@ -55,14 +55,17 @@ impl ProbeClock {
     /// Whether to send a probe now. `in_flight` says whether the flow has
     /// unacknowledged data; `snd_nxt` is its next PSN.
     pub fn poll(&mut self, now: u64, in_flight: bool, snd_nxt: u32) -> Option<ProbeRequest> {
-        if !in_flight {
-            return None;
-        }
         if let Some((_, at)) = self.outstanding {
             if now < at.saturating_add(self.timeout_ns) {
                 return None;
             }
+            // Given up: with nothing in flight no probe replaces it, and
+            // its deadline must not stay armed in the past.
             self.timed_out += 1;
+            self.outstanding = None;
+        }
+        if !in_flight {
+            return None;
         }
         let probe_id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);

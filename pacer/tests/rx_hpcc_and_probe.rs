@@ -126,6 +126,23 @@ fn an_unanswered_probe_is_replaced_after_the_timeout() {
     assert!(c.poll(3 * T + 40, true, 5).is_some());
 }
 
+/// A probe whose answer is lost after the flow's last data was
+/// acknowledged is given up at its timeout: no deadline stays armed in the
+/// past (a timer that would fire again at once, forever).
+#[test]
+fn an_unanswered_probe_with_nothing_in_flight_is_given_up() {
+    let mut c = ProbeClock::new(3 * T);
+    c.poll(0, true, 1).unwrap();
+    assert_eq!(c.poll(3 * T - 1, false, 2), None);
+    assert_eq!(c.deadline(), Some(3 * T), "still waiting for its answer");
+    assert_eq!(c.poll(3 * T, false, 2), None);
+    assert_eq!((c.deadline(), c.timed_out), (None, 1));
+    assert!(
+        c.poll(4 * T, true, 3).is_some(),
+        "the next data probes again"
+    );
+}
+
 #[test]
 fn responses_to_probes_never_sent_are_refused() {
     let mut c = ProbeClock::new(3 * T);

@@ -579,3 +579,182 @@ fn a_replayed_keyed_ack_is_refused_and_counted() {
     let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert!(c.feedback_replayed > 0 && c.feedback_forged == 0, "{c:?}");
 }
+
+const KEY: transport::rc::auth::FeedbackKey = transport::rc::auth::FeedbackKey([7; 16]);
+
+/// A keyed engine in `mode` through the congested switch, with `forge`
+/// rewriting (or not: `None` from it) the stack of each frame B sends.
+type Forge = fn(&transport::wire::Packet<'_>) -> Option<transport::wire::TlmRepr>;
+
+fn keyed_run(mode: CcMode, forge: Forge) -> (u64, transport::rc::QpCounters) {
+    let mut p = Pair::new(Setup {
+        feedback_key: Some(KEY),
+        ..setup(mode)
+    });
+    let mut inner = congested_switch();
+    p.set_hook(Box::new(move |dir, pk, n| match (dir, forge(pk)) {
+        (Dir::BtoA, Some(t)) => Fate::ReplaceTlm(Box::new(t)),
+        _ => inner(dir, pk, n),
+    }));
+    write_all(&mut p, 20);
+    let w = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0;
+    (w, p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap())
+}
+
+fn untouched(_: &transport::wire::Packet<'_>) -> Option<transport::wire::TlmRepr> {
+    None
+}
+
+/// The stack of `op` frames with a flipped MAC.
+fn flip_mac_of(op: Opcode, p: &transport::wire::Packet<'_>) -> Option<transport::wire::TlmRepr> {
+    (p.repr.bth.opcode == op).then_some(())?;
+    let mut t = p.repr.tlm?;
+    t.mac = t.mac.map(|m| m ^ 1);
+    Some(t)
+}
+
+/// wire.md "Authenticated feedback": probe answers (TLM_RESPONSE) carry a
+/// MAC; a keyed sender takes genuine ones and refuses a bad MAC.
+#[test]
+fn keyed_probe_answers_are_taken_and_a_bad_mac_never_changes_the_window() {
+    let mode = CcMode::HpccProbe {
+        maxhop: 3,
+        timeout_ns: 15_000,
+    };
+    let (w, c) = keyed_run(mode, untouched);
+    assert!(c.probe_responses >= 2 && c.feedback_forged == 0, "{c:?}");
+    assert!(w < 62_500, "HPCC++ reacted to the probed queue: W = {w}");
+    let (w, c) = keyed_run(mode, |p| flip_mac_of(Opcode::TlmResponse, p));
+    assert_eq!(c.probe_responses, 0, "{c:?}");
+    assert!(c.feedback_forged >= 1, "{c:?}");
+    assert_eq!(w, 62_500, "no forged answer changed W");
+}
+
+/// The same for CC_NOTIFY (receiver-based HPCC): the window a notification
+/// names is adopted only with its MAC.
+#[test]
+fn keyed_notifications_are_taken_and_a_bad_mac_never_changes_the_window() {
+    let mode = CcMode::RxHpcc { maxhop: 3 };
+    let (w, c) = keyed_run(mode, untouched);
+    assert!(c.notifies_received >= 1 && c.feedback_forged == 0, "{c:?}");
+    assert!(w < 62_500, "W = {w}");
+    let (w, c) = keyed_run(mode, |p| flip_mac_of(Opcode::CcNotify, p));
+    assert_eq!(c.notifies_received, 0, "{c:?}");
+    assert!(c.feedback_forged >= 1, "{c:?}");
+    assert_eq!(w, 62_500);
+}
+
+/// wire.md "Relative telemetry": a domain boundary rewriting the echoed
+/// stacks into relative load leaves the MAC valid (it covers the relative
+/// form) and the keyed sender's window exactly as without the boundary.
+#[test]
+fn a_boundary_rewriting_echoed_stacks_to_relative_load_keeps_keyed_feedback_exact() {
+    let mode = CcMode::HpccInband { maxhop: 3 };
+    let (w, c) = keyed_run(mode, untouched);
+    let (w_rel, c_rel) = keyed_run(mode, |p| {
+        let t = p.repr.tlm.filter(|t| t.echo)?;
+        assert!(t.filled().iter().all(|h| h.rate == 1000), "raw records");
+        Some(t.relative())
+    });
+    assert_eq!((c.feedback_forged, c_rel.feedback_forged), (0, 0));
+    assert_eq!(w_rel, w);
+    assert!(w < 62_500);
+}
+
+/// An unkeyed sender reading relative records computes the same load (to
+/// the counter's rounding): its window stays within 2% of the raw run's.
+#[test]
+fn relative_records_give_an_unkeyed_sender_the_same_window() {
+    let run = |relative: bool| {
+        let mut p = Pair::new(setup(CcMode::HpccInband { maxhop: 3 }));
+        let mut inner = congested_switch();
+        p.set_hook(Box::new(move |dir, pk, n| match pk.repr.tlm {
+            Some(t) if relative && dir == Dir::BtoA && t.echo => {
+                Fate::ReplaceTlm(Box::new(t.relative()))
+            }
+            _ => inner(dir, pk, n),
+        }));
+        write_all(&mut p, 20);
+        p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0
+    };
+    let (raw, rel) = (run(false), run(true));
+    assert!(raw < 62_500);
+    assert!(
+        raw.abs_diff(rel) * 50 <= raw,
+        "raw W {raw}, relative W {rel}"
+    );
+}
+
+/// wire.md "Authenticated feedback": a keyed QP's subscribed data packets
+/// carry the token of their PSN; a switch's response copies it, and the
+/// sender takes a response only with the token of that PSN, once.
+#[test]
+fn a_keyed_int_response_needs_the_token_of_its_psn_and_is_taken_once() {
+    let mut p = Pair::new(Setup {
+        cfg: |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            int_subscribe: true,
+            ..EngineConfig::new(m, i, LINE)
+        },
+        feedback_key: Some(KEY),
+        ..Setup::default()
+    });
+    p.set_hook(rc_util::cut(Dir::BtoA));
+    let wr = p.wr(1, WrOp::Write, 0, 0, 16_384);
+    p.post(wr);
+    p.run(20_000);
+    let data: Vec<_> = p.logged(Dir::AtoB, |k| (k.repr, k.payload.to_vec()));
+    assert!(data.len() >= 2);
+    let dest_qp = data[0].0.bth.dest_qp;
+    for (r, _) in &data {
+        let want = transport::rc::auth::int_token(&KEY, dest_qp, r.bth.psn);
+        assert_eq!(
+            r.tlm.and_then(|t| t.mac),
+            Some(want),
+            "each packet its token"
+        );
+    }
+    let congested = HopRecord {
+        ts_ns: 1,
+        tx_bytes: 2,
+        qlen: 300_000,
+        rate: 1000,
+        switch_id: 4,
+        port_id: 2,
+    };
+    let response = |repr: &transport::wire::PacketRepr, payload: &[u8]| {
+        let mut out = vec![0u8; 512];
+        let data = rc_util::emit(repr, payload);
+        let n = transport::wire::emit_int_response(&data, &congested, &mut out).unwrap();
+        out.truncate(n);
+        out
+    };
+    let (w0, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
+    let now = p.now;
+    let counters = |p: &mut Pair| p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    // Another packet's token under this PSN, or a flipped one: forged.
+    let (first, second) = (&data[0], &data[1]);
+    let mut swapped = first.0;
+    swapped.bth.psn = second.0.bth.psn;
+    let mut flipped = first.0;
+    if let Some(t) = flipped.tlm.as_mut() {
+        t.mac = t.mac.map(|m| m ^ 1);
+    }
+    for r in [swapped, flipped] {
+        p.a.nic
+            .engine_mut()
+            .handle_packet(now, &response(&r, &first.1));
+    }
+    let c = counters(&mut p);
+    assert_eq!((c.int_responses, c.feedback_forged), (0, 2), "{c:?}");
+    assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w0);
+    // The genuine one is taken, and only once.
+    let genuine = response(&first.0, &first.1);
+    p.a.nic.engine_mut().handle_packet(now, &genuine);
+    let (w1, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
+    assert!(w1 * 5 < w0, "W {w0} -> {w1}");
+    p.a.nic.engine_mut().handle_packet(now, &genuine);
+    let c = counters(&mut p);
+    assert_eq!((c.int_responses, c.feedback_replayed), (1, 1), "{c:?}");
+    assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w1);
+}

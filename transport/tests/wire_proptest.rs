@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use proptest::prelude::*;
 use transport::wire::{
     AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, FrameTemplate, HopRecord, Ipv4Repr, MacAddr,
-    NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, TlmRepr, UdpRepr, VlanTag,
+    NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, UdpRepr, VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -256,5 +256,40 @@ proptest! {
             prop_assert!(p.repr.emit(p.payload, &mut out).is_ok());
         }
         let _ = Packet::parse(&buf);
+    }
+}
+
+/// A stack as it arrives: any flags, any records, through the wire once.
+fn arrived_stack() -> impl Strategy<Value = TlmRepr> {
+    (tlm(), any::<bool>(), any::<bool>()).prop_map(|(mut t, compact, sojourn)| {
+        t.compact = compact;
+        t.sojourn = sojourn;
+        let mut b = vec![0u8; t.block_len()];
+        t.emit(&mut b);
+        TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// wire.md "Relative telemetry": a boundary's rewrite is what
+    /// `relative` computes, survives the wire unchanged, and rewriting
+    /// again changes nothing (so a MAC over the relative form verifies
+    /// whether or not a boundary rewrote the stack on its way).
+    #[test]
+    fn relative_telemetry_is_stable_across_the_wire_and_a_second_boundary(t in arrived_stack()) {
+        let rel = t.relative();
+        prop_assert_eq!(rel.relative(), rel);
+        let mut b = vec![0u8; t.block_len()];
+        t.emit(&mut b);
+        let mut view = Tlm::new_checked(&mut b[..]).unwrap();
+        prop_assert_eq!(view.make_relative(), usize::from(t.nhop));
+        let back = TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap();
+        prop_assert_eq!(back, rel);
+        for h in rel.filled() {
+            prop_assert_eq!((h.switch_id, h.port_id), (0, 0));
+            prop_assert!(h.rate == 0 || h.rate == transport::wire::tlm::RELATIVE_RATE);
+        }
     }
 }

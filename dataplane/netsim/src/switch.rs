@@ -83,6 +83,9 @@ pub struct PortCounters {
     /// Packets whose telemetry stack was full (nothing stamped).
     pub tlm_full: u64,
     pub tlm_stamped: u64,
+    /// Frames whose telemetry this port rewrote into relative load (a
+    /// domain's boundary: [`Switch::set_relative_telemetry`]).
+    pub tlm_relative: u64,
     pub max_qlen: u64,
     /// PFC frames this port sent upstream: PAUSE (refreshes included)
     /// and RESUME.
@@ -139,6 +142,8 @@ struct Port<F> {
     /// As an ingress port whose upstream is paused: when to send PAUSE
     /// again.
     refresh_at: Option<u64>,
+    /// A domain's boundary: every stack leaving here is made relative.
+    relative_out: bool,
 }
 
 /// A switch: its ports, forwarding by destination IPv4 address, ECMP.
@@ -249,6 +254,7 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
                     counters: PortCounters::default(),
                     pause: PauseState::default(),
                     refresh_at: None,
+                    relative_out: false,
                 })
                 .collect(),
             rng: ChaCha8Rng::seed_from_u64(
@@ -273,6 +279,17 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
         }
         self.qos = Some(cfg);
         Ok(())
+    }
+
+    /// Makes `port` a boundary of the telemetry domain (HPCC++ 2023
+    /// s9.1): every telemetry stack leaving through it, forward or echoed,
+    /// is rewritten into relative load (docs/wire.md, "Relative
+    /// telemetry"), after this switch's own record is stamped. A port out
+    /// of range is ignored.
+    pub fn set_relative_telemetry(&mut self, port: usize, on: bool) {
+        if let Some(p) = self.ports.get_mut(port) {
+            p.relative_out = on;
+        }
     }
 
     /// Data classes per port (1 without QoS).
@@ -659,6 +676,9 @@ impl<F: AsRef<[u8]> + AsMut<[u8]>> Switch<F> {
             Stamp::Full => p.counters.tlm_full += 1,
             Stamp::NoTelemetry => {}
         }
+        if p.relative_out && make_relative(frame.as_mut()) {
+            p.counters.tlm_relative += 1;
+        }
         p.tx_bytes += len;
         p.counters.tx_packets += 1;
         p.counters.tx_bytes += len;
@@ -754,6 +774,19 @@ pub fn stamp(frame: &mut [u8], hop: &HopRecord, sojourn_ns: u64) -> Stamp {
     } else {
         Stamp::Full
     }
+}
+
+/// Rewrites the frame's telemetry stack, if it has one, into relative
+/// load (`Tlm::make_relative`); whether it had one.
+pub fn make_relative(frame: &mut [u8]) -> bool {
+    let Ok(mut f) = RoceFrame::new_checked(frame) else {
+        return false;
+    };
+    let Some(mut t) = f.tlm_mut() else {
+        return false;
+    };
+    t.make_relative();
+    true
 }
 
 /// Sets ECN to CE on an ECN-capable RoCEv2 frame (and fixes the checksum).
@@ -976,6 +1009,36 @@ mod tests {
         let mut v = RoceFrame::new_checked(&mut e[..]).unwrap();
         v.tlm_mut().unwrap().set_echo(true);
         assert_eq!(stamp(&mut e, &HopRecord::default(), 0), Stamp::NoTelemetry);
+    }
+
+    /// wire.md "Relative telemetry": a boundary port sends every stack,
+    /// its own record included, as relative load; other ports do not.
+    #[test]
+    fn a_boundary_port_sends_relative_load_only() {
+        let mut s = Switch::new(4, &[port(25, 1 << 20), port(25, 1 << 20)], 1);
+        s.set_relative_telemetry(1, true);
+        for p in [0, 1] {
+            s.enqueue(0, None, p, frame(Some(2), 1000, 1));
+            s.enqueue(0, None, p, frame(Some(2), 1000, 1));
+        }
+        let hop = |p: usize, t: u64, s: &mut Switch| {
+            let (out, _) = s.dequeue(t, p).unwrap();
+            Packet::parse(&out).unwrap().repr.tlm.unwrap().hops[0]
+        };
+        let (raw, rel) = (hop(0, 0, &mut s), hop(1, 0, &mut s));
+        assert_eq!((raw.rate, raw.switch_id, raw.port_id), (250, 4, 0));
+        assert_eq!(rel, raw.relative(false, false));
+        assert_eq!((rel.rate, rel.switch_id, rel.port_id), (16000, 0, 0));
+        let (raw2, rel2) = (hop(0, 1_000_000, &mut s), hop(1, 1_000_000, &mut s));
+        assert!(raw2.qlen == 0 && rel2.qlen == 0);
+        // 64 x the bytes sent: the same share of a port 64 x as fast.
+        let k = 16000 / 250;
+        let sent = u64::from(raw2.tx_bytes - raw.tx_bytes) * k;
+        assert!(sent.abs_diff(u64::from(rel2.tx_bytes - rel.tx_bytes)) < 1024);
+        assert_eq!(
+            (s.counters(0).tlm_relative, s.counters(1).tlm_relative),
+            (0, 2)
+        );
     }
 
     #[test]

@@ -300,6 +300,12 @@ fn incast(
                 r.feedback_forged, r.feedback_replayed
             );
         }
+        if cfg.relative_telemetry {
+            println!(
+                "{name:<10} relative telemetry: {} frames left the switch with relative load only",
+                r.tlm_relative
+            );
+        }
         for (k, c) in r.classes.iter().enumerate() {
             println!(
                 "{name:<10} class {k}: share {:.3}, sojourn p50/p99 {:.1}/{:.1} us{}",

@@ -2,22 +2,35 @@
 //! that the notification feedback message is at least integrity checked").
 //!
 //! Two ends of a connection that share a 128-bit feedback key (set at
-//! connection time, `ConnectParams::feedback_key`) tag the telemetry a
-//! receiver echoes in its ACKs with a truncated keyed MAC: SipHash-2-4 (a
-//! keyed PRF with a 64-bit output) over the ACK's identity (its DestQP,
-//! PSN, syndrome and MSN) and the echoed stack as the receiver read it
-//! (flags, slots, path id, every filled hop's fields). The sender acts on
-//! echoed telemetry only when the MAC verifies and the ACK is newer than
-//! the last feedback it took (a replayed ACK is refused); anything else is
-//! dropped and counted and never reaches the controller.
+//! connection time: `ConnectParams::feedback_key`, verbs' RTR attribute,
+//! or derived from a domain key by [`connection_key`]) tag every piece of
+//! feedback a sender acts on:
 //!
-//! This module owns the key type and the MAC's exact input.
+//! - the receiver's ACKs that echo telemetry, its TLM_RESPONSEs (probe
+//!   answers) and its CC_NOTIFYs carry a truncated keyed MAC, SipHash-2-4
+//!   (a keyed PRF with a 64-bit output), over what the message says
+//!   ([`Feedback`]) and the echoed stack in its relative form
+//!   ([`TlmRepr::relative`]: what a domain's boundary may rewrite it to, so
+//!   the MAC verifies either way, and the sender acts on exactly that);
+//! - a switch has no key, so INT responses are checked by a token: the
+//!   sender puts [`int_token`] (a PRF of its key and the packet's PSN) in
+//!   each data packet that subscribes, a switch copies the data packet's
+//!   block, token included, into its response, and the sender takes a
+//!   response only when the token is the one of that PSN. That proves the
+//!   response was made by something that saw the packet (on its path);
+//!   what that switch reports is trusted as its record always is.
+//!
+//! The sender acts only on feedback whose MAC or token verifies and that
+//! is newer than the last of its kind it took (a replay is refused);
+//! anything else is dropped and counted and never reaches the controller.
+//!
+//! This module owns the key type and the exact inputs of the MACs.
 
 use std::hash::Hasher;
 
 use siphasher::sip::SipHasher24;
 
-use crate::wire::TlmRepr;
+use crate::wire::{NotifyRepr, ProbeRepr, TlmRepr};
 
 /// A connection's feedback key (both ends hold the same).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,6 +43,29 @@ impl std::fmt::Debug for FeedbackKey {
     }
 }
 
+impl FeedbackKey {
+    /// Parses 32 hex digits (a key in a config file or on a command line);
+    /// the error names what is wrong, never the key.
+    pub fn from_hex(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if !s.is_ascii() {
+            return Err("a feedback key is hex digits; it has other characters".into());
+        }
+        if s.len() != 32 {
+            return Err(format!(
+                "a feedback key is 32 hex digits (128 bits), got {} characters",
+                s.len()
+            ));
+        }
+        let mut k = [0u8; 16];
+        for (i, b) in k.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+                .map_err(|_| format!("a feedback key is hex digits; character {} is not", 2 * i))?;
+        }
+        Ok(FeedbackKey(k))
+    }
+}
+
 /// What an ACK says besides its telemetry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckId {
@@ -39,15 +75,53 @@ pub struct AckId {
     pub msn: u32,
 }
 
-/// The MAC of an ACK `id` echoing `t` (its own `mac` field is not input).
-pub fn ack_mac(key: &FeedbackKey, id: AckId, t: &TlmRepr) -> u64 {
+/// A piece of feedback a receiver sends, besides the stack it echoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feedback {
+    /// An ACK.
+    Ack(AckId),
+    /// A TLM_RESPONSE to the sender's QP `dest_qp`, echoing its probe.
+    Probe { dest_qp: u32, probe: ProbeRepr },
+    /// A CC_NOTIFY to the sender's QP `dest_qp`.
+    Notify { dest_qp: u32, notify: NotifyRepr },
+}
+
+fn keyed(key: &FeedbackKey, domain: &[u8]) -> SipHasher24 {
     let mut h = SipHasher24::new_with_key(&key.0);
-    // Domain separation: what kind of feedback this is.
-    h.write(b"rnic-ack");
-    h.write_u32(id.dest_qp & 0xFF_FFFF);
-    h.write_u32(id.psn & 0xFF_FFFF);
-    h.write_u8(id.syndrome);
-    h.write_u32(id.msn & 0xFF_FFFF);
+    // Domain separation: what kind of message this is.
+    h.write(domain);
+    h
+}
+
+/// The MAC of the feedback `fb` echoing `t` (its own `mac` field is not
+/// input; its hops enter in their relative form).
+pub fn feedback_mac(key: &FeedbackKey, fb: Feedback, t: &TlmRepr) -> u64 {
+    let mut h = match fb {
+        Feedback::Ack(id) => {
+            let mut h = keyed(key, b"rnic-ack");
+            h.write_u32(id.dest_qp & 0xFF_FFFF);
+            h.write_u32(id.psn & 0xFF_FFFF);
+            h.write_u8(id.syndrome);
+            h.write_u32(id.msn & 0xFF_FFFF);
+            h
+        }
+        Feedback::Probe { dest_qp, probe } => {
+            let mut h = keyed(key, b"rnic-probe");
+            h.write_u32(dest_qp & 0xFF_FFFF);
+            h.write_u32(probe.probe_id);
+            h.write_u32(probe.snd_psn);
+            h.write_u64(probe.sender_ts_ns);
+            h
+        }
+        Feedback::Notify { dest_qp, notify } => {
+            let mut h = keyed(key, b"rnic-notify");
+            h.write_u32(dest_qp & 0xFF_FFFF);
+            h.write_u32(notify.window_bytes);
+            h.write_u32(notify.rate_mbps);
+            h.write_u32(notify.seq);
+            h
+        }
+    };
     let flags = u8::from(t.echo)
         | u8::from(t.compact) << 1
         | u8::from(t.subscribe) << 2
@@ -58,14 +132,120 @@ pub fn ack_mac(key: &FeedbackKey, id: AckId, t: &TlmRepr) -> u64 {
     h.write_u8(t.maxhop);
     h.write_u16(t.path_id);
     for hop in t.filled() {
-        h.write_u32(hop.ts_ns);
-        h.write_u32(hop.tx_bytes);
-        h.write_u32(hop.qlen);
-        h.write_u16(hop.rate);
-        h.write_u8(hop.switch_id);
-        h.write_u8(hop.port_id);
+        let r = hop.relative(t.compact, t.sojourn);
+        h.write_u32(r.ts_ns);
+        h.write_u32(r.tx_bytes);
+        h.write_u32(r.qlen);
+        h.write_u16(r.rate);
     }
     h.finish()
+}
+
+/// The MAC of an ACK `id` echoing `t`.
+pub fn ack_mac(key: &FeedbackKey, id: AckId, t: &TlmRepr) -> u64 {
+    feedback_mac(key, Feedback::Ack(id), t)
+}
+
+/// The token a sender puts in its data packet of `psn` to the peer's QP
+/// `dest_qp`, which a switch's INT response for that packet carries back.
+pub fn int_token(key: &FeedbackKey, dest_qp: u32, psn: u32) -> u64 {
+    let mut h = keyed(key, b"rnic-int");
+    h.write_u32(dest_qp & 0xFF_FFFF);
+    h.write_u32(psn & 0xFF_FFFF);
+    h.finish()
+}
+
+/// The newest feedback of each kind a keyed sender took: anything not
+/// newer is a replay and refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Freshness {
+    ack_psn: Option<u32>,
+    probe_id: Option<u32>,
+    notify_seq: Option<u32>,
+    int_response: Option<(u32, u8)>,
+}
+
+/// Is `x` after `last` in a sequence space of `bits` that wraps?
+fn after(x: u32, last: Option<u32>, bits: u32) -> bool {
+    let half = 1u32 << (bits - 1);
+    let mask = if bits == 32 {
+        u32::MAX
+    } else {
+        (1 << bits) - 1
+    };
+    last.is_none_or(|l| {
+        let d = x.wrapping_sub(l) & mask;
+        d != 0 && d < half
+    })
+}
+
+impl Freshness {
+    /// An ACK of `psn` (24 bits): takes it when newer.
+    pub fn ack(&mut self, psn: u32) -> bool {
+        Self::take(&mut self.ack_psn, psn & 0xFF_FFFF, 24)
+    }
+
+    /// A probe answer for probe `id` (HPCC++ probe mode's sequence).
+    pub fn probe(&mut self, id: u32) -> bool {
+        Self::take(&mut self.probe_id, id, 32)
+    }
+
+    /// A notification of sequence `seq`.
+    pub fn notify(&mut self, seq: u32) -> bool {
+        Self::take(&mut self.notify_seq, seq, 32)
+    }
+
+    /// An INT response for `psn` whose stack has `nhop` records: newer
+    /// when its PSN is, or when it is the same packet answered by a switch
+    /// further along (more records).
+    pub fn int_response(&mut self, psn: u32, nhop: u8) -> bool {
+        let psn = psn & 0xFF_FFFF;
+        let fresh = match self.int_response {
+            Some((last, n)) if last == psn => nhop > n,
+            last => after(psn, last.map(|l| l.0), 24),
+        };
+        if fresh {
+            self.int_response = Some((psn, nhop));
+        }
+        fresh
+    }
+
+    fn take(slot: &mut Option<u32>, x: u32, bits: u32) -> bool {
+        let fresh = after(x, *slot, bits);
+        if fresh {
+            *slot = Some(x);
+        }
+        fresh
+    }
+}
+
+/// A connection's key derived from a domain key shared by every NIC of a
+/// domain (a daemon's `feedback_domain_key`): both ends compute the same
+/// key from the two (address, QPN) ends, in either order, so that
+/// applications that know nothing of keys (an unmodified verbs binary)
+/// get authenticated feedback.
+pub fn connection_key(
+    domain: &FeedbackKey,
+    a: (std::net::Ipv4Addr, u32),
+    b: (std::net::Ipv4Addr, u32),
+) -> FeedbackKey {
+    let (lo, hi) = if (a.0.octets(), a.1) <= (b.0.octets(), b.1) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let half = |tag: &[u8]| {
+        let mut h = keyed(domain, tag);
+        for (ip, qpn) in [lo, hi] {
+            h.write(&ip.octets());
+            h.write_u32(qpn & 0xFF_FFFF);
+        }
+        h.finish()
+    };
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&half(b"rnic-conn-0").to_le_bytes());
+    k[8..].copy_from_slice(&half(b"rnic-conn-1").to_le_bytes());
+    FeedbackKey(k)
 }
 
 #[cfg(test)]
@@ -130,5 +310,106 @@ mod tests {
         t.mac = Some(base);
         assert_eq!(base, ack_mac(&key, ID, &t));
         assert_eq!(format!("{key:?}"), "FeedbackKey(..)");
+    }
+
+    #[test]
+    fn a_boundary_rewriting_the_stack_to_relative_load_keeps_the_mac() {
+        let key = FeedbackKey([9; 16]);
+        let mut t = stack();
+        t.hops[0].tx_bytes = 123_456;
+        let mac = ack_mac(&key, ID, &t);
+        assert_eq!(mac, ack_mac(&key, ID, &t.relative()));
+        // What the sender acts on is covered: the load relative to B.
+        let mut u = t;
+        u.hops[0].tx_bytes += 8 * 1024;
+        assert_ne!(mac, ack_mac(&key, ID, &u));
+    }
+
+    #[test]
+    fn each_kind_of_feedback_has_its_own_mac_and_tokens_name_their_psn() {
+        let key = FeedbackKey([1; 16]);
+        let t = stack();
+        let probe = ProbeRepr {
+            probe_id: 7,
+            snd_psn: 100,
+            sender_ts_ns: 5,
+        };
+        let notify = NotifyRepr {
+            window_bytes: 7,
+            rate_mbps: 100,
+            seq: 5,
+        };
+        let macs = [
+            ack_mac(&key, ID, &t),
+            feedback_mac(
+                &key,
+                Feedback::Probe {
+                    dest_qp: 0x12,
+                    probe,
+                },
+                &t,
+            ),
+            feedback_mac(
+                &key,
+                Feedback::Notify {
+                    dest_qp: 0x12,
+                    notify,
+                },
+                &t,
+            ),
+        ];
+        assert!(macs[0] != macs[1] && macs[1] != macs[2] && macs[0] != macs[2]);
+        let other = ProbeRepr {
+            sender_ts_ns: 6,
+            ..probe
+        };
+        assert_ne!(
+            macs[1],
+            feedback_mac(
+                &key,
+                Feedback::Probe {
+                    dest_qp: 0x12,
+                    probe: other
+                },
+                &t
+            )
+        );
+        assert_ne!(int_token(&key, 0x12, 100), int_token(&key, 0x12, 101));
+        assert_ne!(int_token(&key, 0x12, 100), int_token(&key, 0x13, 100));
+        assert_ne!(
+            int_token(&key, 0x12, 100),
+            int_token(&FeedbackKey([2; 16]), 0x12, 100)
+        );
+    }
+
+    #[test]
+    fn only_newer_feedback_is_fresh() {
+        let mut f = Freshness::default();
+        assert!(f.ack(0xFF_FFFE) && f.ack(1), "the PSN wraps");
+        assert!(!f.ack(1) && !f.ack(0xFF_FFFF));
+        assert!(f.probe(5) && !f.probe(5) && !f.probe(4) && f.probe(6));
+        assert!(f.notify(u32::MAX) && f.notify(0) && !f.notify(u32::MAX));
+        assert!(f.int_response(10, 1));
+        assert!(
+            f.int_response(10, 2),
+            "the same packet, a switch further on"
+        );
+        assert!(!f.int_response(10, 2) && !f.int_response(10, 1) && !f.int_response(9, 3));
+        assert!(f.int_response(11, 1));
+    }
+
+    #[test]
+    fn keys_parse_from_hex_and_derive_the_same_for_both_ends() {
+        let k = FeedbackKey::from_hex("000102030405060708090a0b0c0d0e0F").unwrap();
+        assert_eq!(k.0[15], 15);
+        let e = FeedbackKey::from_hex("0001").unwrap_err();
+        assert!(e.contains("32 hex digits"), "{e}");
+        let e = FeedbackKey::from_hex("zz0102030405060708090a0b0c0d0e0f").unwrap_err();
+        assert!(e.contains("character 0"), "{e}");
+        let a = (std::net::Ipv4Addr::new(10, 0, 0, 1), 0x11);
+        let b = (std::net::Ipv4Addr::new(10, 0, 0, 2), 0x22);
+        assert_eq!(connection_key(&k, a, b), connection_key(&k, b, a));
+        assert_ne!(connection_key(&k, a, b), connection_key(&k, a, (b.0, 0x23)));
+        assert_ne!(connection_key(&k, a, b), k);
     }
 }

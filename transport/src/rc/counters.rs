@@ -47,13 +47,12 @@ pub struct QpCounters {
     pub path_probes: u64,
     pub path_probe_responses: u64,
     pub path_moves: u64,
-    /// Authenticated feedback: echoed telemetry refused for a missing or
-    /// wrong MAC, for a PSN not newer than the last taken (a replay), and
-    /// feedback that cannot be authenticated yet (INT responses,
-    /// notifications) refused on a keyed connection.
+    /// Authenticated feedback (ACK telemetry, probe answers, notifications,
+    /// INT responses) refused on a keyed connection: for a missing or
+    /// wrong MAC or token, and for not being newer than the last of its
+    /// kind taken (a replay).
     pub feedback_forged: u64,
     pub feedback_replayed: u64,
-    pub feedback_unauthenticated: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -91,7 +90,6 @@ impl QpCounters {
             path_moves,
             feedback_forged,
             feedback_replayed,
-            feedback_unauthenticated,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -125,7 +123,6 @@ impl QpCounters {
         self.path_moves += path_moves;
         self.feedback_forged += feedback_forged;
         self.feedback_replayed += feedback_replayed;
-        self.feedback_unauthenticated += feedback_unauthenticated;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }

@@ -15,7 +15,7 @@ use pacer::scheduler::FlowId;
 use pacer::telemetry::{Hop, HopStack};
 use pacer::{CongestionControl, Controller, Hpcc};
 
-use super::auth::{ack_mac, AckId};
+use super::auth::{feedback_mac, int_token, AckId, Feedback, FeedbackKey, Freshness};
 use super::counters::QpCounters;
 use super::paths::{probe_path, QpPaths};
 use super::recv::RecvQueue;
@@ -177,8 +177,8 @@ pub(crate) struct Qp {
     pub send_limits: Option<SendLimits>,
     /// Path choice from telemetry (EngineConfig::path_choice), from RTR on.
     paths: Option<Box<QpPaths>>,
-    /// The PSN of the last authenticated ACK whose telemetry was taken.
-    feedback_psn: Option<u32>,
+    /// The newest feedback of each kind taken (keyed QPs refuse replays).
+    fresh: Freshness,
     pub counters: QpCounters,
 }
 
@@ -267,7 +267,7 @@ impl Qp {
             sqd_notify: false,
             send_limits: None,
             paths: None,
-            feedback_psn: None,
+            fresh: Freshness::default(),
             counters: QpCounters::default(),
         }
     }
@@ -326,6 +326,7 @@ impl Qp {
                 let base = udp::entropy_port(self.qpn, a.dest_qpn);
                 Box::new(QpPaths::new(pc, cfg.hpcc.t_ns, base))
             });
+        self.arm_int_token();
         self.build_template(cfg);
         self.state = QpState::Rtr;
         Ok(())
@@ -425,6 +426,7 @@ impl Qp {
         self.cc = fresh.cc;
         self.mode = fresh.mode;
         self.tlm.data = fresh.tlm.data;
+        self.arm_int_token();
         self.tlm.compact = fresh.tlm.compact;
         self.probe = fresh.probe;
         self.rx_hpcc = fresh.rx_hpcc;
@@ -464,55 +466,82 @@ impl Qp {
         self.paths.is_some() && probe.is_some_and(|p| probe_path(p.probe_id).is_some())
     }
 
-    /// Whether the telemetry an ACK (`psn`, `aeth`) echoes may be acted
-    /// on: always without a feedback key; with one, only with the right
-    /// MAC and a PSN newer than the last feedback taken.
-    fn feedback_ok(&mut self, psn: u32, aeth: AethRepr, t: &TlmRepr) -> bool {
-        let Some(key) = self.rtr.and_then(|r| r.feedback_key) else {
-            return true;
-        };
-        let id = AckId {
-            dest_qp: self.qpn,
-            psn,
-            syndrome: aeth.syndrome,
-            msn: aeth.msn,
-        };
-        if t.mac != Some(ack_mac(&key, id, t)) {
-            self.counters.feedback_forged += 1;
-            return false;
-        }
-        if self
-            .feedback_psn
-            .is_some_and(|last| !pacer::psn::psn_gt(psn, last))
-        {
-            self.counters.feedback_replayed += 1;
-            return false;
-        }
-        self.feedback_psn = Some(psn);
-        true
+    /// This QP's feedback key, when its feedback is authenticated.
+    fn key(&self) -> Option<FeedbackKey> {
+        self.rtr.and_then(|r| r.feedback_key)
     }
 
-    /// Whether this QP's feedback is authenticated: then feedback that
-    /// carries no MAC of ours (INT responses, notifications) is refused.
-    fn keyed(&self) -> bool {
-        self.rtr.is_some_and(|r| r.feedback_key.is_some())
+    /// The stack of feedback `fb` the sender may act on: `t` as it came
+    /// without a feedback key; with one, only when `check` (the MAC or
+    /// token of `fb` under the key) verifies and `fresh` (the feedback is
+    /// newer than the last of its kind taken) holds, and then in its
+    /// relative form (what the MAC covers). Anything else is counted and
+    /// refused.
+    fn verified(
+        &mut self,
+        t: &TlmRepr,
+        check: impl FnOnce(&FeedbackKey, &TlmRepr) -> bool,
+        fresh: impl FnOnce(&mut Freshness) -> bool,
+    ) -> Option<TlmRepr> {
+        let Some(key) = self.key() else {
+            return Some(*t);
+        };
+        if !check(&key, t) {
+            self.counters.feedback_forged += 1;
+            return None;
+        }
+        if !fresh(&mut self.fresh) {
+            self.counters.feedback_replayed += 1;
+            return None;
+        }
+        Some(t.relative())
+    }
+
+    /// Whether a MAC of `fb` under the key is the one `t` carries.
+    fn mac_matches(fb: Feedback) -> impl FnOnce(&FeedbackKey, &TlmRepr) -> bool {
+        move |k, t| t.mac == Some(feedback_mac(k, fb, t))
     }
 
     /// An INT response for the packet of `psn`: the controller reacts when
     /// that PSN is in flight (sent, not yet acknowledged); anything else
-    /// is late or forged and only counted.
+    /// is late or forged and only counted. A keyed QP takes it only with
+    /// the token its data packet of `psn` carried (`auth::int_token`).
     pub fn on_int_response(&mut self, now: u64, psn: u32, t: &TlmRepr) {
-        if self.keyed() {
-            self.counters.feedback_unauthenticated += 1;
+        let Some(dest_qp) = self.rtr.map(|r| r.dest_qpn) else {
             return;
-        }
+        };
         if !self.req.in_flight(psn) {
             self.counters.int_responses_stale += 1;
             return;
         }
+        let token = |k: &FeedbackKey, t: &TlmRepr| t.mac == Some(int_token(k, dest_qp, psn));
+        let Some(t) = self.verified(t, token, |f| f.int_response(psn, t.nhop)) else {
+            return;
+        };
         self.counters.int_responses += 1;
-        let hops = hops_of(t);
+        let hops = hops_of(&t);
         self.cc.on_int_response(now, psn, self.req.snd_nxt(), &hops);
+    }
+
+    /// A keyed QP whose data packets subscribe to INT responses carries a
+    /// token in each (`auth::int_token` of its PSN): its data stack has a
+    /// MAC field from RTR on, so that its length is known before a packet
+    /// is built.
+    fn arm_int_token(&mut self) {
+        let keyed = self.key().is_some();
+        if let Some(d) = self.tlm.data.as_mut() {
+            d.mac = (keyed && d.subscribe).then_some(0);
+        }
+    }
+
+    /// Puts the token of `psn` in the data stack (see `arm_int_token`).
+    fn stamp_int_token(&mut self, psn: u32) {
+        let (Some(key), Some(dest_qp)) = (self.key(), self.rtr.map(|r| r.dest_qpn)) else {
+            return;
+        };
+        if let Some(d) = self.tlm.data.as_mut().filter(|d| d.mac.is_some()) {
+            d.mac = Some(int_token(&key, dest_qp, psn));
+        }
     }
 
     pub fn has_ctrl(&self) -> bool {
@@ -668,8 +697,15 @@ impl Qp {
                     Ok(false) => self.counters.ignored_responses += 1,
                     Err(Fatal::Fail(s)) => out.fail = Some(s),
                 }
-                let tlm = p.repr.tlm.filter(|t| t.echo);
-                let tlm = tlm.filter(|t| self.feedback_ok(psn, a, t));
+                let id = AckId {
+                    dest_qp: self.qpn,
+                    psn,
+                    syndrome: a.syndrome,
+                    msn: a.msn,
+                };
+                let tlm = p.repr.tlm.filter(|t| t.echo).and_then(|t| {
+                    self.verified(&t, Self::mac_matches(Feedback::Ack(id)), |f| f.ack(psn))
+                });
                 if let (Some(t), CcMode::HpccInband { .. }) = (tlm, self.mode) {
                     if t.echo {
                         if t.nflows && self.use_reported_n {
@@ -717,13 +753,18 @@ impl Qp {
                     self.tlm.probe_resp = Some((probe, t));
                 }
             }
-            Opcode::TlmResponse if self.keyed() => {
-                self.counters.feedback_unauthenticated += 1;
-            }
             Opcode::TlmResponse if self.is_path_probe(&p.repr.probe) => {
-                if let (Some(pr), Some(t), Some(paths)) =
-                    (p.repr.probe, p.repr.tlm, self.paths.as_mut())
-                {
+                let (qpn, probe) = (self.qpn, p.repr.probe.unwrap_or_default());
+                let fb = Feedback::Probe {
+                    dest_qp: qpn,
+                    probe,
+                };
+                // Path probes are checked for freshness per path below.
+                let t = p
+                    .repr
+                    .tlm
+                    .and_then(|t| self.verified(&t, Self::mac_matches(fb), |_| true));
+                if let (Some(pr), Some(t), Some(paths)) = (p.repr.probe, t, self.paths.as_mut()) {
                     let k = probe_path(pr.probe_id).unwrap_or(0);
                     if paths.answered(k, pr.probe_id) {
                         self.counters.path_probe_responses += 1;
@@ -739,9 +780,15 @@ impl Qp {
                 }
             }
             Opcode::TlmResponse => {
-                if let (Some(pr), Some(t), Some(clock)) =
-                    (p.repr.probe, p.repr.tlm, self.probe.as_mut())
-                {
+                let (qpn, probe) = (self.qpn, p.repr.probe.unwrap_or_default());
+                let fb = Feedback::Probe {
+                    dest_qp: qpn,
+                    probe,
+                };
+                let t = p.repr.tlm.and_then(|t| {
+                    self.verified(&t, Self::mac_matches(fb), |f| f.probe(probe.probe_id))
+                });
+                if let (Some(pr), Some(t), Some(clock)) = (p.repr.probe, t, self.probe.as_mut()) {
                     if let Some(ack) =
                         clock.on_response(now, pr.probe_id, pr.snd_psn, pr.sender_ts_ns)
                     {
@@ -752,11 +799,17 @@ impl Qp {
                     }
                 }
             }
-            Opcode::CcNotify if self.keyed() => {
-                self.counters.feedback_unauthenticated += 1;
-            }
             Opcode::CcNotify => {
-                if let Some(n) = p.repr.notify {
+                let n = p.repr.notify.unwrap_or_default();
+                let fb = Feedback::Notify {
+                    dest_qp: self.qpn,
+                    notify: n,
+                };
+                let t = p
+                    .repr
+                    .tlm
+                    .and_then(|t| self.verified(&t, Self::mac_matches(fb), |f| f.notify(n.seq)));
+                if let (Some(n), Some(_)) = (p.repr.notify, t) {
                     self.counters.notifies_received += 1;
                     let n = Notification {
                         window_bytes: n.window_bytes,
@@ -990,6 +1043,7 @@ impl Qp {
         let Some(t) = self.peek() else {
             return Ok(None);
         };
+        self.stamp_int_token(t.psn);
         let Some(payload) = self.req.tx_payload() else {
             return Ok(None);
         };
@@ -1056,7 +1110,7 @@ impl Qp {
             // borrowed where it lies.
             let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED;
             if echo {
-                let key = self.rtr.and_then(|x| x.feedback_key);
+                let key = self.key();
                 let id = AckId {
                     dest_qp: r.bth.dest_qp,
                     psn: a.psn,
@@ -1074,7 +1128,7 @@ impl Qp {
                     }
                     // Tagged last, over the stack as it goes.
                     t.mac = None;
-                    t.mac = key.map(|k| ack_mac(&k, id, t));
+                    t.mac = key.map(|k| feedback_mac(&k, Feedback::Ack(id), t));
                 }
                 r.tlm = self.tlm.last.as_ref();
             }
@@ -1083,18 +1137,31 @@ impl Qp {
                 self.tlm.last = None;
             }
             n
-        } else if let Some((probe, tlm)) = self.tlm.probe_resp.take() {
+        } else if let Some((probe, mut tlm)) = self.tlm.probe_resp.take() {
             let mut r = self.transport(Opcode::TlmResponse, 0);
             r.probe = Some(probe);
+            let fb = Feedback::Probe {
+                dest_qp: r.bth.dest_qp,
+                probe,
+            };
+            tlm.mac = None;
+            tlm.mac = self.key().map(|k| feedback_mac(&k, fb, &tlm));
             r.tlm = Some(&tlm);
             self.emit(&r, ident, 0, buf, |_| ())
-        } else if let Some((n, tlm)) = self.tlm.notify.take() {
+        } else if let Some((n, mut tlm)) = self.tlm.notify.take() {
             let mut r = self.transport(Opcode::CcNotify, 0);
-            r.notify = Some(NotifyRepr {
+            let notify = NotifyRepr {
                 window_bytes: n.window_bytes,
                 rate_mbps: n.rate_mbps,
                 seq: n.seq,
-            });
+            };
+            r.notify = Some(notify);
+            let fb = Feedback::Notify {
+                dest_qp: r.bth.dest_qp,
+                notify,
+            };
+            tlm.mac = None;
+            tlm.mac = self.key().map(|k| feedback_mac(&k, fb, &tlm));
             r.tlm = Some(&tlm);
             self.counters.notifies_sent += 1;
             self.emit(&r, ident, 0, buf, |_| ())

@@ -67,6 +67,14 @@ pub const FLAG_SOJOURN: u8 = 0x10;
 pub const FLAG_AUTH: u8 = 0x20;
 /// Bytes of the MAC that follows the hop slots under AUTH.
 pub const MAC_LEN: usize = 8;
+/// The rate every relative record names (HPCC++ 2023 s9.1, see
+/// [`HopRecord::relative`]): 1.6 Tb/s in units of 100 Mb/s, a multiple of
+/// every rate a compact record can name.
+pub const RELATIVE_RATE: u16 = 16000;
+/// A relative record's tx_bytes is rounded down to this many (virtual)
+/// bytes, so that its deltas are not all multiples of the scale factor
+/// (which would give the port's capacity away).
+pub const RELATIVE_BYTE_QUANTUM: u32 = 1024;
 /// Nanoseconds per unit of a compact hop's qlen field under SOJOURN.
 pub const COMPACT_SOJOURN_UNIT_NS: u32 = 16;
 /// Port rates a compact hop can name, in units of 100 Mb/s, by code.
@@ -193,6 +201,52 @@ impl HopRecord {
     /// Link capacity in bits per second.
     pub fn rate_bps(&self) -> u64 {
         u64::from(self.rate) * 100_000_000
+    }
+
+    /// The record with only the port's load relative to its capacity left
+    /// (HPCC++ 2023 s9.1: "only convey the relative ratio ... without
+    /// revealing the actual network load"): the port becomes a virtual
+    /// one of [`RELATIVE_RATE`], its byte counter and queue are scaled by
+    /// k = RELATIVE_RATE / rate (rounded; at least 1), the counter rounded
+    /// down to [`RELATIVE_BYTE_QUANTUM`], the switch and port ids zeroed.
+    /// The timestamp and a sojourn time stay. Deltas of the scaled counter
+    /// over the same timestamps give tx rate / B, and the scaled queue
+    /// gives qlen / B, so HPCC's U is what it was (to the rounding), while
+    /// B, the bytes sent and the bytes queued are gone. A record of rate 0
+    /// (no sample) keeps only its timestamp.
+    ///
+    /// `compact` and `sojourn` are the stack's flags: the counter wraps as
+    /// the stack's records wrap and the queue saturates as they do, so
+    /// that a relative record survives a compact encoding unchanged and
+    /// `relative` of a relative record is itself.
+    pub fn relative(&self, compact: bool, sojourn: bool) -> HopRecord {
+        if self.rate == 0 {
+            return HopRecord {
+                ts_ns: self.ts_ns,
+                ..HopRecord::default()
+            };
+        }
+        let rate = u32::from(self.rate);
+        let k = ((u32::from(RELATIVE_RATE) + rate / 2) / rate).max(1);
+        let mut tx = self.tx_bytes.wrapping_mul(k) & !(RELATIVE_BYTE_QUANTUM - 1);
+        let mut qlen = if sojourn {
+            self.qlen
+        } else {
+            self.qlen.saturating_mul(k)
+        };
+        if compact {
+            tx &= COMPACT_BYTES_MASK;
+            let unit = qlen_unit(sojourn);
+            qlen = (qlen / unit).min(0xFFFF) * unit;
+        }
+        HopRecord {
+            ts_ns: self.ts_ns,
+            tx_bytes: tx,
+            qlen,
+            rate: RELATIVE_RATE,
+            switch_id: 0,
+            port_id: 0,
+        }
     }
 }
 
@@ -332,6 +386,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tlm<T> {
         self.buffer.as_mut()
     }
 
+    /// Rewrites every filled record as [`HopRecord::relative`] (a domain's
+    /// boundary switch, wire.md "Relative telemetry"); the path id, the
+    /// flags and a MAC stay. Returns the records rewritten.
+    pub fn make_relative(&mut self) -> usize {
+        let (nhop, compact, sojourn) = (usize::from(self.nhop()), self.compact(), self.sojourn());
+        let len = self.hop_len();
+        for i in 0..nhop {
+            let Some(h) = self.hop(i) else { return i };
+            let r = h.relative(compact, sojourn);
+            let at = HEADER_LEN + i * len;
+            let b = &mut self.buffer.as_mut()[at..at + len];
+            if compact {
+                r.write_compact(b, qlen_unit(sojourn));
+            } else {
+                r.write(b);
+            }
+        }
+        nhop
+    }
+
     /// Sets or clears the ECHO flag.
     pub fn set_echo(&mut self, echo: bool) {
         let b = &mut self.buffer.as_mut()[0];
@@ -389,6 +463,16 @@ impl TlmRepr {
     /// The filled hop records.
     pub fn filled(&self) -> &[HopRecord] {
         &self.hops[..usize::from(self.nhop.min(self.maxhop)).min(MAX_HOPS)]
+    }
+
+    /// The stack with every filled record relative
+    /// ([`HopRecord::relative`]).
+    pub fn relative(&self) -> TlmRepr {
+        let mut t = *self;
+        for h in &mut t.hops[..usize::from(self.nhop.min(self.maxhop)).min(MAX_HOPS)] {
+            *h = h.relative(self.compact, self.sojourn);
+        }
+        t
     }
 
     /// Bytes the block occupies.
@@ -468,6 +552,54 @@ impl TlmRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relative_record_keeps_the_load_and_hides_the_port() {
+        // A 25G port (k = 64) that sends at line rate over 10 us, its
+        // counter wrapping, 50 KB queued.
+        let a = HopRecord {
+            ts_ns: 1_000,
+            tx_bytes: u32::MAX - 10_000,
+            qlen: 0,
+            rate: 250,
+            switch_id: 7,
+            port_id: 3,
+        };
+        let b = HopRecord {
+            ts_ns: 11_000,
+            tx_bytes: a.tx_bytes.wrapping_add(31_250),
+            qlen: 50_000,
+            ..a
+        };
+        // tx rate / B, and the queue's drain time in ns.
+        let u_tx = |x: &HopRecord, y: &HopRecord| {
+            f64::from(y.tx_bytes.wrapping_sub(x.tx_bytes)) * 8.0
+                / f64::from(y.ts_ns - x.ts_ns)
+                / (f64::from(y.rate) / 10.0)
+        };
+        let drain_ns = |y: &HopRecord| f64::from(y.qlen) * 8.0 / (f64::from(y.rate) / 10.0);
+        let (ra, rb) = (a.relative(false, false), b.relative(false, false));
+        assert!((u_tx(&a, &b) - 1.0).abs() < 1e-9);
+        let quantum = f64::from(RELATIVE_BYTE_QUANTUM) * 8.0 / 10_000.0 / 1600.0;
+        assert!(
+            (u_tx(&ra, &rb) - 1.0).abs() <= quantum,
+            "{}",
+            u_tx(&ra, &rb)
+        );
+        assert_eq!(drain_ns(&rb), drain_ns(&b));
+        assert_eq!((rb.rate, rb.switch_id, rb.port_id), (RELATIVE_RATE, 0, 0));
+        assert_eq!(rb.ts_ns, b.ts_ns);
+        // A sojourn time is already relative; no sample stays no sample.
+        assert_eq!(b.relative(false, true).qlen, 50_000);
+        let none = HopRecord { rate: 0, ..b }.relative(false, false);
+        assert_eq!(
+            none,
+            HopRecord {
+                ts_ns: b.ts_ns,
+                ..HopRecord::default()
+            }
+        );
+    }
 
     fn hop(sw: u8) -> HopRecord {
         HopRecord {

@@ -354,13 +354,11 @@ pub struct PathSummary {
 }
 
 /// Authenticated feedback over a run (present when connections are
-/// keyed): echoed telemetry refused for a bad MAC or as a replay, and
-/// unauthenticated feedback refused.
+/// keyed): feedback refused for a bad MAC or token, or as a replay.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FeedbackSummary {
     pub forged: u64,
     pub replayed: u64,
-    pub unauthenticated: u64,
 }
 
 /// FCT slowdown percentiles of the flows in a size range.
@@ -416,6 +414,10 @@ pub struct SimResult {
     pub paths: Option<PathSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feedback: Option<FeedbackSummary>,
+    /// With a relative-telemetry boundary: frames whose stack the
+    /// boundary ports rewrote into relative load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relative_rewrites: Option<u64>,
     /// The monitored port's QoS classes (with QoS on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassResult>,
@@ -540,6 +542,7 @@ impl SimResult {
             int_response: None,
             paths: None,
             feedback: None,
+            relative_rewrites: None,
             classes: Vec::new(),
             class_series: m.map_or_else(Vec::new, |m| m.class_series.clone()),
             queue_series: qs,

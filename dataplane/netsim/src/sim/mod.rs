@@ -127,6 +127,10 @@ pub struct SimConfig {
     /// Every connection gets a feedback key (drawn from the seed): ACKs
     /// carry a MAC over their echoed telemetry (rc::auth).
     pub feedback_auth: bool,
+    /// The network is a telemetry domain whose boundary is every switch
+    /// port facing a host (HPCC++ 2023 s9.1): hosts see only relative
+    /// load (docs/wire.md, "Relative telemetry").
+    pub relative_boundary: bool,
 }
 
 impl SimConfig {
@@ -162,6 +166,7 @@ impl SimConfig {
             int_sojourn: false,
             path_choice: None,
             feedback_auth: false,
+            relative_boundary: false,
         }
     }
 }
@@ -441,6 +446,12 @@ impl Simulator {
             sw.set_control_first(cfg.control_first);
             if let Some(r) = cfg.int_response {
                 sw.enable_int_responses(r);
+            }
+            if cfg.relative_boundary {
+                for p in 0..topo.ports[n].len() {
+                    let host = topo.nodes[topo.peer(n, p).0.node] == NodeKind::Host;
+                    sw.set_relative_telemetry(p, host);
+                }
             }
             if let Some(q) = &cfg.qos {
                 sw.set_qos(q.clone())
@@ -1058,7 +1069,13 @@ impl Simulator {
         r.feedback = self.cfg.feedback_auth.then_some(FeedbackSummary {
             forged: t.feedback_forged,
             replayed: t.feedback_replayed,
-            unauthenticated: t.feedback_unauthenticated,
+        });
+        r.relative_rewrites = self.cfg.relative_boundary.then(|| {
+            self.switches
+                .iter()
+                .flatten()
+                .flat_map(|sw| (0..sw.port_count()).map(|p| sw.counters(p).tlm_relative))
+                .sum()
         });
         if let (Some(m), Some(q)) = (self.monitor.as_ref(), self.cfg.qos.as_ref()) {
             let sw = self.switches[m.end.node].as_ref();

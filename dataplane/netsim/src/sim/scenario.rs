@@ -286,6 +286,9 @@ pub struct RunSpec {
     /// Every connection authenticates the telemetry its ACKs echo
     /// (a per-connection key, a SipHash MAC per ACK).
     pub feedback_auth: bool,
+    /// The switches' ports facing hosts rewrite every telemetry stack into
+    /// relative load (a domain's boundary, HPCC++ 2023 s9.1).
+    pub relative_boundary: bool,
     pub paths: u8,
     pub path_probe_rtts: f64,
     pub path_margin: f64,
@@ -343,6 +346,7 @@ impl Default for RunSpec {
             int_sojourn: false,
             path_choice: false,
             feedback_auth: false,
+            relative_boundary: false,
             paths: 4,
             path_probe_rtts: 1.0,
             path_margin: 0.5,
@@ -526,6 +530,9 @@ pub struct Overrides {
     pub path_choice: Option<bool>,
     /// Authenticated feedback on or off instead of `feedback_auth`.
     pub feedback_auth: Option<bool>,
+    /// A relative-telemetry boundary on or off instead of
+    /// `relative_boundary`.
+    pub relative_boundary: Option<bool>,
 }
 
 fn find(topo: &Topology, host: usize) -> usize {
@@ -627,6 +634,7 @@ impl ScenarioSpec {
         cfg.receiver_n = o.receiver_n.unwrap_or(r.receiver_n);
         cfg.int_sojourn = o.sojourn.unwrap_or(r.int_sojourn);
         cfg.feedback_auth = o.feedback_auth.unwrap_or(r.feedback_auth);
+        cfg.relative_boundary = o.relative_boundary.unwrap_or(r.relative_boundary);
         if o.path_choice.unwrap_or(r.path_choice) {
             if !(2..=16).contains(&r.paths) {
                 return Err(ScenarioError::Paths(r.paths));
