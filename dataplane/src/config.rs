@@ -187,6 +187,15 @@ pub struct ServiceSection {
     /// Congestion control of QPs towards peers that do not speak our
     /// telemetry [default: dcqcn, at line rate until CNPs come].
     pub standard_cc: Option<String>,
+    /// Authenticated feedback (HPCC++ draft-00 s9) for every application,
+    /// unmodified verbs binaries included: 32 hex digits, a 128-bit key
+    /// shared by every daemon of the domain. A QP connecting to a peer
+    /// that speaks our telemetry gets a key both ends derive from it and
+    /// the two (address, QPN) ends; its ACKs, probe answers and
+    /// notifications carry a MAC, its subscribed data packets a token
+    /// (docs/wire.md). A key an application sets (rnicdv) wins
+    /// [default: none, feedback not authenticated].
+    pub feedback_domain_key: Option<String>,
     /// The devices to serve, each on a port of [eal] with its own IPv4
     /// address [default: rnic0 and rnic1, the loopback testbed's hosts].
     pub devices: Option<Vec<DeviceSection>>,
@@ -603,6 +612,14 @@ impl ServiceSection {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let feedback_domain_key = self
+            .feedback_domain_key
+            .as_deref()
+            .map(|v| {
+                transport::rc::auth::FeedbackKey::from_hex(v)
+                    .map_err(|why| c.bad("service.feedback_domain_key", "(a key, not shown)", why))
+            })
+            .transpose()?;
         let std_name = self.standard_cc.as_deref().unwrap_or("dcqcn");
         let standard_cc = c.cc("service.standard_cc", std_name, SERVICE_RTT_NS)?;
         if standard_cc.uses_telemetry() {
@@ -699,6 +716,7 @@ impl ServiceSection {
             tap: self.tap.clone().map(|p| (p, tap_frames)),
             telemetry_peers,
             standard_cc,
+            feedback_domain_key,
             socket: self.socket.clone(),
             max_mtu: l.mtu,
             mbufs: l.mbufs,

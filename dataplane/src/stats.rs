@@ -137,6 +137,11 @@ pub struct QpEntry {
     pub window_bytes: u64,
     pub rate_bps: u64,
     pub cc: String,
+    /// Feedback refused by a keyed QP: bad MAC or token, replayed.
+    #[serde(default)]
+    pub feedback_forged: u64,
+    #[serde(default)]
+    pub feedback_replayed: u64,
 }
 
 /// One egress port of the software INT switch.
@@ -274,6 +279,8 @@ impl Snapshot {
                 window_bytes: w,
                 rate_bps: r,
                 cc: cc.into(),
+                feedback_forged: k.feedback_forged,
+                feedback_replayed: k.feedback_replayed,
             });
         }
     }

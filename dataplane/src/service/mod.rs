@@ -77,6 +77,9 @@ pub struct ServiceConfig {
     pub telemetry_peers: Vec<(Ipv4Addr, u8)>,
     /// What QPs towards other peers run when `cc` uses telemetry.
     pub standard_cc: CcMode,
+    /// The domain key QPs towards telemetry peers derive their feedback
+    /// keys from (`rc::auth::connection_key`); none: not authenticated.
+    pub feedback_domain_key: Option<transport::rc::auth::FeedbackKey>,
     /// RX/TX queues per port (up to what the device offers).
     pub queues: u16,
     /// Seeded faults on one host's port: (host, faults).
@@ -243,6 +246,9 @@ struct QpRt {
     sq_paused: bool,
     /// The application chose the QP's congestion control (rnicdv).
     cc_explicit: bool,
+    /// The application gave the QP its feedback key (rnicdv); else the
+    /// daemon's domain key derives one at RTR.
+    feedback_key: Option<transport::rc::auth::FeedbackKey>,
     /// Not watched: its rings are read again once the application rings
     /// its doorbell (see [`PARK_AFTER`]).
     parked: bool,

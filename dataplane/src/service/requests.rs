@@ -271,6 +271,7 @@ impl Service {
             Request::DestroyQp { qpn } => self.destroy_qp(conn, qpn),
             Request::QueryQp { qpn } => self.query_qp(conn, qpn),
             Request::SetQpCc { qpn, cc } => self.set_qp_cc(conn, qpn, &cc),
+            Request::SetQpFeedbackKey { qpn, key } => self.set_qp_feedback_key(conn, qpn, key),
             Request::QueryPort => {
                 let host = self.app(conn).host;
                 let h = &self.hosts[host];
@@ -699,6 +700,7 @@ impl Service {
                 broken: false,
                 sq_paused: false,
                 cc_explicit: false,
+                feedback_key: None,
                 parked: false,
                 busy: false,
                 idle: 0,
@@ -829,6 +831,7 @@ impl Service {
                     })?;
                 let dest_mac = self.neighbour(host, dest_ip);
                 self.plain_roce_for(host, qpn, dest_ip).map_err(bad)?;
+                let feedback_key = self.feedback_key_for(host, qpn, (dest_ip, dest_qpn));
                 self.hosts[host].nic.engine_mut().modify_to_rtr(
                     qpn,
                     RtrAttr {
@@ -840,7 +843,7 @@ impl Service {
                         max_dest_rd_atomic,
                         min_rnr_timer,
                         dscp: traffic_class.map(|tc| tc >> 2),
-                        feedback_key: None,
+                        feedback_key,
                     },
                 )
             }
@@ -1019,7 +1022,53 @@ impl Service {
             window_bytes: w,
             rate_bps: r,
             cc,
+            feedback_auth: e.qp_feedback_keyed(qpn).map_err(bad)?,
+            feedback_forged: k.feedback_forged,
+            feedback_replayed: k.feedback_replayed,
         }))
+    }
+
+    /// The key that authenticates the feedback of `qpn` (on `host`)
+    /// connecting to `peer`: the application's (rnicdv), else, towards a
+    /// peer that speaks our telemetry, the one both ends derive from the
+    /// daemon's `feedback_domain_key` (`rc::auth::connection_key`), else
+    /// none.
+    fn feedback_key_for(
+        &self,
+        host: usize,
+        qpn: Qpn,
+        peer: (std::net::Ipv4Addr, u32),
+    ) -> Option<transport::rc::auth::FeedbackKey> {
+        let h = &self.hosts[host];
+        if let Some(k) = h.qps.get(&qpn).and_then(|r| r.feedback_key) {
+            return Some(k);
+        }
+        let domain = self.cfg.feedback_domain_key.as_ref()?;
+        self.speaks_telemetry(peer.0)
+            .then(|| transport::rc::auth::connection_key(domain, (h.spec.ip, qpn), peer))
+    }
+
+    fn set_qp_feedback_key(&mut self, conn: ConnId, qpn: Qpn, key: Option<[u8; 16]>) -> Answer {
+        let host = self.own_qp(conn, qpn)?;
+        let h = &mut self.hosts[host];
+        let state = h
+            .nic
+            .engine()
+            .qp_state(qpn)
+            .map_err(|e| err(ErrorKind::NoSuchQp, e.to_string()))?;
+        if !matches!(state, QpState::Reset | QpState::Init) {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a feedback key is set before the QP connects (RESET or INIT); QP {qpn:#x} is in {}",
+                    format!("{state:?}").to_uppercase()
+                ),
+            ));
+        }
+        if let Some(rt) = h.qps.get_mut(&qpn) {
+            rt.feedback_key = key.map(transport::rc::auth::FeedbackKey);
+        }
+        done(Reply::Done)
     }
 
     fn set_qp_cc(&mut self, conn: ConnId, qpn: Qpn, name: &str) -> Answer {

@@ -41,6 +41,14 @@ struct rnicdv_qp_cc {
  * INIT; both QPs of a connection must run the same one. */
 int rnicdv_set_qp_cc(struct ibv_qp *qp, const char *cc);
 
+/* Gives `qp` the 128-bit key (16 bytes) that authenticates its congestion
+ * feedback (HPCC++ draft-00 s9): its peer's ACKs, probe answers and
+ * notifications carry a MAC under it, INT responses a token. The peer's
+ * QP must be given the same key. NULL takes an explicit key back: the QP
+ * then gets the one the daemon derives from its feedback_domain_key, if
+ * any. Only in RESET or INIT. (RNICDV_1.1) */
+int rnicdv_set_qp_feedback_key(struct ibv_qp *qp, const uint8_t *key);
+
 /* The QP's congestion control, window, rate and packet counters. */
 int rnicdv_query_qp_cc(struct ibv_qp *qp, struct rnicdv_qp_cc *out);
 

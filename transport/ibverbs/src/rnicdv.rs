@@ -1,7 +1,8 @@
-//! The extension calls of `include/rnicdv.h` (version node RNICDV_1.0):
-//! what verbs lacks on this NIC, as vendors add mlx5dv-style calls. A QP
-//! gets its own congestion control before it connects, and reports its
-//! controller's window, rate and packet counters.
+//! The extension calls of `include/rnicdv.h` (version nodes RNICDV_1.0
+//! and RNICDV_1.1): what verbs lacks on this NIC, as vendors add
+//! mlx5dv-style calls. A QP gets its own congestion control and its
+//! feedback key before it connects, and reports its controller's window,
+//! rate and packet counters.
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -52,6 +53,32 @@ pub unsafe extern "C" fn rnicdv_set_qp_cc(qp: *mut ibv_qp, cc: *const c_char) ->
         match ctx.device.call(req) {
             Ok(_) => 0,
             Err(e) => refuse(errno_of(&e), &format!("rnicdv_set_qp_cc({name:?}): {e}")),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rnicdv_set_qp_feedback_key(qp: *mut ibv_qp, key: *const u8) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: a live QP of ours or NULL.
+        let Some((q, ctx)) = (unsafe { Qp::with_ctx(qp) }) else {
+            return libc::EINVAL;
+        };
+        let key = if key.is_null() {
+            None
+        } else {
+            let mut k = [0u8; 16];
+            // SAFETY: the caller's 16-byte key (rnicdv.h).
+            unsafe { std::ptr::copy_nonoverlapping(key, k.as_mut_ptr(), 16) };
+            Some(k)
+        };
+        let req = Request::SetQpFeedbackKey {
+            qpn: q.ibv.qp_num,
+            key,
+        };
+        match ctx.device.call(req) {
+            Ok(_) => 0,
+            Err(e) => refuse(errno_of(&e), &format!("rnicdv_set_qp_feedback_key: {e}")),
         }
     })
 }

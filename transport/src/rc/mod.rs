@@ -559,6 +559,13 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_ref().expect("index checked").mode)
     }
 
+    /// Whether a QP's feedback is authenticated (it reached RTR with a
+    /// feedback key).
+    pub fn qp_feedback_keyed(&self, qpn: Qpn) -> Result<bool, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").keyed())
+    }
+
     /// Gives one QP its own congestion control (the engine's is the
     /// default), before it connects: in RESET or INIT. Both ends of a
     /// connection must run the same mode (telemetry is echoed, probed or

@@ -471,6 +471,11 @@ impl Qp {
         self.rtr.and_then(|r| r.feedback_key)
     }
 
+    /// Whether this QP's feedback is authenticated.
+    pub fn keyed(&self) -> bool {
+        self.key().is_some()
+    }
+
     /// The stack of feedback `fb` the sender may act on: `t` as it came
     /// without a feedback key; with one, only when `check` (the MAC or
     /// token of `fb` under the key) verifies and `fresh` (the feedback is

@@ -415,6 +415,7 @@ impl Pd {
             srq: None,
             min_rnr_timer: crate::proto::DEFAULT_MIN_RNR_TIMER,
             rnr_retry: 7,
+            feedback_key: None,
         }
     }
 
@@ -721,9 +722,19 @@ pub struct QpBuilder<'a> {
     srq: Option<&'a Srq>,
     min_rnr_timer: u8,
     rnr_retry: u8,
+    feedback_key: Option<[u8; 16]>,
 }
 
 impl<'a> QpBuilder<'a> {
+    /// The 128-bit key that authenticates this QP's congestion feedback
+    /// (HPCC++ draft-00 s9): the peer's QP must be given the same one
+    /// [default: the one the daemon derives from its
+    /// `feedback_domain_key`, if it has one; else none].
+    pub fn feedback_key(mut self, key: [u8; 16]) -> Self {
+        self.feedback_key = Some(key);
+        self
+    }
+
     /// Receive queue entries (a power of two) [default 128].
     pub fn recv_depth(mut self, n: u32) -> Self {
         self.recv_depth = n;
@@ -841,6 +852,12 @@ impl<'a> QpBuilder<'a> {
             remote_read: self.access.remote_read,
             remote_atomic: self.access.remote_atomic,
         })?;
+        if let Some(key) = self.feedback_key {
+            dev.done(Request::SetQpFeedbackKey {
+                qpn,
+                key: Some(key),
+            })?;
+        }
         let psn = self.psn.unwrap_or_else(|| {
             let t = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -221,6 +221,14 @@ pub enum Request {
         qpn: u32,
         cc: String,
     },
+    /// Gives a QP in RESET or INIT the 128-bit key that authenticates its
+    /// congestion feedback (HPCC++ draft-00 s9; both ends must hold the
+    /// same); `None` takes an explicit key back (the QP then gets the
+    /// daemon's domain-derived key, if it has one).
+    SetQpFeedbackKey {
+        qpn: u32,
+        key: Option<[u8; 16]>,
+    },
     QueryPort,
     /// Counters of every port, engine and QP of the daemon, as JSON.
     Stats,
@@ -330,6 +338,15 @@ pub struct QpInfo {
     /// The QP's congestion control.
     #[serde(default)]
     pub cc: String,
+    /// Its congestion feedback is authenticated (it has a feedback key),
+    /// and the feedback it refused: a bad MAC or token, not newer than
+    /// the last taken (a replay).
+    #[serde(default)]
+    pub feedback_auth: bool,
+    #[serde(default)]
+    pub feedback_forged: u64,
+    #[serde(default)]
+    pub feedback_replayed: u64,
 }
 
 /// The port's link and counters.

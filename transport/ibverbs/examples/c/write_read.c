@@ -35,11 +35,20 @@ int main(void)
 		die("rnicdv_set_qp_cc", err);
 	if (rnicdv_set_qp_cc(a.qp, "tcp") != EINVAL)
 		die("an unknown congestion control was accepted", EINVAL);
+	/* Authenticated congestion feedback: both QPs hold the same key, so
+	 * the ACKs' echoed telemetry carries a MAC rnic0 checks. */
+	static const uint8_t key[16] = { 0x72, 0x6e, 0x69, 0x63, 1, 2, 3, 4,
+					 5, 6, 7, 8, 9, 10, 11, 12 };
+	if ((err = rnicdv_set_qp_feedback_key(a.qp, key)) ||
+	    (err = rnicdv_set_qp_feedback_key(b.qp, key)))
+		die("rnicdv_set_qp_feedback_key", err);
 	struct ibv_mr *ma = buffer(&a, 2 * SIZE, ACCESS);
 	struct ibv_mr *mb = buffer(&b, SIZE, ACCESS);
 	struct endpoint ea = endpoint_of(&a, ma), eb = endpoint_of(&b, mb);
 	connect_qp(&a, &eb, ACCESS);
 	connect_qp(&b, &ea, ACCESS);
+	if (rnicdv_set_qp_feedback_key(a.qp, key) != EINVAL)
+		die("a feedback key was accepted after the QP connected", EINVAL);
 
 	unsigned char *src = ma->addr, *dst = mb->addr;
 	for (int i = 0; i < SIZE; i++)
