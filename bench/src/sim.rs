@@ -261,10 +261,17 @@ pub fn run(args: &SimArgs, mut progress: impl FnMut(&str)) -> Result<Vec<Run>, S
 
 /// The table printed by `bench sim`.
 pub fn table(runs: &[Run]) -> String {
+    // Labels (CC and its variants, e.g. hpcc+auth+relative) set the width.
+    let w = runs
+        .iter()
+        .map(|r| r.result.cc.len())
+        .max()
+        .unwrap_or(0)
+        .max(11);
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<11} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>7} {:>7} {:>11}",
+        "{:<w$} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>7} {:>7} {:>11}",
         "cc",
         "q_p50_KB",
         "q_p95_KB",
@@ -280,7 +287,7 @@ pub fn table(runs: &[Run]) -> String {
     for r in runs.iter().map(|r| &r.result) {
         let _ = writeln!(
             s,
-            "{:<11} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.3} {:>6.3} {:>8} {:>7} {:>7.3} {:>5}/{:<5}",
+            "{:<w$} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6.3} {:>6.3} {:>8} {:>7} {:>7.3} {:>5}/{:<5}",
             r.cc,
             r.queue_p50_bytes as f64 / 1e3,
             r.queue_p95_bytes as f64 / 1e3,
@@ -304,7 +311,7 @@ pub fn table(runs: &[Run]) -> String {
         });
         let _ = writeln!(
             s,
-            "{:<11} first burst: peak {:.1} KB, back to {} KB {drained}",
+            "{:<w$} first burst: peak {:.1} KB, back to {} KB {drained}",
             r.cc,
             r.first_burst_peak_bytes as f64 / 1e3,
             netsim::sim::BURST_DRAINED_BYTES / 1024
@@ -320,7 +327,7 @@ pub fn table(runs: &[Run]) -> String {
         if let (Some(&(t, _)), true) = (settled, r.jain_series.len() > 1) {
             let _ = writeln!(
                 s,
-                "{:<11} Jain >= 0.99 from {:.0} us on",
+                "{:<w$} Jain >= 0.99 from {:.0} us on",
                 r.cc,
                 t as f64 / 1e3
             );
@@ -333,7 +340,7 @@ pub fn table(runs: &[Run]) -> String {
         }
         let _ = writeln!(
             s,
-            "{:<11} pfc: {} pause / {} resume frames; {} switch ports held {:.1} us, {} hosts held {:.1} us in all; HOL delay mean {:.2} us, max {:.1} us",
+            "{:<w$} pfc: {} pause / {} resume frames; {} switch ports held {:.1} us, {} hosts held {:.1} us in all; HOL delay mean {:.2} us, max {:.1} us",
             r.cc,
             p.pause_frames,
             p.resume_frames,
@@ -348,7 +355,7 @@ pub fn table(runs: &[Run]) -> String {
             let longest = p.storm_ports.iter().map(|x| x.2).max().unwrap_or(0);
             let _ = writeln!(
                 s,
-                "{:<11} PFC STORM: {} ports held without a break past storm_us (longest {:.1} us); stuck hosts refused {} frames",
+                "{:<w$} PFC STORM: {} ports held without a break past storm_us (longest {:.1} us); stuck hosts refused {} frames",
                 r.cc,
                 p.storm_ports.len(),
                 longest as f64 / 1e3,
@@ -360,7 +367,7 @@ pub fn table(runs: &[Run]) -> String {
         for c in &r.classes {
             let _ = writeln!(
                 s,
-                "{:<11} class {} (weight {}, {} flows): {:.1} Gb/s, share {:.3}; sojourn p50/p99/max {:.2}/{:.2}/{:.2} us; deepest queue {:.1} KB",
+                "{:<w$} class {} (weight {}, {} flows): {:.1} Gb/s, share {:.3}; sojourn p50/p99/max {:.2}/{:.2}/{:.2} us; deepest queue {:.1} KB",
                 r.cc,
                 c.class,
                 c.weight,
@@ -378,14 +385,14 @@ pub fn table(runs: &[Run]) -> String {
         if let Some(f) = &r.feedback {
             let _ = writeln!(
                 s,
-                "{:<11} feedback: {} forged, {} replayed refused",
+                "{:<w$} feedback: {} forged, {} replayed refused",
                 r.cc, f.forged, f.replayed
             );
         }
         if let Some(n) = r.relative_rewrites {
             let _ = writeln!(
                 s,
-                "{:<11} relative telemetry: {n} frames left the network with relative load only",
+                "{:<w$} relative telemetry: {n} frames left the network with relative load only",
                 r.cc
             );
         }
@@ -394,7 +401,7 @@ pub fn table(runs: &[Run]) -> String {
         if let Some(p) = &r.paths {
             let _ = writeln!(
                 s,
-                "{:<11} paths: {} probes of other paths ({} answered), {} moves",
+                "{:<w$} paths: {} probes of other paths ({} answered), {} moves",
                 r.cc, p.probes, p.answered, p.moves
             );
         }
@@ -403,7 +410,7 @@ pub fn table(runs: &[Run]) -> String {
         if let Some(i) = &r.int_response {
             let _ = writeln!(
                 s,
-                "{:<11} int responses: {} sent, {} taken by senders ({} stale), {} held back by the filter, {} without a free slot",
+                "{:<w$} int responses: {} sent, {} taken by senders ({} stale), {} held back by the filter, {} without a free slot",
                 r.cc, i.sent, i.taken, i.stale, i.suppressed, i.no_room
             );
         }
@@ -419,13 +426,13 @@ pub fn table(runs: &[Run]) -> String {
             .iter()
             .map(|b| b.label.clone())
             .collect();
-        let _ = write!(s, "{:<11}", "cc");
+        let _ = write!(s, "{:<w$}", "cc");
         for l in &labels {
             let _ = write!(s, " {:>24}", l);
         }
         let _ = writeln!(s);
         for r in runs.iter().map(|r| &r.result) {
-            let _ = write!(s, "{:<11}", r.cc);
+            let _ = write!(s, "{:<w$}", r.cc);
             for b in &r.slowdown {
                 let cell = if b.flows == 0 {
                     "-".to_string()

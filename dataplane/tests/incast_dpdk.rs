@@ -113,18 +113,22 @@ fn main() {
     assert_eq!(qos.drops, 0);
     assert!(qos.completed > 0 && qos.failed == 0);
     // Authenticated feedback on DPDK mbufs, behind a switch that is a
-    // domain's boundary (every stack leaves it relative): every ACK's MAC
-    // verifies (it covers the relative form), the queue stays as small as
-    // without keys, nothing is dropped.
+    // domain's boundary (every stack leaves it relative) and sends INT
+    // responses: every ACK's MAC verifies (it covers the relative form),
+    // every response carries its packet's token back and is taken, the
+    // queue stays as small as without keys, nothing is dropped.
     let keyed = IncastConfig {
         feedback_auth: true,
         relative_telemetry: true,
+        int_response: Some(netsim::int_response::IntResponseConfig::new(2048, 100_000)),
         ..cfg(CcMode::HpccInband { maxhop: 3 }, "t_auth")
     };
     let auth = run(&eal, &keyed, 1.5).expect("keyed run");
     println!("incast_dpdk: HPCC++ with authenticated feedback and relative telemetry {auth:?}");
     assert!(auth.tlm_relative > 0);
-    assert_eq!(auth.feedback_forged, 0);
+    assert!(auth.int_responses > 0);
+    assert_eq!(auth.int_responses_taken, auth.int_responses);
+    assert_eq!((auth.feedback_forged, auth.feedback_replayed), (0, 0));
     assert_eq!(auth.drops, 0);
     assert!(auth.queue_p99 * 4 < none.queue_p99);
     assert!(auth.completed > 0 && auth.failed == 0);

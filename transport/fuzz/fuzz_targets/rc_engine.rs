@@ -6,8 +6,10 @@
 //! in-memory link, each port wrapped in the fault injector whose script
 //! the input drives. The first byte chooses the engines: no congestion
 //! control, or HPCC++ inband with sojourn times, path choice (probes on
-//! other source ports, moves) and authenticated feedback (forged ACK MACs
-//! from the crafted frames). Nothing may panic, and every work
+//! other source ports, moves), INT response subscription and
+//! authenticated feedback (forged MACs on ACKs, probe answers and
+//! notifications, forged tokens on INT responses, from the crafted
+//! frames). Nothing may panic, and every work
 //! request completes at most once.
 #![no_main]
 
@@ -58,6 +60,7 @@ fn engine(mac: MacAddr, ip: Ipv4Addr, hpcc: bool) -> Engine<VecMemory> {
     if hpcc {
         cfg.cc = CcMode::HpccInband { maxhop: 3 };
         cfg.int_sojourn = true;
+        cfg.int_subscribe = true;
         cfg.path_choice = Some(pacer::path::PathConfig {
             dwell_ns: 1_000,
             margin: 0.0,

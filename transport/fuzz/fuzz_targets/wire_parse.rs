@@ -2,7 +2,9 @@
 //! whatever parses must emit again and parse back to the same headers and
 //! payload; a frame template of its outer headers emits the same bytes; an
 //! INT response built from any input is a valid frame carrying its PSN; a
-//! switch's record pushed into any stack reads back in the stack's units.
+//! switch's record pushed into any stack reads back in the stack's units;
+//! a domain boundary's rewrite of any stack into relative load is what
+//! `TlmRepr::relative` computes and rewriting again changes nothing.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -45,6 +47,17 @@ fuzz_target!(|data: &[u8]| {
                 (true, true) => 992,
             };
             assert_eq!(t.hop(at).map(|h| h.qlen), Some(want));
+        }
+    }
+    let mut copy = data.to_vec();
+    let mut frame = RoceFrame::new_checked(&mut copy[..]).ok();
+    if let Some(mut t) = frame.as_mut().and_then(|f| f.tlm_mut()) {
+        let before = transport::wire::TlmRepr::parse(&t);
+        t.make_relative();
+        let after = transport::wire::TlmRepr::parse(&t);
+        if let (Ok(b), Ok(a)) = (before, after) {
+            assert_eq!(a, b.relative());
+            assert_eq!(a.relative(), a);
         }
     }
     let mut resp = vec![0u8; data.len() + 64];

@@ -30,6 +30,7 @@ use std::hash::Hasher;
 
 use siphasher::sip::SipHasher24;
 
+use crate::wire::tlm::MAX_HOPS;
 use crate::wire::{NotifyRepr, ProbeRepr, TlmRepr};
 
 /// A connection's feedback key (both ends hold the same).
@@ -162,7 +163,9 @@ pub struct Freshness {
     ack_psn: Option<u32>,
     probe_id: Option<u32>,
     notify_seq: Option<u32>,
-    int_response: Option<(u32, u8)>,
+    /// Per position of the answering switch on the path (the response's
+    /// nhop - 1), the newest PSN answered from there.
+    int_response: [Option<u32>; MAX_HOPS + 1],
 }
 
 /// Is `x` after `last` in a sequence space of `bits` that wraps?
@@ -195,19 +198,14 @@ impl Freshness {
         Self::take(&mut self.notify_seq, seq, 32)
     }
 
-    /// An INT response for `psn` whose stack has `nhop` records: newer
-    /// when its PSN is, or when it is the same packet answered by a switch
-    /// further along (more records).
+    /// An INT response for `psn` whose stack has `nhop` records (the
+    /// answering switch's last): newer when its PSN is newer than the last
+    /// one answered by a switch at that position on the path. Responses
+    /// of different switches interleave out of PSN order (a switch further
+    /// along answers an earlier packet later), those of one switch do not.
     pub fn int_response(&mut self, psn: u32, nhop: u8) -> bool {
-        let psn = psn & 0xFF_FFFF;
-        let fresh = match self.int_response {
-            Some((last, n)) if last == psn => nhop > n,
-            last => after(psn, last.map(|l| l.0), 24),
-        };
-        if fresh {
-            self.int_response = Some((psn, nhop));
-        }
-        fresh
+        let at = usize::from(nhop).min(MAX_HOPS);
+        Self::take(&mut self.int_response[at], psn & 0xFF_FFFF, 24)
     }
 
     fn take(slot: &mut Option<u32>, x: u32, bits: u32) -> bool {
@@ -394,8 +392,13 @@ mod tests {
             f.int_response(10, 2),
             "the same packet, a switch further on"
         );
-        assert!(!f.int_response(10, 2) && !f.int_response(10, 1) && !f.int_response(9, 3));
-        assert!(f.int_response(11, 1));
+        assert!(
+            f.int_response(8, 3),
+            "an earlier packet answered later by a switch further on"
+        );
+        assert!(!f.int_response(10, 2) && !f.int_response(10, 1) && !f.int_response(8, 3));
+        assert!(!f.int_response(7, 3) && !f.int_response(9, 1));
+        assert!(f.int_response(11, 1) && f.int_response(9, 3));
     }
 
     #[test]
