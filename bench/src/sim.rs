@@ -385,8 +385,8 @@ pub fn table(runs: &[Run]) -> String {
         if let Some(f) = &r.feedback {
             let _ = writeln!(
                 s,
-                "{:<w$} feedback: {} forged, {} replayed refused",
-                r.cc, f.forged, f.replayed
+                "{:<w$} feedback refused: {} forged, {} replayed, {} without a MAC",
+                r.cc, f.forged, f.replayed, f.unkeyed
             );
         }
         if let Some(n) = r.relative_rewrites {

@@ -140,6 +140,7 @@ pub struct IncastReport {
     /// for a PSN not newer than the last taken (a replay or a duplicate).
     pub feedback_forged: u64,
     pub feedback_replayed: u64,
+    pub feedback_unkeyed: u64,
     /// Frames whose telemetry the switch rewrote into relative load.
     pub tlm_relative: u64,
 }
@@ -550,6 +551,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
         flow_reports: totals.flow_reports,
         feedback_forged: totals.feedback_forged,
         feedback_replayed: totals.feedback_replayed,
+        feedback_unkeyed: totals.feedback_unkeyed,
         tlm_relative: (0..=n).map(|p| switch.counters(p).tlm_relative).sum(),
         classes: class_reports(&switch, recv),
     })

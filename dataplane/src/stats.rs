@@ -142,6 +142,9 @@ pub struct QpEntry {
     pub feedback_forged: u64,
     #[serde(default)]
     pub feedback_replayed: u64,
+    /// Feedback without any MAC on a keyed QP (the peer has no key).
+    #[serde(default)]
+    pub feedback_unkeyed: u64,
 }
 
 /// One egress port of the software INT switch.
@@ -281,6 +284,7 @@ impl Snapshot {
                 cc: cc.into(),
                 feedback_forged: k.feedback_forged,
                 feedback_replayed: k.feedback_replayed,
+                feedback_unkeyed: k.feedback_unkeyed,
             });
         }
     }

@@ -10,6 +10,7 @@ mod daemon_util;
 
 use std::time::Duration;
 
+use verbs::proto::{Modify, Request};
 use verbs::{poll_one, Device, LocalBuf, MrAccess, WcStatus};
 
 const DOMAIN_KEY: &str = "000102030405060708090a0b0c0d0e0f";
@@ -22,9 +23,9 @@ const ALL: MrAccess = MrAccess {
 };
 
 /// What a sender saw of its feedback over a run of WRITEs rnic0 -> rnic1:
-/// (keyed, forged, replayed) of the sender's QP, and the same of the
-/// receiver's.
-type Seen = ((bool, u64, u64), (bool, u64, u64));
+/// (keyed, forged, replayed, without a MAC) of the sender's QP, and the
+/// same of the receiver's.
+type Seen = ((bool, u64, u64, u64), (bool, u64, u64, u64));
 
 /// Connects a QP of rnic0 (key `a`) to one of rnic1 (key `b`), WRITEs
 /// 32 x 64 KiB and reads what each QP says of its feedback.
@@ -63,7 +64,12 @@ fn write_with_keys(socket: &std::path::Path, a: Option<[u8; 16]>, b: Option<[u8;
     }
     let seen = |q: &verbs::Qp| {
         let i = q.query().unwrap();
-        (i.feedback_auth, i.feedback_forged, i.feedback_replayed)
+        (
+            i.feedback_auth,
+            i.feedback_forged,
+            i.feedback_replayed,
+            i.feedback_unkeyed,
+        )
     };
     (seen(&q0), seen(&q1))
 }
@@ -77,7 +83,7 @@ fn a_domain_key_authenticates_every_connection_between_telemetry_peers() {
     );
     // Both ends derive the same key: everything verifies.
     let (tx, rx) = write_with_keys(&d.socket, None, None);
-    assert_eq!((tx, rx), ((true, 0, 0), (true, 0, 0)));
+    assert_eq!((tx, rx), ((true, 0, 0, 0), (true, 0, 0, 0)));
     // A key the application sets wins: one end's own key against the
     // other's derived one, and the sender refuses every echoed stack.
     let (tx, _) = write_with_keys(&d.socket, Some([9; 16]), None);
@@ -107,10 +113,15 @@ fn a_domain_key_authenticates_every_connection_between_telemetry_peers() {
 fn keys_set_by_the_application_authenticate_without_a_domain_key() {
     let d = daemon_util::start_daemon_with("fb-app", "", "cc = \"hpcc\"");
     let (tx, rx) = write_with_keys(&d.socket, Some([5; 16]), Some([5; 16]));
-    assert_eq!((tx, rx), ((true, 0, 0), (true, 0, 0)));
+    assert_eq!((tx, rx), ((true, 0, 0, 0), (true, 0, 0, 0)));
     // No key anywhere: not authenticated.
     let (tx, _) = write_with_keys(&d.socket, None, None);
-    assert_eq!(tx, (false, 0, 0));
+    assert_eq!(tx, (false, 0, 0, 0));
+    // Only the sender keyed: its peer's ACKs carry no MAC, and each is
+    // refused and counted as such (not as forged).
+    let (tx, rx) = write_with_keys(&d.socket, Some([5; 16]), None);
+    assert!(tx.0 && tx.1 == 0 && tx.3 > 0, "{tx:?}");
+    assert!(!rx.0);
     // A key only after the QP connected is refused, naming the state.
     let dev = Device::open(&d.socket, "rnic0").unwrap();
     let pd = dev.alloc_pd().unwrap();
@@ -119,7 +130,7 @@ fn keys_set_by_the_application_authenticate_without_a_domain_key() {
     let mut e = p.endpoint();
     e.mr = None;
     let qp = p.connect(&e).unwrap();
-    let r = dev.call(verbs::proto::Request::SetQpFeedbackKey {
+    let r = dev.call(Request::SetQpFeedbackKey {
         qpn: qp.qpn(),
         key: Some([1; 16]),
     });
@@ -128,6 +139,33 @@ fn keys_set_by_the_application_authenticate_without_a_domain_key() {
         msg.contains("RESET or INIT") && msg.contains("RTS"),
         "{msg}"
     );
+    // RESET forgets the application's key: connected again, the QP is
+    // not keyed.
+    let p = pd.qp_builder(&cq).feedback_key([2; 16]).build().unwrap();
+    let e = p.endpoint();
+    let qp = p.connect(&e).unwrap();
+    assert!(qp.query().unwrap().feedback_auth);
+    for modify in [
+        Modify::Reset,
+        Modify::Init {
+            remote_write: true,
+            remote_read: true,
+            remote_atomic: false,
+        },
+        Modify::Rtr {
+            mtu: 1024,
+            dest_qpn: e.qpn,
+            dest_ip: e.ip,
+            rq_psn: e.psn,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            traffic_class: None,
+        },
+    ] {
+        let qpn = qp.qpn();
+        dev.call(Request::ModifyQp { qpn, modify }).unwrap();
+    }
+    assert!(!qp.query().unwrap().feedback_auth);
 }
 
 #[test]

@@ -13,6 +13,16 @@ use transport::wire::{HopRecord, Opcode};
 /// A switch on which the path of source port `hot` is saturated with a
 /// standing queue and every other path carries 20% of its rate.
 fn switch(hot: u16) -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> Fate {
+    switch_with(hot, 1.0, 50_000)
+}
+
+/// [`switch`] with the hot path at `hot_util` of its rate and `hot_qlen`
+/// bytes queued.
+fn switch_with(
+    hot: u16,
+    hot_util: f64,
+    hot_qlen: u32,
+) -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> Fate {
     let mut clock: HashMap<u16, u32> = HashMap::new();
     move |dir, p, _| {
         if dir != Dir::AtoB || p.repr.tlm.is_none() {
@@ -21,7 +31,11 @@ fn switch(hot: u16) -> impl FnMut(Dir, &transport::wire::Packet<'_>, usize) -> F
         let port = p.repr.udp.src_port;
         let ts = clock.entry(port).or_insert(0);
         *ts += 1_000;
-        let (util, qlen) = if port == hot { (1.0, 50_000) } else { (0.2, 0) };
+        let (util, qlen) = if port == hot {
+            (hot_util, hot_qlen)
+        } else {
+            (0.2, 0)
+        };
         Fate::PushHop(HopRecord {
             ts_ns: *ts,
             tx_bytes: (f64::from(*ts) * 12.5 * util) as u32,
@@ -102,6 +116,32 @@ fn a_flow_on_a_hot_path_moves_and_loses_duplicates_and_reorders_nothing() {
         .expect("moved off the hot path");
     assert!(moved > 0);
     assert!(data[moved..].iter().all(|d| d.1 == data[moved].1));
+}
+
+/// A keyed QP sees only relative records (every port 1.6 Tb/s wide): its
+/// own rate is compared with the paths' spare capacity in those units. A
+/// flow at line rate on a path 90% busy (mostly its own load) has more
+/// than an 80%-free path would give it, and stays.
+#[test]
+fn a_keyed_flow_that_fills_its_own_path_stays_on_it() {
+    let mut p = Pair::new(Setup {
+        feedback_key: Some(transport::rc::auth::FeedbackKey([4; 16])),
+        ..setup(true)
+    });
+    let own = transport::wire::udp::entropy_port(p.a.qpn, p.b.qpn);
+    p.set_hook(Box::new(switch_with(own, 0.9, 0)));
+    for i in 0..200 {
+        let wr = p.wr(i, WrOp::Write, 0, (i % 8) * 16_384, 16_384);
+        p.post(wr);
+    }
+    p.run(1_000_000_000);
+    assert_eq!(p.completions_a().len(), 200);
+    let a = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert!(
+        a.path_probe_responses > 0 && a.feedback_forged == 0,
+        "{a:?}"
+    );
+    assert_eq!(a.path_moves, 0, "{a:?}");
 }
 
 #[test]

@@ -755,6 +755,10 @@ fn a_keyed_int_response_needs_the_token_of_its_psn_and_is_taken_once() {
     assert!(w1 * 5 < w0, "W {w0} -> {w1}");
     p.a.nic.engine_mut().handle_packet(now, &genuine);
     let c = counters(&mut p);
-    assert_eq!((c.int_responses, c.feedback_replayed), (1, 1), "{c:?}");
+    assert_eq!(
+        (c.int_responses, c.int_responses_stale, c.feedback_replayed),
+        (1, 1, 0),
+        "{c:?}"
+    );
     assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w1);
 }

@@ -296,8 +296,8 @@ fn incast(
         }
         if cfg.feedback_auth {
             println!(
-                "{name:<10} authenticated feedback: ACK stacks refused: {} bad MAC, {} not newer (replays)",
-                r.feedback_forged, r.feedback_replayed
+                "{name:<10} authenticated feedback refused: {} bad MAC or token, {} not newer (replays), {} without a MAC",
+                r.feedback_forged, r.feedback_replayed, r.feedback_unkeyed
             );
         }
         if cfg.relative_telemetry {

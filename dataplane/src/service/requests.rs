@@ -879,6 +879,12 @@ impl Service {
                         let _ = rq.ring.discard_all(seg);
                     }
                     rt.sq_paused = false;
+                    // RESET forgets every attribute: the engine's new QP
+                    // runs the device's congestion control, and an
+                    // application's key does not carry over to the next
+                    // connection.
+                    rt.cc_explicit = false;
+                    rt.feedback_key = None;
                 }
                 r
             }
@@ -1025,6 +1031,7 @@ impl Service {
             feedback_auth: e.qp_feedback_keyed(qpn).map_err(bad)?,
             feedback_forged: k.feedback_forged,
             feedback_replayed: k.feedback_replayed,
+            feedback_unkeyed: k.feedback_unkeyed,
         }))
     }
 

@@ -58,10 +58,17 @@ impl FeedbackKey {
                 s.len()
             ));
         }
+        if let Some(at) = s.bytes().position(|c| !c.is_ascii_hexdigit()) {
+            return Err(format!(
+                "a feedback key is hex digits; character {at} is not"
+            ));
+        }
+        // Every character is a hex digit (checked above).
+        let nibble = |c: u8| char::from(c).to_digit(16).unwrap_or(0) as u8;
+        let d = s.as_bytes();
         let mut k = [0u8; 16];
         for (i, b) in k.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-                .map_err(|_| format!("a feedback key is hex digits; character {} is not", 2 * i))?;
+            *b = nibble(d[2 * i]) << 4 | nibble(d[2 * i + 1]);
         }
         Ok(FeedbackKey(k))
     }
@@ -203,9 +210,15 @@ impl Freshness {
     /// one answered by a switch at that position on the path. Responses
     /// of different switches interleave out of PSN order (a switch further
     /// along answers an earlier packet later), those of one switch do not.
-    pub fn int_response(&mut self, psn: u32, nhop: u8) -> bool {
-        let at = usize::from(nhop).min(MAX_HOPS);
-        Self::take(&mut self.int_response[at], psn & 0xFF_FFFF, 24)
+    /// A last PSN no longer `in_flight` (acknowledged) is forgotten: any
+    /// PSN in flight is newer, however long ago that switch last answered
+    /// (the PSN space wraps).
+    pub fn int_response(&mut self, psn: u32, nhop: u8, in_flight: impl Fn(u32) -> bool) -> bool {
+        let slot = &mut self.int_response[usize::from(nhop).min(MAX_HOPS)];
+        if slot.is_some_and(|l| !in_flight(l)) {
+            *slot = None;
+        }
+        Self::take(slot, psn & 0xFF_FFFF, 24)
     }
 
     fn take(slot: &mut Option<u32>, x: u32, bits: u32) -> bool {
@@ -387,18 +400,25 @@ mod tests {
         assert!(!f.ack(1) && !f.ack(0xFF_FFFF));
         assert!(f.probe(5) && !f.probe(5) && !f.probe(4) && f.probe(6));
         assert!(f.notify(u32::MAX) && f.notify(0) && !f.notify(u32::MAX));
-        assert!(f.int_response(10, 1));
+        let all = |_| true;
+        assert!(f.int_response(10, 1, all));
         assert!(
-            f.int_response(10, 2),
+            f.int_response(10, 2, all),
             "the same packet, a switch further on"
         );
         assert!(
-            f.int_response(8, 3),
+            f.int_response(8, 3, all),
             "an earlier packet answered later by a switch further on"
         );
-        assert!(!f.int_response(10, 2) && !f.int_response(10, 1) && !f.int_response(8, 3));
-        assert!(!f.int_response(7, 3) && !f.int_response(9, 1));
-        assert!(f.int_response(11, 1) && f.int_response(9, 3));
+        assert!(!f.int_response(10, 2, all) && !f.int_response(10, 1, all));
+        assert!(!f.int_response(8, 3, all) && !f.int_response(7, 3, all));
+        assert!(!f.int_response(9, 1, all));
+        assert!(f.int_response(11, 1, all) && f.int_response(9, 3, all));
+        // 2^23 PSNs later, that switch answers again: its last PSN was
+        // acknowledged long ago, so the new one is fresh.
+        let later = (11 + (1 << 23) + 5) & 0xFF_FFFF;
+        assert!(f.int_response(later, 1, |p| p == later));
+        assert!(!f.int_response(later, 1, |p| p == later));
     }
 
     #[test]
@@ -408,6 +428,11 @@ mod tests {
         let e = FeedbackKey::from_hex("0001").unwrap_err();
         assert!(e.contains("32 hex digits"), "{e}");
         let e = FeedbackKey::from_hex("zz0102030405060708090a0b0c0d0e0f").unwrap_err();
+        assert!(e.contains("character 0"), "{e}");
+        let e = FeedbackKey::from_hex("0z0102030405060708090a0b0c0d0e0f").unwrap_err();
+        assert!(e.contains("character 1"), "{e}");
+        // from_str_radix would take a sign.
+        let e = FeedbackKey::from_hex("+f0102030405060708090a0b0c0d0e0f").unwrap_err();
         assert!(e.contains("character 0"), "{e}");
         let a = (std::net::Ipv4Addr::new(10, 0, 0, 1), 0x11);
         let b = (std::net::Ipv4Addr::new(10, 0, 0, 2), 0x22);

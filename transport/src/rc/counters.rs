@@ -53,6 +53,9 @@ pub struct QpCounters {
     /// kind taken (a replay).
     pub feedback_forged: u64,
     pub feedback_replayed: u64,
+    /// Feedback with no MAC or token at all on a keyed connection: its
+    /// peer holds no key (check both ends' keys); refused too.
+    pub feedback_unkeyed: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -90,6 +93,7 @@ impl QpCounters {
             path_moves,
             feedback_forged,
             feedback_replayed,
+            feedback_unkeyed,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -123,6 +127,7 @@ impl QpCounters {
         self.path_moves += path_moves;
         self.feedback_forged += feedback_forged;
         self.feedback_replayed += feedback_replayed;
+        self.feedback_unkeyed += feedback_unkeyed;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }

@@ -49,6 +49,11 @@ pub(crate) struct QpPaths {
     /// the newest answer taken.
     sent_seq: Vec<Option<u32>>,
     taken_seq: Vec<Option<u32>>,
+    /// What the flow's own rate is multiplied by to be in the units of
+    /// the paths' spare capacity: 1, or, for a keyed QP (which sees only
+    /// relative records, every port 1.6 Tb/s wide), the virtual port's
+    /// rate over the NIC's line rate: the flow's share of its line.
+    pub own_scale: f64,
 }
 
 /// Answers to a path's probes are taken up to this many probes late (a
@@ -72,6 +77,7 @@ impl QpPaths {
             template: None,
             sent_seq: vec![None; n],
             taken_seq: vec![None; n],
+            own_scale: 1.0,
         }
     }
 

@@ -324,7 +324,12 @@ impl Qp {
             .filter(|_| matches!(cfg.cc, CcMode::HpccInband { .. } | CcMode::HpccProbe { .. }))
             .map(|pc| {
                 let base = udp::entropy_port(self.qpn, a.dest_qpn);
-                Box::new(QpPaths::new(pc, cfg.hpcc.t_ns, base))
+                let mut p = QpPaths::new(pc, cfg.hpcc.t_ns, base);
+                if a.feedback_key.is_some() {
+                    p.own_scale = crate::wire::HopRecord::relative_rate_bps() as f64
+                        / cfg.line_rate_bps.max(1) as f64;
+                }
+                Box::new(p)
             });
         self.arm_int_token();
         self.build_template(cfg);
@@ -492,7 +497,11 @@ impl Qp {
             return Some(*t);
         };
         if !check(&key, t) {
-            self.counters.feedback_forged += 1;
+            if t.mac.is_none() {
+                self.counters.feedback_unkeyed += 1;
+            } else {
+                self.counters.feedback_forged += 1;
+            }
             return None;
         }
         if !fresh(&mut self.fresh) {
@@ -520,9 +529,20 @@ impl Qp {
             return;
         }
         let token = |k: &FeedbackKey, t: &TlmRepr| t.mac == Some(int_token(k, dest_qp, psn));
-        let Some(t) = self.verified(t, token, |f| f.int_response(psn, t.nhop)) else {
+        let nhop = t.nhop;
+        let Some(t) = self.verified(t, token, |_| true) else {
             return;
         };
+        // A keyed QP takes one response per packet and switch: another
+        // for a PSN that switch already answered (a retransmission's, or a
+        // replay) is stale.
+        let req = &self.req;
+        if self.rtr.is_some_and(|r| r.feedback_key.is_some())
+            && !self.fresh.int_response(psn, nhop, |p| req.in_flight(p))
+        {
+            self.counters.int_responses_stale += 1;
+            return;
+        }
         self.counters.int_responses += 1;
         let hops = hops_of(&t);
         self.cc.on_int_response(now, psn, self.req.snd_nxt(), &hops);
@@ -633,7 +653,7 @@ impl Qp {
         let Some(paths) = self.paths.as_mut() else {
             return;
         };
-        let own = self.cc.rate_bps() as f64 / 8e9;
+        let own = self.cc.rate_bps() as f64 / 8e9 * paths.own_scale;
         let Some(to) = paths.chooser.decide(now, own) else {
             return;
         };

@@ -203,6 +203,11 @@ impl HopRecord {
         u64::from(self.rate) * 100_000_000
     }
 
+    /// The rate of every relative record's virtual port, bits per second.
+    pub const fn relative_rate_bps() -> u64 {
+        RELATIVE_RATE as u64 * 100_000_000
+    }
+
     /// The record with only the port's load relative to its capacity left
     /// (HPCC++ 2023 s9.1: "only convey the relative ratio ... without
     /// revealing the actual network load"): the port becomes a virtual

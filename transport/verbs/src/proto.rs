@@ -340,13 +340,15 @@ pub struct QpInfo {
     pub cc: String,
     /// Its congestion feedback is authenticated (it has a feedback key),
     /// and the feedback it refused: a bad MAC or token, not newer than
-    /// the last taken (a replay).
+    /// the last taken (a replay), no MAC at all (the peer has no key).
     #[serde(default)]
     pub feedback_auth: bool,
     #[serde(default)]
     pub feedback_forged: u64,
     #[serde(default)]
     pub feedback_replayed: u64,
+    #[serde(default)]
+    pub feedback_unkeyed: u64,
 }
 
 /// The port's link and counters.

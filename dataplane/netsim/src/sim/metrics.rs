@@ -359,6 +359,7 @@ pub struct PathSummary {
 pub struct FeedbackSummary {
     pub forged: u64,
     pub replayed: u64,
+    pub unkeyed: u64,
 }
 
 /// FCT slowdown percentiles of the flows in a size range.

@@ -1069,6 +1069,7 @@ impl Simulator {
         r.feedback = self.cfg.feedback_auth.then_some(FeedbackSummary {
             forged: t.feedback_forged,
             replayed: t.feedback_replayed,
+            unkeyed: t.feedback_unkeyed,
         });
         r.relative_rewrites = self.cfg.relative_boundary.then(|| {
             self.switches
