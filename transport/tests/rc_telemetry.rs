@@ -321,6 +321,20 @@ fn a_qp_can_run_its_own_congestion_control_chosen_before_it_connects() {
     ));
 }
 
+/// HPCC++ inband engines whose data packets subscribe to INT responses,
+/// keyed with `key`.
+fn subscribed(key: Option<transport::rc::auth::FeedbackKey>) -> Setup {
+    Setup {
+        cfg: |m, i| EngineConfig {
+            cc: CcMode::HpccInband { maxhop: 3 },
+            int_subscribe: true,
+            ..EngineConfig::new(m, i, LINE)
+        },
+        feedback_key: key,
+        ..Setup::default()
+    }
+}
+
 /// draft-00 s6.3: data packets subscribe to INT responses when the engine
 /// is told to; a switch's response for a PSN in flight reaches the QP
 /// connected to its (source, DestQP) and HPCC++ cuts the window at once;
@@ -328,14 +342,7 @@ fn a_qp_can_run_its_own_congestion_control_chosen_before_it_connects() {
 /// nothing and is counted.
 #[test]
 fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() {
-    let mut p = Pair::new(Setup {
-        cfg: |m, i| EngineConfig {
-            cc: CcMode::HpccInband { maxhop: 3 },
-            int_subscribe: true,
-            ..EngineConfig::new(m, i, LINE)
-        },
-        ..Setup::default()
-    });
+    let mut p = Pair::new(subscribed(None));
     // No ACK comes back: what A sent stays in flight.
     p.set_hook(rc_util::cut(Dir::BtoA));
     let wr = p.wr(1, WrOp::Write, 0, 0, 16_384);
@@ -690,15 +697,7 @@ fn relative_records_give_an_unkeyed_sender_the_same_window() {
 /// sender takes a response only with the token of that PSN, once.
 #[test]
 fn a_keyed_int_response_needs_the_token_of_its_psn_and_is_taken_once() {
-    let mut p = Pair::new(Setup {
-        cfg: |m, i| EngineConfig {
-            cc: CcMode::HpccInband { maxhop: 3 },
-            int_subscribe: true,
-            ..EngineConfig::new(m, i, LINE)
-        },
-        feedback_key: Some(KEY),
-        ..Setup::default()
-    });
+    let mut p = Pair::new(subscribed(Some(KEY)));
     p.set_hook(rc_util::cut(Dir::BtoA));
     let wr = p.wr(1, WrOp::Write, 0, 0, 16_384);
     p.post(wr);

@@ -182,6 +182,13 @@ pub(crate) struct Qp {
     pub counters: QpCounters,
 }
 
+/// Tags the stack a feedback message `fb` echoes with its MAC under `key`
+/// (last, over the stack as it goes; none without a key).
+fn tag(key: Option<FeedbackKey>, fb: Feedback, t: &mut TlmRepr) {
+    t.mac = None;
+    t.mac = key.map(|k| feedback_mac(&k, fb, t));
+}
+
 fn hops_of(t: &TlmRepr) -> HopStack {
     let mut s = HopStack::new();
     for h in t.filled() {
@@ -1152,8 +1159,7 @@ impl Qp {
                         t.path_id = n;
                     }
                     // Tagged last, over the stack as it goes.
-                    t.mac = None;
-                    t.mac = key.map(|k| feedback_mac(&k, Feedback::Ack(id), t));
+                    tag(key, Feedback::Ack(id), t);
                 }
                 r.tlm = self.tlm.last.as_ref();
             }
@@ -1169,8 +1175,7 @@ impl Qp {
                 dest_qp: r.bth.dest_qp,
                 probe,
             };
-            tlm.mac = None;
-            tlm.mac = self.key().map(|k| feedback_mac(&k, fb, &tlm));
+            tag(self.key(), fb, &mut tlm);
             r.tlm = Some(&tlm);
             self.emit(&r, ident, 0, buf, |_| ())
         } else if let Some((n, mut tlm)) = self.tlm.notify.take() {
@@ -1185,8 +1190,7 @@ impl Qp {
                 dest_qp: r.bth.dest_qp,
                 notify,
             };
-            tlm.mac = None;
-            tlm.mac = self.key().map(|k| feedback_mac(&k, fb, &tlm));
+            tag(self.key(), fb, &mut tlm);
             r.tlm = Some(&tlm);
             self.counters.notifies_sent += 1;
             self.emit(&r, ident, 0, buf, |_| ())
