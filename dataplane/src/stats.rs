@@ -105,6 +105,14 @@ pub struct QpTotalsEntry {
     pub ignored_responses: u64,
     pub cnps_sent: u64,
     pub cnps_received: u64,
+    /// Authenticated feedback refused by keyed QPs: a bad MAC or token,
+    /// a replay, none at all (the peer holds no key).
+    #[serde(default)]
+    pub feedback_forged: u64,
+    #[serde(default)]
+    pub feedback_replayed: u64,
+    #[serde(default)]
+    pub feedback_unkeyed: u64,
 }
 
 /// The fault injector's counters, by reason.
@@ -255,6 +263,9 @@ impl Snapshot {
                     ignored_responses: t.ignored_responses,
                     cnps_sent: t.cnps_sent,
                     cnps_received: t.cnps_received,
+                    feedback_forged: t.feedback_forged,
+                    feedback_replayed: t.feedback_replayed,
+                    feedback_unkeyed: t.feedback_unkeyed,
                 }
             },
         });
@@ -420,6 +431,13 @@ impl Snapshot {
                     t.rnr_naks_sent, t.rnr_naks_received, t.read_replays,
                     t.ignored_responses, t.cnps_sent, t.cnps_received
                 );
+                if t.feedback_forged + t.feedback_replayed + t.feedback_unkeyed > 0 {
+                    let _ = writeln!(
+                        s,
+                        "host {} feedback refused: {} bad MAC or token, {} replayed, {} without a MAC",
+                        p.host, t.feedback_forged, t.feedback_replayed, t.feedback_unkeyed
+                    );
+                }
             }
         }
         let _ = writeln!(
@@ -547,6 +565,7 @@ mod tests {
             qp_totals: QpTotalsEntry {
                 tx_packets: 3,
                 retransmitted: 1,
+                feedback_unkeyed: 2,
                 ..QpTotalsEntry::default()
             },
         });
@@ -560,6 +579,12 @@ mod tests {
         );
         assert!(
             table.contains("closed included): tx_pkts 3 rx_pkts 0 retx 1"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "host 0 feedback refused: 0 bad MAC or token, 0 replayed, 2 without a MAC"
+            ),
             "{table}"
         );
         assert!(
