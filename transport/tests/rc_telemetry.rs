@@ -321,6 +321,23 @@ fn a_qp_can_run_its_own_congestion_control_chosen_before_it_connects() {
     ));
 }
 
+/// What a congested switch (300 KB queued at a 100G port) sends back for
+/// the data frame `data`.
+fn int_response(data: &[u8]) -> Vec<u8> {
+    let congested = HopRecord {
+        ts_ns: 1,
+        tx_bytes: 2,
+        qlen: 300_000,
+        rate: 1000,
+        switch_id: 4,
+        port_id: 2,
+    };
+    let mut out = vec![0u8; 512];
+    let n = transport::wire::emit_int_response(data, &congested, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
 /// HPCC++ inband engines whose data packets subscribe to INT responses,
 /// keyed with `key`.
 fn subscribed(key: Option<transport::rc::auth::FeedbackKey>) -> Setup {
@@ -356,23 +373,11 @@ fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() 
     );
     let (repr, payload) = &data[0];
     let frame = rc_util::emit(repr, payload);
-    let congested = HopRecord {
-        ts_ns: 1,
-        tx_bytes: 2,
-        qlen: 300_000,
-        rate: 1000,
-        switch_id: 4,
-        port_id: 2,
-    };
-    let response = |data: &[u8]| {
-        let mut out = vec![0u8; 512];
-        let n = transport::wire::emit_int_response(data, &congested, &mut out).unwrap();
-        out.truncate(n);
-        out
-    };
     let (w0, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     let now = p.now;
-    p.a.nic.engine_mut().handle_packet(now, &response(&frame));
+    p.a.nic
+        .engine_mut()
+        .handle_packet(now, &int_response(&frame));
     let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert_eq!((c.int_responses, c.int_responses_stale), (1, 0));
     let (w1, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
@@ -383,7 +388,7 @@ fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() 
     late.bth.psn = (repr.bth.psn + 100_000) & 0xFF_FFFF;
     p.a.nic
         .engine_mut()
-        .handle_packet(now, &response(&rc_util::emit(&late, payload)));
+        .handle_packet(now, &int_response(&rc_util::emit(&late, payload)));
     let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
     assert_eq!((c.int_responses, c.int_responses_stale), (1, 1));
     // From a peer A is not connected to: unknown.
@@ -391,7 +396,7 @@ fn an_int_response_for_a_psn_in_flight_cuts_the_window_and_others_are_counted() 
     other.ip.dst = std::net::Ipv4Addr::new(10, 9, 9, 9);
     p.a.nic
         .engine_mut()
-        .handle_packet(now, &response(&rc_util::emit(&other, payload)));
+        .handle_packet(now, &int_response(&rc_util::emit(&other, payload)));
     assert_eq!(p.a.nic.engine().counters().int_response_unknown, 1);
     assert_eq!(p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap().0, w1);
 }
@@ -713,20 +718,8 @@ fn a_keyed_int_response_needs_the_token_of_its_psn_and_is_taken_once() {
             "each packet its token"
         );
     }
-    let congested = HopRecord {
-        ts_ns: 1,
-        tx_bytes: 2,
-        qlen: 300_000,
-        rate: 1000,
-        switch_id: 4,
-        port_id: 2,
-    };
     let response = |repr: &transport::wire::PacketRepr, payload: &[u8]| {
-        let mut out = vec![0u8; 512];
-        let data = rc_util::emit(repr, payload);
-        let n = transport::wire::emit_int_response(&data, &congested, &mut out).unwrap();
-        out.truncate(n);
-        out
+        int_response(&rc_util::emit(repr, payload))
     };
     let (w0, _) = p.a.nic.engine_mut().qp_cc(p.a.qpn).unwrap();
     let now = p.now;
