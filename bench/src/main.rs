@@ -212,7 +212,7 @@ fn hpcc_replay(args: &ReplayArgs) -> ExitCode {
 
 fn torture(args: &TortureArgs) -> ExitCode {
     println!(
-        "torture: seed={} ops={} mix={} loss={} dup={} reorder={} corrupt={} max_msg={} mtu={} qps={} start_psn={} late_recv={}",
+        "torture: seed={} ops={} mix={} loss={} dup={} reorder={} corrupt={} max_msg={} mtu={} qps={} start_psn={} late_recv={} unsignaled={}",
         args.seed,
         args.ops,
         args.mix.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(","),
@@ -224,7 +224,8 @@ fn torture(args: &TortureArgs) -> ExitCode {
         args.mtu,
         args.qps,
         args.start_psn,
-        args.late_recv
+        args.late_recv,
+        args.unsignaled
     );
     match torture_mod::run(args, |line| eprintln!("torture: {line}")) {
         Ok((r, s)) => {

@@ -174,6 +174,13 @@ pub struct ServiceSection {
     /// that processes sharing its CPU run; 0 busy-polls forever, yielding
     /// the CPU each pass [default: 50 us].
     pub idle_sleep_us: Option<u32>,
+    /// ACK coalescing between our own NICs: a QP towards a peer that
+    /// speaks our telemetry asks for an ACK at least every this many
+    /// messages, and always on a signaled WR's last packet; the peer's
+    /// responder ACKs the rest after 20 us. 1 asks on every message end,
+    /// as towards a standard peer (which always gets 1) [default: 16,
+    /// at most 64].
+    pub ack_coalesce: Option<u32>,
     /// Dataplane lcores: each runs the pipelines of its share of the
     /// devices (device `i` on lcore `i % lcores`) and serves the
     /// applications that opened them; no more lcores run than there are
@@ -593,6 +600,17 @@ impl ServiceSection {
         }
         let lcores = self.lcores.unwrap_or(1);
         check_lcores(c, "service.lcores", lcores)?;
+        let ack_coalesce = self.ack_coalesce.unwrap_or(transport::rc::ACK_REQ_MSGS);
+        if !(1..=transport::rc::ACK_REQ_MSGS_MAX).contains(&ack_coalesce) {
+            return Err(c.bad(
+                "service.ack_coalesce",
+                ack_coalesce,
+                format!(
+                    "messages per AckReq must be 1..={}",
+                    transport::rc::ACK_REQ_MSGS_MAX
+                ),
+            ));
+        }
         let cc = c.cc(
             "service.cc",
             self.cc.as_deref().unwrap_or("none"),
@@ -724,6 +742,7 @@ impl ServiceSection {
             max_shm_bytes,
             hugepages: self.hugepages.unwrap_or(true),
             idle_sleep_us,
+            ack_coalesce,
             lcores: lcores as usize,
             cc,
             queues: l.queues,

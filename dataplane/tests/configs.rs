@@ -61,7 +61,7 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 #[test]
 fn check_refuses_each_bad_value_by_key() {
     let device = "[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2.3\"\n";
-    let cases: [(String, &[&str]); 18] = [
+    let cases: [(String, &[&str]); 20] = [
         (
             format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}vlan = 4095\n"),
             &["service.devices[0].vlan", "4095", "1 to 4094"],
@@ -124,6 +124,14 @@ fn check_refuses_each_bad_value_by_key() {
                 "{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\nidle_sleep_us = 200000\n"
             ),
             &["service.idle_sleep_us", "200000", "100 ms"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\nack_coalesce = 0\n"),
+            &["service.ack_coalesce", "0", "1..=64"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\nack_coalesce = 65\n"),
+            &["service.ack_coalesce", "65", "1..=64"],
         ),
         (
             format!(

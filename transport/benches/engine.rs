@@ -1,6 +1,8 @@
 //! CPU per small message in the engine alone (no DPDK, no pipeline, one
 //! thread): a 64 B RDMA WRITE posted, built, received and placed, its ACK
-//! built and handled and its completion taken; and the codec pieces each
+//! built and handled and its completion taken (and the same with ACKs
+//! coalesced: 15 unsignaled WRITEs, then a signaled one whose ACK covers
+//! the 16); and the codec pieces each
 //! packet pays (ICRC, parse). The floor under `bench write-lat`'s
 //! per-stage table.
 
@@ -84,6 +86,26 @@ impl Pair {
         done
     }
 
+    /// One WRITE there, signaled every 16th (ACKs coalesced: B answers
+    /// the 16th's AckReq); returns the completion count.
+    fn write_coalesced(&mut self, k: u64) -> usize {
+        self.now += 1_000;
+        let now = self.now;
+        let mut wr = self.wr;
+        wr.signaled = k % 16 == 15;
+        self.a.post_send(self.qa, wr, now).unwrap();
+        let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
+        self.b.handle_packet(now, &self.buf[..n]);
+        if let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
+            self.a.handle_packet(now, &self.buf[..n]);
+        }
+        let mut done = 0;
+        while self.a.poll_completion().is_some() {
+            done += 1;
+        }
+        done
+    }
+
     /// The WRITE frame of one post (without sending it on).
     fn frame(&mut self) -> Vec<u8> {
         self.now += 1_000;
@@ -99,6 +121,15 @@ fn engine_write(c: &mut Criterion) {
     let mut p = Pair::new();
     g.bench_function("write_64b_with_ack", |b| {
         b.iter(|| assert_eq!(p.write(), 1))
+    });
+    let mut p = Pair::new();
+    let mut k = 0u64;
+    g.bench_function("write_64b_ack_every_16th", |b| {
+        b.iter(|| {
+            let done = p.write_coalesced(k);
+            assert_eq!(done, usize::from(k % 16 == 15));
+            k += 1;
+        })
     });
     g.finish();
 }

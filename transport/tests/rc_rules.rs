@@ -487,6 +487,74 @@ fn ack_req_is_set_on_read_requests_atomics_and_message_ends_as_rxe_sets_it() {
     );
 }
 
+/// Posts `n` 64 B WRITEs from A, unsignaled but those in `signaled`.
+fn post_small_writes(p: &mut Pair, n: u64, signaled: &[u64]) {
+    for i in 0..n {
+        let mut wr = p.wr(i, WrOp::Write, 0, 64 * i, 64);
+        wr.signaled = signaled.contains(&i);
+        p.post(wr);
+    }
+}
+
+#[test]
+fn ack_coalescing_an_unsignaled_message_asks_for_an_ack_every_16th_a_signaled_one_always() {
+    let mut p = Pair::new(Setup::default());
+    post_small_writes(&mut p, 40, &[20]);
+    p.run(10_000_000);
+    let flagged: Vec<u32> = p
+        .logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req))
+        .into_iter()
+        .filter(|(_, a)| *a)
+        .map(|(psn, _)| psn)
+        .collect();
+    // The 16th unasked, the signaled one, 16 after it; 37..=39 go unasked.
+    assert_eq!(flagged, [15, 20, 36]);
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.timeouts, c.retransmitted), (0, 0));
+    let cqes = p.completions_a();
+    assert_eq!(cqes.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [20]);
+}
+
+#[test]
+fn ack_coalescing_the_responder_acks_unasked_requests_after_its_ack_delay() {
+    let mut p = Pair::new(Setup::default());
+    post_small_writes(&mut p, 3, &[]);
+    p.run(10_000_000);
+    let sent = p.timed_ops(Dir::AtoB);
+    let acks = p.timed_ops(Dir::BtoA);
+    assert_eq!(sent.len(), 3);
+    assert_eq!(acks.len(), 1, "one ACK for the three");
+    let first = sent[0].0 + DELAY_NS;
+    assert!(
+        acks[0].0 >= first + transport::rc::ACK_DELAY_NS,
+        "ACK at {} ns, the first request arrived at {first} ns",
+        acks[0].0
+    );
+    assert_eq!(p.logged(Dir::BtoA, |k| k.repr.bth.psn), [102]);
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.timeouts, c.retransmitted), (0, 0));
+}
+
+#[test]
+fn ack_coalescing_is_off_with_a_timeout_near_the_ack_delay_and_towards_a_standard_peer() {
+    let short = Pair::new(Setup {
+        timeout: 3, // 32 us, under twice the ACK delay
+        ..Setup::default()
+    });
+    let mut standard = Pair::new(Setup::default());
+    standard
+        .a
+        .nic
+        .engine_mut()
+        .set_qp_send_limits(standard.a.qpn, transport::rc::SendLimits::STANDARD_PEER)
+        .unwrap();
+    for mut p in [short, standard] {
+        post_small_writes(&mut p, 5, &[]);
+        p.run(10_000_000);
+        assert_eq!(p.logged(Dir::AtoB, |k| k.repr.bth.ack_req), [true; 5]);
+    }
+}
+
 #[test]
 fn at_most_a_bounded_number_of_unacknowledged_psns() {
     let mut p = Pair::new(Setup {

@@ -110,7 +110,8 @@ pub struct PerfArgs {
     pub dataplane: Option<PathBuf>,
     /// Ask for a completion only every this many WRs of a QP (and for its
     /// last), as perftest's -Q [default: 100 for bandwidth tests (at most
-    /// -t / -q); latency tests and -D runs signal every WR]
+    /// -t / -q); 1 (every WR) for latency tests, whose round trips never
+    /// wait for a completion; -D bandwidth runs signal every WR]
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
     /// Messages of up to this many bytes are posted inline (copied into
@@ -242,7 +243,7 @@ impl PerfArgs {
     /// default 100, at most the QP's share of the TX depth.
     pub fn cq_mod(&self, test: Test) -> u32 {
         if test.is_latency() {
-            return 1;
+            return self.cq_mod.unwrap_or(1);
         }
         // The TX depth bounds the WRs in flight over all QPs: each QP must
         // reach its signaled WR within its share of it.

@@ -83,17 +83,27 @@ fn spin_cq(side: &Side, buf: &mut [Completion]) -> Result<(), String> {
 }
 
 /// Posts the WRITE of the side's send buffer, inline when the message
-/// is at most `inline` bytes (as perftest's `-I`).
-fn post_write(from: &Side, qp: usize, size: u32, wr_id: u64, inline: u32) -> Result<(), String> {
+/// is at most `inline` bytes (perftest's `-I`), signaled when `signaled`
+/// (every `-Q`-th WR).
+fn post_write(
+    from: &Side,
+    qp: usize,
+    size: u32,
+    wr_id: u64,
+    inline: u32,
+    signaled: bool,
+) -> Result<(), String> {
     let q = &from.qps[qp];
     if size > 0 && size <= inline {
         let at = from.half as usize;
         let data = &from.mr.as_slice()[at..at + size as usize];
-        let wr = WorkRequest::inline(wr_id, WrOp::Write, data, from.remote.va, from.remote.rkey)
-            .map_err(|e| e.to_string())?;
+        let mut wr =
+            WorkRequest::inline(wr_id, WrOp::Write, data, from.remote.va, from.remote.rkey)
+                .map_err(|e| e.to_string())?;
+        wr.signaled = signaled;
         return q.post(&[wr]).map_err(|e| e.to_string());
     }
-    q.post_write(from.send_buf(size), &from.remote, 0, wr_id, true)
+    q.post_write(from.send_buf(size), &from.remote, 0, wr_id, signaled)
         .map_err(|e| e.to_string())
 }
 
@@ -128,6 +138,9 @@ pub fn run(
     let last = size.max(1) as usize - 1;
     let server_only = conn.client.is_none();
     let inline = a.inline_size(test);
+    // Every `-Q`-th WR of a QP is signaled, and the last.
+    let cq_mod = u64::from(a.cq_mod(test));
+    let signaled = |i: u64| (i / q as u64 + 1) % cq_mod == 0 || i + 1 == iters;
     if server_only {
         let s = conn.server.as_mut().expect("a side");
         if test == Test::WriteLat {
@@ -135,7 +148,7 @@ pub fn run(
                 let marker = (i % 255) as u8 + 1;
                 spin_byte(s, last, marker, &mut buf)?;
                 set_marker(s, size, marker);
-                post_write(s, i as usize % q, size, i, inline)?;
+                post_write(s, i as usize % q, size, i, inline, signaled(i))?;
             }
         }
         conn.sync("size done")?;
@@ -161,13 +174,13 @@ pub fn run(
                 let c = conn.client.as_mut().expect("client");
                 set_marker(c, size, marker);
                 st[0] = stamp(traced);
-                post_write(c, qp, size, i, inline)?;
+                post_write(c, qp, size, i, inline, signaled(i))?;
                 if let Some(s) = conn.server.as_mut() {
                     spin_byte(s, last, marker, &mut buf)?;
                     st[1] = stamp(traced);
                     set_marker(s, size, marker);
                     st[2] = stamp(traced);
-                    post_write(s, qp, size, i, inline)?;
+                    post_write(s, qp, size, i, inline, signaled(i))?;
                 }
                 let c = conn.client.as_ref().expect("client");
                 spin_byte(c, last, marker, &mut buf)?;

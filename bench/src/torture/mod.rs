@@ -46,6 +46,12 @@ pub struct TortureArgs {
     /// `--recv-delay-us`), so that SENDs meet RNR NAKs.
     #[arg(long, default_value_t = 0.0)]
     pub late_recv: f64,
+    /// Fraction of the requester's WRs posted unsignaled (no completion
+    /// when they succeed, so their ACKs are coalesced: only every 16th
+    /// message end asks for one). An unsignaled operation is checked once
+    /// its WR has left the send queue.
+    #[arg(long, default_value_t = 0.0)]
+    pub unsignaled: f64,
     /// How late a late receive WQE is posted, microseconds of virtual time.
     #[arg(long, default_value_t = 300)]
     pub recv_delay_us: u64,
@@ -312,11 +318,13 @@ pub fn run(
     if args.mix.is_empty() {
         return Err("--mix names no operation kind".into());
     }
-    if !(0.0..=1.0).contains(&args.late_recv) {
-        return Err(format!(
-            "--late-recv {} is not a fraction in [0, 1]",
-            args.late_recv
-        ));
+    for (flag, v) in [
+        ("--late-recv", args.late_recv),
+        ("--unsignaled", args.unsignaled),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{flag} {v} is not a fraction in [0, 1]"));
+        }
     }
     let slot_bytes = (u64::from(args.max_msg) + 64).next_multiple_of(64);
     let slots_per_qp = args.depth as usize;
@@ -357,6 +365,11 @@ pub fn run(
     let mut fetch_add_failed = false;
     // Operations whose requester completed and that are not settled yet.
     let mut settling: Vec<usize> = Vec::new();
+    // Per QP: WRs posted, and the unsignaled ones (post number, operation)
+    // not known to be complete: a WR has completed once it left the send
+    // queue, and a failed one always reports.
+    let mut posted = vec![0u64; args.qps as usize];
+    let mut unsignaled: Vec<VecDeque<(u64, usize)>> = vec![VecDeque::new(); args.qps as usize];
 
     // Checks a slot against the last operation that wrote it at the
     // responder: a stale duplicate applied later shows an older stamp.
@@ -430,13 +443,19 @@ pub fn run(
                 let at = q.back().map_or(at, |&(t, _)| at.max(t));
                 q.push_back((at, r));
             }
-            let wr = plan.wr(id, a.mr.lkey, addr, b.mr.rkey, addr, counter);
+            let mut wr = plan.wr(id, a.mr.lkey, addr, b.mr.rkey, addr, counter);
+            wr.signaled = !(args.unsignaled > 0.0 && rng.gen_bool(args.unsignaled));
             if a.nic.engine_mut().post_send(a.qpns[qp], wr, now).is_err() {
                 ops[id as usize].state = OpState::Failed;
                 slot_busy[s] = false;
                 report.failed += 1;
                 stats.refused += 1;
                 done += 1;
+            } else {
+                if !wr.signaled {
+                    unsignaled[qp].push_back((posted[qp], id as usize));
+                }
+                posted[qp] += 1;
             }
         }
 
@@ -469,6 +488,23 @@ pub fn run(
             }
             op.sent = Some(c.status);
             settling.push(id as usize);
+        }
+        // Unsignaled WRs that left the send queue without a completion
+        // succeeded.
+        for (qp, q) in unsignaled.iter_mut().enumerate() {
+            let queued = a
+                .nic
+                .engine()
+                .qp_send_queued(a.qpns[qp])
+                .map_err(|e| format!("QP {qp}: {e}"))?;
+            let left = posted[qp] - queued as u64;
+            while q.front().is_some_and(|&(n, _)| n < left) {
+                let (_, id) = q.pop_front().expect("front checked");
+                if ops[id].sent.is_none() {
+                    ops[id].sent = Some(WcStatus::Success);
+                    settling.push(id);
+                }
+            }
         }
         for c in b_cqes.0.drain(..) {
             let id = c.wr_id;
@@ -548,10 +584,12 @@ pub fn run(
                 .filter(|_| !killed)
                 .is_none_or(|k| (ops.len() as u64) < k)
             && slot_busy.iter().any(|b| !b);
+        // A free slot is used at once: time moves on only when nothing
+        // can be posted.
+        if can_post {
+            continue;
+        }
         let Some(t) = next else {
-            if can_post {
-                continue;
-            }
             break;
         };
         if t > limit {

@@ -66,6 +66,9 @@ pub struct ServiceConfig {
     pub hugepages: bool,
     /// Sleep between passes after a long idle stretch, us (0: yield).
     pub idle_sleep_us: u32,
+    /// AckReq at least every this many messages towards our own peers
+    /// (`EngineConfig::ack_req_msgs`).
+    pub ack_coalesce: u32,
     /// Dataplane lcores (device `i` runs on lcore `i % lcores`).
     pub lcores: usize,
     pub cc: CcMode,
@@ -462,6 +465,7 @@ impl Service {
         }
         let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
         ec.cc = cfg.cc;
+        ec.ack_req_msgs = cfg.ack_coalesce;
         ec.vlan = spec.vlan;
         let driver = port.driver.clone();
         let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);

@@ -26,6 +26,7 @@ mod recv;
 mod requester;
 mod responder;
 pub mod rx_flows;
+pub use requester::ACK_REQ_MSGS_MAX;
 pub use responder::MAX_DMA_LEN;
 mod sgl;
 mod types;
@@ -139,6 +140,13 @@ pub struct EngineConfig {
     /// AckReq at least every this many packets (1..=64; HPCC++ inband
     /// wants fresh telemetry, so small values suit it).
     pub ack_req_every: u32,
+    /// AckReq at least every this many messages (1..=64; 1: on every
+    /// message end, as rc.md and rxe). Above 1, ACKs are coalesced: the
+    /// end of an unsignaled WR's message may go without AckReq, and our
+    /// responder ACKs such requests after [`ACK_DELAY_NS`] if nothing
+    /// asked first. A QP towards a standard peer gets 1
+    /// ([`SendLimits::STANDARD_PEER`]).
+    pub ack_req_msgs: u32,
     /// DSCP of every packet of a QP whose RTR attributes name none.
     pub dscp: u8,
     /// The 802.1Q tag of every frame sent (its PCP is the priority); frames
@@ -175,6 +183,15 @@ pub struct EngineConfig {
 /// deployments commonly mark RDMA traffic).
 pub const DEFAULT_DSCP: u8 = 26;
 
+/// How long the responder holds the ACK of requests that did not ask for
+/// one (a coalescing requester's unsignaled messages) before it sends it
+/// anyway: one ACK for the lot when no AckReq comes first.
+pub const ACK_DELAY_NS: u64 = 20_000;
+
+/// [`EngineConfig::ack_req_msgs`]'s default: one AckReq per 16
+/// unsignaled messages between two of our NICs.
+pub const ACK_REQ_MSGS: u32 = 16;
+
 impl EngineConfig {
     /// Defaults: no congestion control, HPCC++ parameters for the line rate
     /// with T = 5 us, N = 16 and 1 KiB MTU (W_init at least one MTU, for
@@ -194,6 +211,7 @@ impl EngineConfig {
             scheduler: SchedulerConfig::default(),
             max_outstanding_psns: 1 << 16,
             ack_req_every: requester::ACK_REQ_EVERY,
+            ack_req_msgs: ACK_REQ_MSGS,
             dscp: DEFAULT_DSCP,
             vlan: None,
             compact_int: false,
@@ -594,6 +612,14 @@ impl<M: Memory> Engine<M> {
 
     /// The QP's snd_nxt (the PSN its requester sends next), as congestion
     /// control sees it.
+    /// Send WRs of the QP taken and not completed yet (a WR leaves once
+    /// it completes, signaled or not; an application sees it as a free
+    /// slot of its send queue).
+    pub fn qp_send_queued(&self, qpn: Qpn) -> Result<usize, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").req.queued())
+    }
+
     pub fn qp_snd_nxt(&self, qpn: Qpn) -> Result<u32, RcError> {
         let i = self.index(qpn)?;
         Ok(self.qps[i].as_ref().expect("index checked").req.snd_nxt())
@@ -633,6 +659,7 @@ impl<M: Memory> Engine<M> {
         let defaults = SendLimits {
             max_outstanding_psns: self.cfg.max_outstanding_psns,
             ack_req_every: self.cfg.ack_req_every,
+            ack_req_msgs: self.cfg.ack_req_msgs,
         };
         let qp = self.qp_mut(qpn)?;
         let limits = qp.send_limits.unwrap_or(defaults);
@@ -984,6 +1011,9 @@ impl<M: Memory> Engine<M> {
         if pushes_data {
             if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
                 self.queue_ctrl(i);
+            }
+            if outcome.ack_timer {
+                self.arm(i);
             }
             return;
         }

@@ -116,6 +116,8 @@ pub(crate) struct Outcome {
     pub srq_limit: bool,
     /// The responder's error behind `fail`, for the async event.
     pub error: Option<super::QpError>,
+    /// The responder now owes an ACK after its delay: a timer to file.
+    pub ack_timer: bool,
 }
 
 /// The telemetry blocks a QP keeps (each ~250 bytes), allocated once with
@@ -171,6 +173,9 @@ pub(crate) struct Qp {
     pub in_ctrl: bool,
     /// The deadline filed in the engine's timer heap.
     pub armed: Option<u64>,
+    /// When the responder sends the ACK it owes to requests accepted
+    /// without AckReq (first such request + [`super::ACK_DELAY_NS`]).
+    ack_deadline: Option<u64>,
     /// In SQD: raise SqDrained once the send queue is empty.
     pub sqd_notify: bool,
     /// This QP's own bounds on its requester (the engine's otherwise).
@@ -271,6 +276,7 @@ impl Qp {
             pending_cnp: false,
             in_ctrl: false,
             armed: None,
+            ack_deadline: None,
             sqd_notify: false,
             send_limits: None,
             paths: None,
@@ -587,14 +593,15 @@ impl Qp {
 
     /// The earliest timer of this QP.
     pub fn timeout(&self) -> Option<u64> {
-        if !self.state.sends() {
-            return None;
-        }
         let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let t = earliest(self.req.timer(), self.cc.poll_timeout());
+        let ack = self.ack_deadline.filter(|_| self.state.receives());
+        if !self.state.sends() {
+            return ack;
+        }
+        let t = earliest(ack, earliest(self.req.timer(), self.cc.poll_timeout()));
         let t = match &self.paths {
             // Not while a probe waits to go: its deadline has passed.
             Some(p) if self.req.has_outstanding() && p.pending.is_none() => {
@@ -610,6 +617,13 @@ impl Qp {
 
     /// Runs the timers due at `now`; `Some` when retries are exhausted.
     pub fn on_timeout(&mut self, now: u64) -> Option<WcStatus> {
+        if self.ack_deadline.is_some_and(|t| t <= now) {
+            self.ack_deadline = None;
+            self.resp.send_owed_ack();
+        }
+        if !self.state.sends() {
+            return None;
+        }
         match self.req.on_timer(now) {
             Ok(true) => self.counters.timeouts += 1,
             Ok(false) => {}
@@ -857,6 +871,14 @@ impl Qp {
             }
             _ => {
                 let verdict = self.resp.on_request(p, mrs, mem, rq);
+                self.ack_deadline = match self.ack_deadline {
+                    _ if !self.resp.ack_owed() => None,
+                    Some(t) => Some(t),
+                    None => {
+                        out.ack_timer = true;
+                        Some(now.saturating_add(super::ACK_DELAY_NS))
+                    }
+                };
                 out.recv = self.resp.done.take();
                 out.srq_limit = std::mem::take(&mut self.resp.srq_limit_crossed);
                 match verdict {

@@ -24,6 +24,15 @@ use crate::wire::{AtomicEthRepr, Opcode};
 /// Packets between AckReq flags on long messages (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// Unsignaled messages whose ends may go without AckReq at most, towards
+/// a peer that ACKs on its own after an idle delay (our NIC's responder:
+/// [`super::ACK_DELAY_NS`]).
+pub const ACK_REQ_MSGS_MAX: u32 = 64;
+
+/// Coalescing needs a local ACK timeout well above the peer's ACK delay,
+/// or a tail of unasked messages would time out before its ACK comes.
+const MIN_RTO_TO_COALESCE_NS: u64 = 2 * super::ACK_DELAY_NS;
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SqEntry {
     /// The operation (its local buffers are kept apart, so that an entry
@@ -125,6 +134,10 @@ pub(crate) struct Requester {
     pub inflight: u64,
     /// AckReq at least every this many packets of a message.
     ack_req_every: u32,
+    /// AckReq at least every this many messages (1: on every message end).
+    ack_req_msgs: u32,
+    /// Messages ended without AckReq since the last AckReq went out.
+    unasked_msgs: u32,
     /// Which responses of the oldest incomplete READ landed, and when to
     /// ask for the missing ones again.
     rd_recovery: ReadRecovery,
@@ -213,6 +226,8 @@ impl Requester {
             rd_outstanding: 0,
             inflight: 0,
             ack_req_every: ACK_REQ_EVERY,
+            ack_req_msgs: 1,
+            unasked_msgs: 0,
             rd_recovery: ReadRecovery::default(),
             resend_until: 0,
             heard: false,
@@ -263,12 +278,18 @@ impl Requester {
     /// from the next packet on.
     pub fn set_limits(&mut self, limits: SendLimits) {
         self.ack_req_every = limits.ack_req_every.clamp(1, ACK_REQ_EVERY);
+        self.ack_req_msgs = limits.ack_req_msgs.clamp(1, ACK_REQ_MSGS_MAX);
         self.max_outstanding_psns = limits.max_outstanding_psns.clamp(1, 1 << 22);
     }
 
     /// Send WRs it holds at most.
     pub fn capacity(&self) -> usize {
         self.cap
+    }
+
+    /// WRs taken and not yet completed.
+    pub fn queued(&self) -> usize {
+        self.sq.len()
     }
 
     /// No WR taken and not yet completed (the send queue is drained).
@@ -447,7 +468,7 @@ impl Requester {
             // lossy path does not hinge on one AckReq packet and its ACK; so
             // does a packet after which the byte or PSN window is full, or
             // the window would wait for an ACK nobody asked for.
-            ack_req: last
+            ack_req: (last && self.asks_at_end(e))
                 || (k + 1) % self.ack_req_every == 0
                 || retransmit
                 || self.inflight + u64::from(len) + u64::from(self.mtu) > window
@@ -459,6 +480,22 @@ impl Requester {
             imm,
             retransmit,
         })
+    }
+
+    /// Whether the last packet of `e`'s message asks for an ACK. It does
+    /// unless ACKs are coalesced (a peer that ACKs by itself after a
+    /// delay, and a timeout well above that delay); then an unsignaled
+    /// message's end goes without one, at most `ack_req_msgs - 1` in a
+    /// row and while the send queue is less than half full (so that
+    /// completions keep freeing it). A signaled WR always asks: its
+    /// application may be waiting for the completion.
+    fn asks_at_end(&self, e: &SqEntry) -> bool {
+        let coalesce =
+            self.ack_req_msgs > 1 && (self.rto_ns == 0 || self.rto_ns >= MIN_RTO_TO_COALESCE_NS);
+        e.wr.signaled
+            || !coalesce
+            || self.unasked_msgs + 1 >= self.ack_req_msgs
+            || 2 * (self.tx_idx + 1) >= self.cap
     }
 
     /// The packet `peek` returned has been sent at `now`.
@@ -485,7 +522,13 @@ impl Requester {
             self.tx_psn = psn_add(self.tx_psn, 1);
             if !e.contains(self.tx_psn) {
                 self.tx_idx += 1;
+                if !item.ack_req {
+                    self.unasked_msgs += 1;
+                }
             }
+        }
+        if item.ack_req {
+            self.unasked_msgs = 0;
         }
         if psn_gt(self.tx_psn, self.hi) {
             self.hi = self.tx_psn;
@@ -997,6 +1040,7 @@ mod tests {
         let limits = SendLimits {
             max_outstanding_psns: 1 << 16,
             ack_req_every: 64,
+            ack_req_msgs: 1,
         };
         r.configure(1024, 100, 8, 7, 7, 1, limits);
         let sge = [Sge {
@@ -1017,6 +1061,43 @@ mod tests {
         };
         r.post(&wr, None);
         r
+    }
+
+    #[test]
+    fn ack_coalescing_asks_once_half_the_send_queue_waits_for_acks() {
+        let mut r = Requester::new(8);
+        let limits = SendLimits {
+            max_outstanding_psns: 1 << 16,
+            ack_req_every: 64,
+            ack_req_msgs: 16,
+        };
+        r.configure(1024, 0, 14, 7, 7, 1, limits);
+        let sge = [Sge {
+            va: 0,
+            len: 64,
+            lkey: 1,
+        }];
+        for i in 0..8 {
+            let wr = WrParts {
+                head: WrHead {
+                    wr_id: i,
+                    op: WrOp::Write,
+                    rkey: 2,
+                    remote_va: 0,
+                    signaled: false,
+                    fence: false,
+                },
+                payload: WrPayload::Sges(&sge),
+            };
+            r.post(&wr, None);
+        }
+        let mut asked = Vec::new();
+        while let Some(item) = r.peek(u64::MAX) {
+            r.sent(&item, 0);
+            asked.push(item.ack_req);
+        }
+        // The 4th WR sent fills half the queue with WRs waiting for ACKs.
+        assert_eq!(asked, [false, false, false, true, true, true, true, true]);
     }
 
     /// A packet sent: its PSN and RETH (VA, R_Key, DMA length).

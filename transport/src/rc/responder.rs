@@ -170,6 +170,9 @@ pub(crate) struct Responder {
     pub jobs: VecDeque<ReadJob>,
     /// Coalesced ACK waiting to go.
     ack: Option<AckItem>,
+    /// The ACK owed to requests accepted without AckReq (sent when an
+    /// AckReq comes, or after the QP's ACK delay).
+    owed: Option<AckItem>,
     /// NAK waiting to go (sent before any ACK).
     nak: Option<AckItem>,
     /// Send the pending ACK twice: it answers a retransmission, so the
@@ -197,6 +200,7 @@ impl Responder {
             max_memos: 1,
             jobs: VecDeque::new(),
             ack: None,
+            owed: None,
             nak: None,
             ack_twice: false,
             done: None,
@@ -233,7 +237,21 @@ impl Responder {
         self.jobs.is_empty() && (self.nak.is_some() || self.ack.is_some())
     }
 
+    /// Requests were accepted without AckReq and not acknowledged yet.
+    pub fn ack_owed(&self) -> bool {
+        self.owed.is_some()
+    }
+
+    /// The ACK delay ran out: acknowledge what was accepted without
+    /// AckReq.
+    pub fn send_owed_ack(&mut self) {
+        if let Some(a) = self.owed.take() {
+            self.ack = Some(a);
+        }
+    }
+
     fn nak(&mut self, psn: u32, syndrome: u8) {
+        self.owed = None;
         self.nak = Some(AckItem {
             psn,
             syndrome,
@@ -242,6 +260,7 @@ impl Responder {
     }
 
     fn ack_now(&mut self, psn: u32) {
+        self.owed = None;
         self.ack = Some(AckItem {
             psn,
             syndrome: aeth::ACK_UNLIMITED,
@@ -331,13 +350,23 @@ impl Responder {
         let psn = p.repr.bth.psn;
         self.epsn = psn_add(psn, npsn);
         self.nak_sent = false;
-        if p.repr.bth.ack_req
-            && !matches!(
-                p.repr.bth.opcode,
-                Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
-            )
-        {
+        let answered = matches!(
+            p.repr.bth.opcode,
+            Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
+        );
+        if answered {
+            // Its responses acknowledge what came before it.
+            self.owed = None;
+        } else if p.repr.bth.ack_req {
             self.ack_now(psn);
+        } else if self.msg.is_none() {
+            // A message ended without AckReq (a coalescing requester's):
+            // acknowledged by the next AckReq or after the ACK delay.
+            self.owed = Some(AckItem {
+                psn,
+                syndrome: aeth::ACK_UNLIMITED,
+                msn: self.msn,
+            });
         }
         Verdict::Accepted
     }

@@ -134,23 +134,30 @@ pub struct RtsAttr {
 }
 
 /// How far a QP's requester runs ahead of the peer's ACKs: PSNs sent and
-/// not yet acknowledged at most, and an AckReq at least every this many
-/// packets of a message. The engine's defaults suit our own NIC; a
+/// not yet acknowledged at most, an AckReq at least every this many
+/// packets of a message, and at least every this many messages. The engine's defaults suit our own NIC; a
 /// standard peer is given rxe's bounds (128 unacknowledged PSNs), so that a
 /// slow peer is not flooded past its input queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendLimits {
     pub max_outstanding_psns: u32,
     pub ack_req_every: u32,
+    /// AckReq at least every this many messages (1..=64): above 1, the
+    /// end of an unsignaled WR's message may go without one (ACK
+    /// coalescing, for a peer that ACKs by itself after an idle delay, as
+    /// our responder does; rxe ACKs only what asks).
+    pub ack_req_msgs: u32,
 }
 
 impl SendLimits {
     /// What a QP towards a standard RoCEv2 peer gets: rxe's 128
-    /// unacknowledged PSNs (RXE_MAX_UNACKED_PSNS) and four AckReqs per
-    /// window, so that ACKs keep coming while the window is full.
+    /// unacknowledged PSNs (RXE_MAX_UNACKED_PSNS), four AckReqs per
+    /// window, so that ACKs keep coming while the window is full, and an
+    /// AckReq on every message end (rxe ACKs nothing else).
     pub const STANDARD_PEER: SendLimits = SendLimits {
         max_outstanding_psns: 128,
         ack_req_every: 32,
+        ack_req_msgs: 1,
     };
 }
 
