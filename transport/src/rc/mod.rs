@@ -898,17 +898,18 @@ impl<M: Memory> Engine<M> {
         self.arm(i);
     }
 
-    /// Files the QP's earliest timer in the timer heap if it came earlier
-    /// or went. Lazily: a deadline moved later (the retransmission timer
-    /// restarted by an ACK, once per ACK) keeps the entry filed, which
-    /// fires early, finds nothing due and files the real deadline then.
+    /// Files the QP's earliest timer in the timer heap if it came earlier.
+    /// Lazily: a deadline moved later (the retransmission timer restarted
+    /// by an ACK, once per ACK) or gone (the last ACK stopped it, once per
+    /// message) keeps the entry filed, which fires early, finds nothing
+    /// due and files the real deadline then; so a QP exchanging messages
+    /// faster than its timeout files one entry per timeout, not one per
+    /// message.
     fn arm(&mut self, i: usize) {
         if let Some(qp) = self.qps[i].as_mut() {
-            let t = qp.timeout();
-            let later = matches!((qp.armed, t), (Some(a), Some(t)) if t > a);
-            if t != qp.armed && !later {
-                qp.armed = t;
-                if let Some(t) = t {
+            if let Some(t) = qp.timeout() {
+                if qp.armed.is_none_or(|a| t < a) {
+                    qp.armed = Some(t);
                     self.timers.push(Reverse((t, i as u32)));
                 }
             }

@@ -617,6 +617,10 @@ impl Qp {
 
     /// Runs the timers due at `now`; `Some` when retries are exhausted.
     pub fn on_timeout(&mut self, now: u64) -> Option<WcStatus> {
+        // A timer filed before the QP left RTR/RTS/SQD finds nothing.
+        if !self.state.receives() {
+            return None;
+        }
         if self.ack_deadline.is_some_and(|t| t <= now) {
             self.ack_deadline = None;
             self.resp.send_owed_ack();

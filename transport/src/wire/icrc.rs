@@ -6,6 +6,8 @@
 //! | BTH (byte 4 = FF) | TLM (all FF) | ext headers | payload | pad`;
 //! the four wire bytes are the CRC in little-endian order.
 
+use std::sync::LazyLock;
+
 use super::{bth, udp, Layer, WireError};
 
 /// ICRC length on the wire.
@@ -17,6 +19,13 @@ const MAX_IP_HEADER: usize = 60;
 /// The CRC-32 state after the eight 0xFF bytes every ICRC starts with
 /// (the LRH stand-in), so that no call hashes them again.
 const AFTER_ONES_8: u32 = 0x2144_DF1C;
+
+/// Hashers made once: `crc32fast::Hasher::new` asks the CPU which
+/// kernel to use on every call (~36 instructions, four times per small
+/// WRITE and its ACK); a clone does not.
+static FRESH: LazyLock<crc32fast::Hasher> = LazyLock::new(crc32fast::Hasher::new);
+static AFTER_ONES: LazyLock<crc32fast::Hasher> =
+    LazyLock::new(|| crc32fast::Hasher::new_with_initial(AFTER_ONES_8));
 
 /// Computes the ICRC of `ip_packet`: the IPv4 packet from its first header
 /// byte up to, not including, the ICRC. `tlm_len` is the length of the TLM
@@ -46,7 +55,7 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
     pre[udp_at + 6] = 0xFF; // UDP checksum
     pre[udp_at + 7] = 0xFF;
     pre[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
-    let mut h = crc32fast::Hasher::new_with_initial(AFTER_ONES_8);
+    let mut h = AFTER_ONES.clone();
     h.update(pre);
     h.update(&ONES[..tlm_len]);
     h.update(&ip_packet[rest_at..]);
@@ -83,7 +92,9 @@ fn compute_small(
     b[udp_at + 7] = 0xFF;
     b[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
     b[tlm_at..tlm_at + tlm_len].fill(0xFF);
-    crc32fast::hash(&buf[..n])
+    let mut h = FRESH.clone();
+    h.update(&buf[..n]);
+    h.finalize()
 }
 
 #[cfg(test)]
