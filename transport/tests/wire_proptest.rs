@@ -270,6 +270,26 @@ fn arrived_stack() -> impl Strategy<Value = TlmRepr> {
     })
 }
 
+/// The Internet checksum as RFC 1071 states it: 16-bit words, an odd
+/// last byte padded with zero, the sum folded and complemented.
+fn checksum_by_halves(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+proptest! {
+    #[test]
+    fn ipv4_checksum_summed_by_words_equals_rfc1071_by_halves(
+        data in prop::collection::vec(any::<u8>(), 0..80)
+    ) {
+        prop_assert_eq!(transport::wire::ipv4::checksum(&data), checksum_by_halves(&data));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 

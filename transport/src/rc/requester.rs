@@ -490,10 +490,10 @@ impl Requester {
     /// completions keep freeing it). A signaled WR always asks: its
     /// application may be waiting for the completion.
     fn asks_at_end(&self, e: &SqEntry) -> bool {
-        let coalesce =
-            self.ack_req_msgs > 1 && (self.rto_ns == 0 || self.rto_ns >= MIN_RTO_TO_COALESCE_NS);
-        e.wr.signaled
-            || !coalesce
+        if e.wr.signaled || self.ack_req_msgs <= 1 {
+            return true;
+        }
+        (self.rto_ns != 0 && self.rto_ns < MIN_RTO_TO_COALESCE_NS)
             || self.unasked_msgs + 1 >= self.ack_req_msgs
             || 2 * (self.tx_idx + 1) >= self.cap
     }

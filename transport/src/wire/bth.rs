@@ -138,21 +138,26 @@ impl BthRepr {
     /// Reads a checked BTH: refuses TVer != 0 and unknown opcodes.
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Bth<T>) -> Result<Self, WireError> {
-        if h.tver() != 0 {
-            return Err(WireError::BadTransportVersion(h.tver()));
+        // The 12 bytes as one array (`new_checked` saw them), so that no
+        // field pays a bounds check.
+        let Some(b) = h.b().first_chunk::<HEADER_LEN>() else {
+            return Err(WireError::Truncated(Layer::Bth));
+        };
+        let tver = b[1] & 0x0f;
+        if tver != 0 {
+            return Err(WireError::BadTransportVersion(tver));
         }
-        let opcode =
-            Opcode::from_u8(h.opcode_raw()).ok_or(WireError::UnknownOpcode(h.opcode_raw()))?;
+        let opcode = Opcode::from_u8(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
         Ok(BthRepr {
             opcode,
-            solicited: h.solicited(),
-            migreq: h.migreq(),
-            pkey: h.pkey(),
-            fecn: h.fecn(),
-            becn: h.becn(),
-            dest_qp: h.dest_qp(),
-            ack_req: h.ack_req(),
-            psn: h.psn(),
+            solicited: b[1] & 0x80 != 0,
+            migreq: b[1] & 0x40 != 0,
+            pkey: u16::from_be_bytes([b[2], b[3]]),
+            fecn: b[4] & 0x80 != 0,
+            becn: b[4] & 0x40 != 0,
+            dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+            ack_req: b[8] & 0x80 != 0,
+            psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
         })
     }
 

@@ -163,13 +163,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 /// The Internet checksum (one's complement of the one's complement sum).
 /// Over a header that carries a correct checksum it returns 0.
 pub fn checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    // Summed four bytes at a time and folded (RFC 1071: 2^16 is 1 modulo
+    // 2^16 - 1, so the 32-bit words' sum folds to the 16-bit words' sum).
+    let mut sum: u64 = 0;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
+    let mut halves = words.remainder().chunks_exact(2);
+    for c in &mut halves {
+        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = halves.remainder() {
+        sum += u64::from(*last) << 8;
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -213,20 +219,26 @@ impl Ipv4Repr {
         if !p.verify_checksum() {
             return Err(WireError::BadIpChecksum);
         }
-        if p.more_frags() || p.frag_offset() != 0 {
+        // The fixed 20 bytes as one array (`new_checked` saw them), so
+        // that no field pays a bounds check.
+        let Some(b) = p.b().first_chunk::<HEADER_LEN>() else {
+            return Err(WireError::Truncated(Layer::Ipv4));
+        };
+        let flags_frag = u16::from_be_bytes([b[6], b[7]]);
+        if flags_frag & 0x3fff != 0 {
             return Err(WireError::IpFragment);
         }
-        if p.protocol() != PROTO_UDP {
-            return Err(WireError::NotUdp(p.protocol()));
+        if b[9] != PROTO_UDP {
+            return Err(WireError::NotUdp(b[9]));
         }
         Ok(Ipv4Repr {
-            src: p.src(),
-            dst: p.dst(),
-            dscp: p.dscp(),
-            ecn: p.ecn(),
-            ident: p.ident(),
-            ttl: p.ttl(),
-            dont_frag: p.dont_frag(),
+            src: Ipv4Addr::new(b[12], b[13], b[14], b[15]),
+            dst: Ipv4Addr::new(b[16], b[17], b[18], b[19]),
+            dscp: b[1] >> 2,
+            ecn: b[1] & 3,
+            ident: u16::from_be_bytes([b[4], b[5]]),
+            ttl: b[8],
+            dont_frag: flags_frag & 0x4000 != 0,
         })
     }
 

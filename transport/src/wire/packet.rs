@@ -53,6 +53,7 @@ pub struct Packet<'a> {
 
 impl<'a> Packet<'a> {
     /// Parses and verifies a frame; a bad ICRC is an error.
+    #[inline]
     pub fn parse(frame: &'a [u8]) -> Result<Self, WireError> {
         Self::parse_inner(frame, true)
     }
@@ -68,6 +69,7 @@ impl<'a> Packet<'a> {
         self.icrc_wire == self.icrc_computed
     }
 
+    #[inline(always)]
     fn parse_inner(frame: &'a [u8], verify: bool) -> Result<Self, WireError> {
         let eth_view = EthernetFrame::new_checked(frame)?;
         let eth = EthernetRepr::parse(&eth_view)?;
