@@ -1110,8 +1110,10 @@ impl Apps<'_> {
         }
     }
 
-    /// Queues a CQE for an application's CQ; `drain_pending` moves it into
-    /// the ring.
+    /// Writes a CQE into an application's CQ ring at once when nothing
+    /// waits before it and the ring has room; otherwise queues it behind
+    /// the others, and `drain_pending` moves it when the application has
+    /// read.
     fn push_cqe(&mut self, engine: &mut Engine<AppMemory>, app: ConnId, cq: u32, c: abi::Cqe) {
         let Some(a) = self.apps.get_mut(&app) else {
             return;
@@ -1120,7 +1122,13 @@ impl Apps<'_> {
             return;
         };
         if q.backlog.is_empty() {
-            self.pending.push((app, cq));
+            q.backlog.push_back(c);
+            let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+            drain_backlog(q, &a.seg, self.counters, trace);
+            if !q.backlog.is_empty() {
+                self.pending.push((app, cq));
+            }
+            return;
         }
         q.backlog.push_back(c);
         if q.backlog.len() > CQ_BACKLOG {
