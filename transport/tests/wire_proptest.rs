@@ -234,6 +234,38 @@ proptest! {
         let _ = Packet::parse_unverified(&bytes);
     }
 
+    /// The fixed-offset path of `Packet::parse` returns what the layered
+    /// parse returns: for frames as emitted, and with bytes changed (the
+    /// IPv4 checksum and the ICRC mended or not, so that a change also
+    /// gets past them), cut short or padded.
+    #[test]
+    fn the_fixed_offset_parse_equals_the_layered_parse(
+        (repr, payload) in frame(),
+        edits in prop::collection::vec(
+            (any::<bool>(), any::<prop::sample::Index>(), any::<u8>()),
+            0..4
+        ),
+        mend in any::<bool>(),
+        cut in prop::option::of(any::<prop::sample::Index>()),
+        pad in 0usize..3,
+    ) {
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut buf).unwrap();
+        for (in_headers, at, v) in edits {
+            // Half the changes in the first 70 bytes, where the headers are.
+            let i = at.index(if in_headers { buf.len().min(70) } else { buf.len() });
+            buf[i] = v;
+        }
+        if let Some(c) = cut {
+            buf.truncate(c.index(buf.len()));
+        }
+        buf.resize(buf.len() + pad, 0);
+        if mend {
+            mend_checksums(&repr, &mut buf);
+        }
+        prop_assert_eq!(Packet::parse(&buf), Packet::parse_layered(&buf));
+    }
+
     #[test]
     fn parse_never_panics_on_mutated_frames(
         (repr, payload) in frame(),
@@ -268,6 +300,102 @@ fn arrived_stack() -> impl Strategy<Value = TlmRepr> {
         t.emit(&mut b);
         TlmRepr::parse(&Tlm::new_checked(&b[..]).unwrap()).unwrap()
     })
+}
+
+proptest! {
+    /// The same for frames the fixed-offset path takes (untagged, no
+    /// TLM block), each with one header bit flipped or BTH's PadCnt changed and
+    /// both checksums mended: where a frame breaks a rule of the layered
+    /// parse past the checksums, the fast path must refuse it too.
+    #[test]
+    fn the_fixed_offset_parse_equals_the_layered_parse_past_the_checksums(
+        (repr, payload) in frame(),
+        pad_bits in 0u8..4,
+        flip in prop::option::of((0usize..70, 0u8..8)),
+    ) {
+        let mut repr = repr;
+        repr.eth.vlan = None;
+        if !repr.bth.opcode.layout().tlm_required {
+            repr.tlm = None;
+        }
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut buf).unwrap();
+        buf[43] = (buf[43] & !0x30) | (pad_bits << 4);
+        if let Some((at, bit)) = flip {
+            let n = buf.len();
+            buf[at.min(n - 1)] ^= 1 << bit;
+        }
+        mend_checksums(&repr, &mut buf);
+        prop_assert_eq!(Packet::parse(&buf), Packet::parse_layered(&buf));
+    }
+}
+
+/// Every single-bit change of the headers of a frame of each opcode the
+/// fixed-offset path takes (and of each PadCnt), checksums mended: the
+/// fast path and the layered parse agree on every one.
+#[test]
+fn the_fixed_offset_parse_equals_the_layered_parse_for_every_header_bit() {
+    for op in Opcode::ALL {
+        let l = op.layout();
+        let mut repr = PacketRepr::new(op, 0x12_3456, 0xAB_CDEF);
+        if l.tlm_required {
+            continue;
+        }
+        repr.reth = l.reth.then_some(RethRepr {
+            va: 0x1000,
+            r_key: 7,
+            dma_len: 64,
+        });
+        repr.aeth = l.aeth.then_some(AethRepr {
+            syndrome: 0,
+            msn: 3,
+        });
+        repr.atomic = l.atomic_eth.then_some(AtomicEthRepr {
+            va: 8,
+            r_key: 7,
+            swap_add: 1,
+            compare: 2,
+        });
+        repr.imm = l.immdt.then_some(5);
+        repr.ieth = l.ieth.then_some(6);
+        repr.atomic_ack = l.atomic_ack_eth.then_some(9);
+        let payload: &[u8] = if l.payload { &[0x5A; 61] } else { &[] };
+        let mut frame = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(payload, &mut frame).unwrap();
+        for pad_bits in 0..4u8 {
+            for at in 0..frame.len().min(74) {
+                for bit in 0..8 {
+                    let mut buf = frame.clone();
+                    buf[43] = (buf[43] & !0x30) | (pad_bits << 4);
+                    buf[at] ^= 1 << bit;
+                    mend_checksums(&repr, &mut buf);
+                    assert_eq!(
+                        Packet::parse(&buf),
+                        Packet::parse_layered(&buf),
+                        "{op:?}, PadCnt {pad_bits}, bit {bit} of byte {at} flipped"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Makes the IPv4 header checksum and the ICRC (at the frame's end)
+/// right again after a frame was changed, as far as its bytes allow.
+fn mend_checksums(repr: &PacketRepr, buf: &mut [u8]) {
+    let ip_at = repr.eth.header_len();
+    if buf.len() >= ip_at + 20 {
+        buf[ip_at + 10..ip_at + 12].fill(0);
+        let sum = transport::wire::ipv4::checksum(&buf[ip_at..ip_at + 20]);
+        buf[ip_at + 10..ip_at + 12].copy_from_slice(&sum.to_be_bytes());
+    }
+    let n = buf.len();
+    if n >= ip_at + 4 {
+        let tlm_len = repr.tlm.map_or(0, |t| t.block_len());
+        if let Ok(crc) = transport::wire::icrc::compute(&buf[ip_at..n - 4], tlm_len) {
+            buf[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
 }
 
 /// The Internet checksum as RFC 1071 states it: 16-bit words, an odd
