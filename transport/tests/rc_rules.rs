@@ -516,6 +516,29 @@ fn ack_coalescing_an_unsignaled_message_asks_for_an_ack_every_16th_a_signaled_on
 }
 
 #[test]
+fn ack_coalescing_still_asks_at_least_every_64_packets_across_unasked_message_ends() {
+    let mut p = Pair::new(Setup::default());
+    for i in 0..10u64 {
+        let mut wr = p.wr(i, WrOp::Write, 0, 16 * 1024 * i, 16 * 1024);
+        wr.signaled = false;
+        p.post(wr);
+    }
+    p.run(10_000_000);
+    let flagged: Vec<u32> = p
+        .logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req))
+        .into_iter()
+        .filter(|(_, a)| *a)
+        .map(|(psn, _)| psn)
+        .collect();
+    // Ten messages of 16 packets: the 64th and 128th packets ask; the
+    // last two messages are ACKed after the responder's delay.
+    assert_eq!(flagged, [63, 127]);
+    let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
+    assert_eq!((c.timeouts, c.retransmitted), (0, 0));
+    assert_eq!(p.b_bytes(0, 16), p.a_bytes(0, 16));
+}
+
+#[test]
 fn ack_coalescing_the_responder_acks_unasked_requests_after_its_ack_delay() {
     let mut p = Pair::new(Setup::default());
     post_small_writes(&mut p, 3, &[]);

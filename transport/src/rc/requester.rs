@@ -21,7 +21,8 @@ use super::types::{
 };
 use crate::wire::{AtomicEthRepr, Opcode};
 
-/// Packets between AckReq flags on long messages (rc.md: at least every 64).
+/// Packets between AckReq flags, within a message or across unasked
+/// message ends (rc.md: at least every 64).
 pub const ACK_REQ_EVERY: u32 = 64;
 
 /// Unsignaled messages whose ends may go without AckReq at most, towards
@@ -132,12 +133,14 @@ pub(crate) struct Requester {
     rd_outstanding: u32,
     /// Payload bytes of WRITE packets in [una, tx_psn).
     pub inflight: u64,
-    /// AckReq at least every this many packets of a message.
+    /// AckReq at least every this many packets.
     ack_req_every: u32,
     /// AckReq at least every this many messages (1: on every message end).
     ack_req_msgs: u32,
     /// Messages ended without AckReq since the last AckReq went out.
     unasked_msgs: u32,
+    /// Packets sent without AckReq since the last AckReq went out.
+    unasked_pkts: u32,
     /// Which responses of the oldest incomplete READ landed, and when to
     /// ask for the missing ones again.
     rd_recovery: ReadRecovery,
@@ -228,6 +231,7 @@ impl Requester {
             ack_req_every: ACK_REQ_EVERY,
             ack_req_msgs: 1,
             unasked_msgs: 0,
+            unasked_pkts: 0,
             rd_recovery: ReadRecovery::default(),
             resend_until: 0,
             heard: false,
@@ -469,7 +473,7 @@ impl Requester {
             // does a packet after which the byte or PSN window is full, or
             // the window would wait for an ACK nobody asked for.
             ack_req: (last && self.asks_at_end(e))
-                || (k + 1) % self.ack_req_every == 0
+                || self.unasked_pkts + 1 >= self.ack_req_every
                 || retransmit
                 || self.inflight + u64::from(len) + u64::from(self.mtu) > window
                 || outstanding + 1 >= self.max_outstanding_psns,
@@ -529,6 +533,9 @@ impl Requester {
         }
         if item.ack_req {
             self.unasked_msgs = 0;
+            self.unasked_pkts = 0;
+        } else {
+            self.unasked_pkts += 1;
         }
         if psn_gt(self.tx_psn, self.hi) {
             self.hi = self.tx_psn;

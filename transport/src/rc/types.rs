@@ -135,9 +135,10 @@ pub struct RtsAttr {
 
 /// How far a QP's requester runs ahead of the peer's ACKs: PSNs sent and
 /// not yet acknowledged at most, an AckReq at least every this many
-/// packets of a message, and at least every this many messages. The engine's defaults suit our own NIC; a
-/// standard peer is given rxe's bounds (128 unacknowledged PSNs), so that a
-/// slow peer is not flooded past its input queue.
+/// packets and at least every this many messages. The engine's defaults
+/// suit our own NIC; a standard peer is given rxe's bounds (128
+/// unacknowledged PSNs), so that a slow peer is not flooded past its
+/// input queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendLimits {
     pub max_outstanding_psns: u32,
