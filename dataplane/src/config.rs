@@ -178,8 +178,11 @@ pub struct ServiceSection {
     /// speaks our telemetry asks for an ACK at least every this many
     /// messages, and always on a signaled WR's last packet; the peer's
     /// responder ACKs the rest after 20 us. 1 asks on every message end,
-    /// as towards a standard peer (which always gets 1) [default: 16,
-    /// at most 64].
+    /// as towards a standard peer (which always gets 1). Every peer in
+    /// `telemetry_peers` must be a daemon that ACKs by itself so (this
+    /// one or later): a peer that ACKs only what asks leaves the last
+    /// unasked messages of a burst to the retransmission timeout
+    /// [default: 16, at most 64].
     pub ack_coalesce: Option<u32>,
     /// Dataplane lcores: each runs the pipelines of its share of the
     /// devices (device `i` on lcore `i % lcores`) and serves the

@@ -610,8 +610,6 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_ref().expect("index checked").counters)
     }
 
-    /// The QP's snd_nxt (the PSN its requester sends next), as congestion
-    /// control sees it.
     /// Send WRs of the QP taken and not completed yet (a WR leaves once
     /// it completes, signaled or not; an application sees it as a free
     /// slot of its send queue).
@@ -620,6 +618,8 @@ impl<M: Memory> Engine<M> {
         Ok(self.qps[i].as_ref().expect("index checked").req.queued())
     }
 
+    /// The QP's snd_nxt (the PSN its requester sends next), as congestion
+    /// control sees it.
     pub fn qp_snd_nxt(&self, qpn: Qpn) -> Result<u32, RcError> {
         let i = self.index(qpn)?;
         Ok(self.qps[i].as_ref().expect("index checked").req.snd_nxt())
