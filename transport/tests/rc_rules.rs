@@ -442,13 +442,7 @@ fn ack_req_on_the_last_packet_and_at_least_every_64_packets() {
     let wr = p.wr(1, WrOp::Write, 0, 0, 150 * 1024);
     p.post(wr);
     p.run(10_000_000);
-    let flagged: Vec<u32> = p
-        .logged(Dir::AtoB, |k| (k.repr.bth.psn, k.repr.bth.ack_req))
-        .into_iter()
-        .filter(|(_, a)| *a)
-        .map(|(psn, _)| psn - 100)
-        .collect();
-    assert_eq!(flagged, [63, 127, 149]);
+    assert_eq!(ack_req_psns(&p), [63, 127, 149]);
 }
 
 #[test]
@@ -487,6 +481,15 @@ fn ack_req_is_set_on_read_requests_atomics_and_message_ends_as_rxe_sets_it() {
     );
 }
 
+/// The PSNs (from A's first, 100) of A's packets that asked for an ACK.
+fn ack_req_psns(p: &Pair) -> Vec<u32> {
+    p.logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req))
+        .into_iter()
+        .filter(|(_, a)| *a)
+        .map(|(psn, _)| psn)
+        .collect()
+}
+
 /// Posts `n` 64 B WRITEs from A, unsignaled but those in `signaled`.
 fn post_small_writes(p: &mut Pair, n: u64, signaled: &[u64]) {
     for i in 0..n {
@@ -501,12 +504,7 @@ fn ack_coalescing_an_unsignaled_message_asks_for_an_ack_every_16th_a_signaled_on
     let mut p = Pair::new(Setup::default());
     post_small_writes(&mut p, 40, &[20]);
     p.run(10_000_000);
-    let flagged: Vec<u32> = p
-        .logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req))
-        .into_iter()
-        .filter(|(_, a)| *a)
-        .map(|(psn, _)| psn)
-        .collect();
+    let flagged = ack_req_psns(&p);
     // The 16th unasked, the signaled one, 16 after it; 37..=39 go unasked.
     assert_eq!(flagged, [15, 20, 36]);
     let c = p.a.nic.engine_mut().qp_counters(p.a.qpn).unwrap();
@@ -524,12 +522,7 @@ fn ack_coalescing_still_asks_at_least_every_64_packets_across_unasked_message_en
         p.post(wr);
     }
     p.run(10_000_000);
-    let flagged: Vec<u32> = p
-        .logged(Dir::AtoB, |k| (k.repr.bth.psn - 100, k.repr.bth.ack_req))
-        .into_iter()
-        .filter(|(_, a)| *a)
-        .map(|(psn, _)| psn)
-        .collect();
+    let flagged = ack_req_psns(&p);
     // Ten messages of 16 packets: the 64th and 128th packets ask; the
     // last two messages are ACKed after the responder's delay.
     assert_eq!(flagged, [63, 127]);

@@ -492,6 +492,9 @@ pub fn run(
         // Unsignaled WRs that left the send queue without a completion
         // succeeded.
         for (qp, q) in unsignaled.iter_mut().enumerate() {
+            if q.is_empty() {
+                continue;
+            }
             let queued = a
                 .nic
                 .engine()

@@ -1041,6 +1041,27 @@ mod tests {
     use super::*;
     use crate::rc::types::WrPayload;
 
+    /// Posts WR `wr_id` of `len` bytes from one local buffer.
+    fn post_one(r: &mut Requester, wr_id: u64, op: WrOp, len: u32, signaled: bool) {
+        let sge = [Sge {
+            va: 0,
+            len,
+            lkey: 1,
+        }];
+        let wr = WrParts {
+            head: WrHead {
+                wr_id,
+                op,
+                rkey: 2,
+                remote_va: 0,
+                signaled,
+                fence: false,
+            },
+            payload: WrPayload::Sges(&sge),
+        };
+        r.post(&wr, None);
+    }
+
     /// A requester with one WR of `len` bytes posted, PSNs from 100.
     fn with_wr(op: WrOp, len: u32) -> Requester {
         let mut r = Requester::new(4);
@@ -1050,23 +1071,7 @@ mod tests {
             ack_req_msgs: 1,
         };
         r.configure(1024, 100, 8, 7, 7, 1, limits);
-        let sge = [Sge {
-            va: 0,
-            len,
-            lkey: 1,
-        }];
-        let wr = WrParts {
-            head: WrHead {
-                wr_id: 1,
-                op,
-                rkey: 2,
-                remote_va: 0,
-                signaled: true,
-                fence: false,
-            },
-            payload: WrPayload::Sges(&sge),
-        };
-        r.post(&wr, None);
+        post_one(&mut r, 1, op, len, true);
         r
     }
 
@@ -1079,24 +1084,8 @@ mod tests {
             ack_req_msgs: 16,
         };
         r.configure(1024, 0, 14, 7, 7, 1, limits);
-        let sge = [Sge {
-            va: 0,
-            len: 64,
-            lkey: 1,
-        }];
         for i in 0..8 {
-            let wr = WrParts {
-                head: WrHead {
-                    wr_id: i,
-                    op: WrOp::Write,
-                    rkey: 2,
-                    remote_va: 0,
-                    signaled: false,
-                    fence: false,
-                },
-                payload: WrPayload::Sges(&sge),
-            };
-            r.post(&wr, None);
+            post_one(&mut r, i, WrOp::Write, 64, false);
         }
         let mut asked = Vec::new();
         while let Some(item) = r.peek(u64::MAX) {

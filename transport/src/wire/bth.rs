@@ -143,6 +143,12 @@ impl BthRepr {
         let Some(b) = h.b().first_chunk::<HEADER_LEN>() else {
             return Err(WireError::Truncated(Layer::Bth));
         };
+        Self::from_fixed(b)
+    }
+
+    /// The fields of 12 BTH bytes: refuses TVer != 0 and unknown opcodes.
+    #[inline(always)]
+    pub fn from_fixed(b: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         let tver = b[1] & 0x0f;
         if tver != 0 {
             return Err(WireError::BadTransportVersion(tver));

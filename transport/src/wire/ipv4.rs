@@ -224,6 +224,13 @@ impl Ipv4Repr {
         let Some(b) = p.b().first_chunk::<HEADER_LEN>() else {
             return Err(WireError::Truncated(Layer::Ipv4));
         };
+        Self::from_fixed(b)
+    }
+
+    /// The fields of a 20-byte header whose checksum verified: refuses
+    /// fragments and anything but UDP.
+    #[inline(always)]
+    pub fn from_fixed(b: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
         let flags_frag = u16::from_be_bytes([b[6], b[7]]);
         if flags_frag & 0x3fff != 0 {
             return Err(WireError::IpFragment);

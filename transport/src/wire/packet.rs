@@ -6,8 +6,6 @@
 //! Checking the ICRC before the opcode means a corrupted frame is counted
 //! as `bad_icrc` rather than by whatever field the corruption hit.
 
-use core::net::Ipv4Addr;
-
 use super::{
     aeth, atomic, bth, cnp, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr,
     AtomicEth, AtomicEthRepr, Bth, BthRepr, Cnp, EthernetFrame, EthernetRepr, ImmDt, Ipv4Packet,
@@ -78,19 +76,18 @@ impl<'a> Packet<'a> {
         const BTH: usize = UDP + udp::HEADER_LEN;
         const EXT: usize = BTH + bth::HEADER_LEN;
         let h: &[u8; EXT] = frame.first_chunk()?;
-        // Ethernet: IPv4, untagged. IPv4: version 4, no options, not a
-        // fragment, UDP, its total length the rest of the frame.
-        if h[12..15] != [0x08, 0x00, 0x45] || h[23] != ipv4::PROTO_UDP {
+        // Ethernet: IPv4, untagged. IPv4: version 4, no options, its total
+        // length the rest of the frame, its checksum good (fragments and
+        // anything but UDP are refused by `from_fixed`).
+        if h[12..15] != [0x08, 0x00, 0x45] {
             return None;
         }
-        let flags_frag = u16::from_be_bytes([h[20], h[21]]);
         let ip_len = usize::from(u16::from_be_bytes([h[16], h[17]]));
-        if flags_frag & 0x3fff != 0 || IP + ip_len != frame.len() {
+        let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..UDP].try_into().ok()?;
+        if IP + ip_len != frame.len() || ipv4::checksum(ip_header) != 0 {
             return None;
         }
-        if ipv4::checksum(&h[IP..UDP]) != 0 {
-            return None;
-        }
+        let ip = Ipv4Repr::from_fixed(ip_header).ok()?;
         // UDP: to the RoCEv2 port, its length the rest of the packet.
         let udp_len = usize::from(u16::from_be_bytes([h[UDP + 4], h[UDP + 5]]));
         if u16::from_be_bytes([h[UDP + 2], h[UDP + 3]]) != udp::ROCE_PORT
@@ -99,10 +96,10 @@ impl<'a> Packet<'a> {
             return None;
         }
         // BTH: version 0, no TLM block, a plain request or response.
-        let opcode = Opcode::from_u8(h[BTH])?;
-        let layout = opcode.layout();
-        if h[BTH + 1] & 0x0f != 0
-            || h[BTH + 4] & 0x20 != 0
+        let bth_bytes: &[u8; bth::HEADER_LEN] = h[BTH..EXT].try_into().ok()?;
+        let bth = BthRepr::from_fixed(bth_bytes).ok()?;
+        let layout = bth.opcode.layout();
+        if h[BTH + 4] & 0x20 != 0
             || layout.tlm_required
             || layout.atomic_eth
             || layout.immdt
@@ -150,7 +147,6 @@ impl<'a> Packet<'a> {
         } else {
             return None;
         };
-        let b = |i: usize| h[BTH + i];
         Some(Packet {
             repr: PacketRepr {
                 eth: EthernetRepr {
@@ -158,29 +154,11 @@ impl<'a> Packet<'a> {
                     src: MacAddr([h[6], h[7], h[8], h[9], h[10], h[11]]),
                     vlan: None,
                 },
-                ip: Ipv4Repr {
-                    src: Ipv4Addr::new(h[26], h[27], h[28], h[29]),
-                    dst: Ipv4Addr::new(h[30], h[31], h[32], h[33]),
-                    dscp: h[15] >> 2,
-                    ecn: h[15] & 3,
-                    ident: u16::from_be_bytes([h[18], h[19]]),
-                    ttl: h[22],
-                    dont_frag: flags_frag & 0x4000 != 0,
-                },
+                ip,
                 udp: UdpRepr {
                     src_port: u16::from_be_bytes([h[UDP], h[UDP + 1]]),
                 },
-                bth: BthRepr {
-                    opcode,
-                    solicited: b(1) & 0x80 != 0,
-                    migreq: b(1) & 0x40 != 0,
-                    pkey: u16::from_be_bytes([b(2), b(3)]),
-                    fecn: b(4) & 0x80 != 0,
-                    becn: b(4) & 0x40 != 0,
-                    dest_qp: u32::from_be_bytes([0, b(5), b(6), b(7)]),
-                    ack_req: b(8) & 0x80 != 0,
-                    psn: u32::from_be_bytes([0, b(9), b(10), b(11)]),
-                },
+                bth,
                 tlm: None,
                 reth,
                 atomic: None,
