@@ -2,7 +2,9 @@
 //! thread): a 64 B RDMA WRITE posted, built, received and placed, its ACK
 //! built and handled and its completion taken (and the same with ACKs
 //! coalesced: 15 unsignaled WRITEs, then a signaled one whose ACK covers
-//! the 16); and the codec pieces each
+//! the 16; and 16 WRITEs posted at once, as a bandwidth test's
+//! application posts them, then sent and received as a burst); and the
+//! codec pieces each
 //! packet pays (ICRC, parse). The floor under `bench write-lat`'s
 //! per-stage table.
 
@@ -106,6 +108,34 @@ impl Pair {
         done
     }
 
+    /// 16 WRITEs posted at once (the last signaled), sent, received as
+    /// one burst, and the one ACK back; returns the completion count.
+    fn write_burst(&mut self) -> usize {
+        self.now += 1_000;
+        let now = self.now;
+        for k in 0..16 {
+            let mut wr = self.wr;
+            wr.signaled = k == 15;
+            self.a.post_send(self.qa, wr, now).unwrap();
+        }
+        let mut frames = [[0u8; 256]; 16];
+        let mut lens = [0usize; 16];
+        for (f, l) in frames.iter_mut().zip(lens.iter_mut()) {
+            *l = self.a.poll_transmit(now, f).expect("a WRITE");
+        }
+        for (f, &l) in frames.iter().zip(lens.iter()) {
+            self.b.handle_packet(now, &f[..l]);
+        }
+        while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
+            self.a.handle_packet(now, &self.buf[..n]);
+        }
+        let mut done = 0;
+        while self.a.poll_completion().is_some() {
+            done += 1;
+        }
+        done
+    }
+
     /// The WRITE frame of one post (without sending it on).
     fn frame(&mut self) -> Vec<u8> {
         self.now += 1_000;
@@ -130,6 +160,11 @@ fn engine_write(c: &mut Criterion) {
             assert_eq!(done, usize::from(k % 16 == 15));
             k += 1;
         })
+    });
+    let mut p = Pair::new();
+    g.throughput(Throughput::Elements(16));
+    g.bench_function("write_64b_burst_of_16", |b| {
+        b.iter(|| assert_eq!(p.write_burst(), 1))
     });
     g.finish();
 }

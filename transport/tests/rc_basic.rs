@@ -115,6 +115,49 @@ fn interleaved_reads_and_writes_all_complete() {
     }
 }
 
+/// A burst of posts to one QP at one time (as a doorbell brings them; the
+/// engine refreshes the QP once for the burst) sends every WR, and a WR
+/// with a bad local key in the middle still fails in its turn: the ones
+/// before it complete, it completes with LOC_PROT_ERR, the ones after it
+/// are flushed.
+#[test]
+fn a_burst_of_posts_goes_in_order_and_a_bad_local_key_in_it_fails_in_its_turn() {
+    let mut p = Pair::new(Setup::default());
+    for i in 0..12u64 {
+        let mut wr = p.wr(i, WrOp::Write, i * 100, i * 100, 64);
+        if i == 8 {
+            let mut sge = wr.sg.as_slice()[0];
+            sge.lkey ^= 0x5a5a;
+            wr.sg = transport::rc::SgList::one(sge);
+        }
+        p.fill_a(i * 100, 64, i as u8);
+        p.post(wr);
+    }
+    assert_eq!(
+        p.a.nic.engine_mut().poll_timeout(),
+        Some(0),
+        "the posts are due at once"
+    );
+    p.run(1_000_000_000);
+    let got: Vec<(u64, WcStatus)> = p
+        .completions_a()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    let mut want: Vec<(u64, WcStatus)> = (0..8).map(|i| (i, WcStatus::Success)).collect();
+    want.push((8, WcStatus::LocProtErr));
+    want.extend((9..12).map(|i| (i, WcStatus::WrFlushErr)));
+    assert_eq!(got, want);
+    for i in 0..8u64 {
+        assert_eq!(p.a_bytes(i * 100, 64), p.b_bytes(i * 100, 64), "WR {i}");
+    }
+    assert_eq!(
+        p.ops(Dir::AtoB).len(),
+        8,
+        "only the WRs before the bad one went"
+    );
+}
+
 #[test]
 fn engine_defaults_are_valid_for_slow_and_fast_links() {
     for rate in [1_000_000u64, 1_000_000_000, 400_000_000_000] {

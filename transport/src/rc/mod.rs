@@ -265,6 +265,10 @@ pub struct Engine<M: Memory> {
     last_hop: rx_flows::LastHop,
     /// N as last counted, and when.
     flows_counted: (u64, u16),
+    /// (QP index, time) of the last accepted post whose refresh is still
+    /// owed: posts to one QP at one time refresh it once, before the
+    /// engine does anything else (see [`Engine::post_send_parts`]).
+    post_owed: Option<(usize, u64)>,
 }
 
 impl<M: Memory> Engine<M> {
@@ -287,6 +291,7 @@ impl<M: Memory> Engine<M> {
             by_peer: HashMap::new(),
             last_hop: rx_flows::LastHop::new(cfg.hpcc.t_ns, cfg.hpcc.eta),
             flows_counted: (0, 0),
+            post_owed: None,
         }
     }
 
@@ -533,6 +538,7 @@ impl<M: Memory> Engine<M> {
     /// Destroys a QP; its outstanding WRs (send and receive) are dropped
     /// without completions.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
+        self.settle_posts();
         let i = self.index(qpn)?;
         let qp = self.qps[i].take().expect("index checked");
         self.counters.closed_qps.accumulate(&qp.counters);
@@ -589,6 +595,7 @@ impl<M: Memory> Engine<M> {
     /// connection must run the same mode (telemetry is echoed, probed or
     /// notified by the responder as its own mode says).
     pub fn set_qp_cc(&mut self, qpn: Qpn, mode: CcMode) -> Result<(), RcError> {
+        self.settle_posts();
         let cfg = EngineConfig {
             cc: mode,
             ..self.cfg
@@ -669,6 +676,7 @@ impl<M: Memory> Engine<M> {
     /// Gives one QP its own [`SendLimits`] (kept until RESET), applied at
     /// once when it is connected already.
     pub fn set_qp_send_limits(&mut self, qpn: Qpn, limits: SendLimits) -> Result<(), RcError> {
+        self.settle_posts();
         let qp = self.qp_mut(qpn)?;
         qp.send_limits = Some(limits);
         if matches!(qp.state, QpState::Rts | QpState::Sqd) {
@@ -716,6 +724,7 @@ impl<M: Memory> Engine<M> {
         sqd_notify: bool,
         now: u64,
     ) -> Result<(), RcError> {
+        self.settle_posts();
         let i = self.index(qpn)?;
         self.qps[i]
             .as_mut()
@@ -729,6 +738,7 @@ impl<M: Memory> Engine<M> {
     /// forgets its connection; its WRs (send, and receive on its own
     /// queue) are dropped without completions, as IBA's RESET does.
     pub fn reset_qp(&mut self, qpn: Qpn) -> Result<(), RcError> {
+        self.settle_posts();
         let i = self.index(qpn)?;
         let old = self.qps[i].take().expect("index checked");
         self.counters.closed_qps.accumulate(&old.counters);
@@ -745,6 +755,7 @@ impl<M: Memory> Engine<M> {
 
     /// Any state -> ERR: every outstanding WR completes with WR_FLUSH_ERR.
     pub fn modify_to_err(&mut self, qpn: Qpn) -> Result<(), RcError> {
+        self.settle_posts();
         let i = self.index(qpn)?;
         self.fail_qp(i, WcStatus::WrFlushErr);
         Ok(())
@@ -816,8 +827,28 @@ impl<M: Memory> Engine<M> {
             WrPayload::Inline(_) => false,
         };
         qp.req.post(wr, bad_local.then_some(WcStatus::LocProtErr));
-        self.refresh(i, now);
+        if bad_local {
+            self.settle_posts();
+            self.refresh(i, now);
+        } else if self.post_owed != Some((i, now)) {
+            self.settle_posts();
+            self.post_owed = Some((i, now));
+        }
         Ok(())
+    }
+
+    /// Refreshes the QP whose posts are owed a refresh. A valid post
+    /// changes nothing a refresh reads but the QP's next paced packet
+    /// (no WR completes, no timer starts, the state stays RTS), so the
+    /// refresh of a burst of posts to one QP at one time, as an
+    /// application's doorbell brings them, is done once: here, before any
+    /// other call that reads or changes the QP or the scheduler
+    /// (`poll_transmit`, `handle_packet`, `handle_timeout`, the modifies),
+    /// with the time of the posts. `poll_timeout` reports it as due.
+    fn settle_posts(&mut self) {
+        if let Some((i, now)) = self.post_owed.take() {
+            self.refresh(i, now);
+        }
     }
 
     /// The next completion, in post order per QP.
@@ -935,6 +966,7 @@ impl<M: Memory> Engine<M> {
 
     /// Handles one received frame at `now`.
     pub fn handle_packet(&mut self, now: u64, frame: &[u8]) {
+        self.settle_posts();
         self.counters.rx_frames += 1;
         if !self.on_own_vlan(frame) {
             return;
@@ -1100,6 +1132,7 @@ impl<M: Memory> Engine<M> {
     /// The next frame to send at `now`, written into `buf` (at least
     /// MTU + 120 bytes); returns its length.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        self.settle_posts();
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;
             let flows = self.flows_through_last_hop(now);
@@ -1148,7 +1181,11 @@ impl<M: Memory> Engine<M> {
     /// packets) has work.
     pub fn poll_timeout(&self) -> Option<u64> {
         let qp = self.timers.peek().map(|r| r.0 .0);
-        qp.into_iter().chain(self.sched.next_wakeup()).min()
+        let posted = self.post_owed.map(|(_, t)| t);
+        qp.into_iter()
+            .chain(self.sched.next_wakeup())
+            .chain(posted)
+            .min()
     }
 
     /// The earliest timer (retransmission, congestion control, probe),
@@ -1161,6 +1198,7 @@ impl<M: Memory> Engine<M> {
     /// Runs every timer due at `now`: retransmission timeouts, retry
     /// exhaustion, congestion-control timers, probe timeouts.
     pub fn handle_timeout(&mut self, now: u64) {
+        self.settle_posts();
         while let Some(&Reverse((t, i))) = self.timers.peek() {
             if t > now {
                 break;

@@ -6,6 +6,7 @@
 //! | BTH (byte 4 = FF) | TLM (all FF) | ext headers | payload | pad`;
 //! the four wire bytes are the CRC in little-endian order.
 
+use std::cell::RefCell;
 use std::sync::LazyLock;
 
 use super::{bth, udp, Layer, WireError};
@@ -71,8 +72,17 @@ const ONES_8: usize = 8;
 /// path instead of the table one.
 const SMALL: usize = 256;
 
+thread_local! {
+    /// The masked copy of a small packet is built here: its first eight
+    /// bytes are the ones every ICRC input starts with and are never
+    /// written, and a packet's bytes overwrite only what they cover, so
+    /// no call fills the buffer first.
+    static SMALL_INPUT: RefCell<[u8; SMALL]> = const { RefCell::new([0xFF; SMALL]) };
+}
+
 /// [`compute`] of a packet of at most `SMALL - 8` bytes, whose layout is
-/// checked already.
+/// checked already: one copy with the variant fields masked, hashed in
+/// one call.
 fn compute_small(
     ip_packet: &[u8],
     udp_at: usize,
@@ -80,21 +90,25 @@ fn compute_small(
     tlm_at: usize,
     tlm_len: usize,
 ) -> u32 {
-    let mut buf = [0xFFu8; SMALL];
-    let n = ONES_8 + ip_packet.len();
-    let b = &mut buf[ONES_8..n];
-    b.copy_from_slice(ip_packet);
-    b[1] = 0xFF; // TOS
-    b[8] = 0xFF; // TTL
-    b[10] = 0xFF; // header checksum
-    b[11] = 0xFF;
-    b[udp_at + 6] = 0xFF; // UDP checksum
-    b[udp_at + 7] = 0xFF;
-    b[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
-    b[tlm_at..tlm_at + tlm_len].fill(0xFF);
-    let mut h = FRESH.clone();
-    h.update(&buf[..n]);
-    h.finalize()
+    SMALL_INPUT.with_borrow_mut(|buf| {
+        let n = ONES_8 + ip_packet.len();
+        let b = &mut buf[ONES_8..n];
+        b.copy_from_slice(ip_packet);
+        b[1] = 0xFF; // TOS
+        b[8] = 0xFF; // TTL
+        b[10] = 0xFF; // header checksum
+        b[11] = 0xFF;
+        b[udp_at + 6] = 0xFF; // UDP checksum
+        b[udp_at + 7] = 0xFF;
+        b[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
+        if tlm_len > 0 {
+            // Not a call into memset for the usual none.
+            b[tlm_at..tlm_at + tlm_len].fill(0xFF);
+        }
+        let mut h = FRESH.clone();
+        h.update(&buf[..n]);
+        h.finalize()
+    })
 }
 
 #[cfg(test)]

@@ -626,8 +626,11 @@ impl<'t> TransportRepr<'t> {
 
         fill(&mut frame[at..at + payload_len]);
         at += payload_len;
-        frame[at..at + pad].fill(0);
-        at += pad;
+        if pad > 0 {
+            // Not a call into memset for the usual none.
+            frame[at..at + pad].fill(0);
+            at += pad;
+        }
         let crc = icrc::compute(&frame[ip_at..at], tlm_len)?;
         frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
         Ok(at + icrc::ICRC_LEN)
