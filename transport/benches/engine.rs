@@ -40,6 +40,8 @@ struct Pair {
     qa: u32,
     wr: SendWr,
     buf: Vec<u8>,
+    /// A burst's frames, made once.
+    frames: Vec<[u8; 256]>,
     now: u64,
 }
 
@@ -68,6 +70,7 @@ impl Pair {
             qa,
             wr: SendWr::new(1, WrOp::Write, local, kb.rkey, BASE + 4096),
             buf: vec![0; 2048],
+            frames: vec![[0; 256]; 16],
             now: 0,
         }
     }
@@ -118,12 +121,11 @@ impl Pair {
             wr.signaled = k == 15;
             self.a.post_send(self.qa, wr, now).unwrap();
         }
-        let mut frames = [[0u8; 256]; 16];
         let mut lens = [0usize; 16];
-        for (f, l) in frames.iter_mut().zip(lens.iter_mut()) {
+        for (f, l) in self.frames.iter_mut().zip(lens.iter_mut()) {
             *l = self.a.poll_transmit(now, f).expect("a WRITE");
         }
-        for (f, &l) in frames.iter().zip(lens.iter()) {
+        for (f, &l) in self.frames.iter().zip(lens.iter()) {
             self.b.handle_packet(now, &f[..l]);
         }
         while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {

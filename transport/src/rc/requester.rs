@@ -204,6 +204,11 @@ fn bytes_of(len: u32, mtu: u32, k1: u32, k2: u32) -> u64 {
 }
 
 fn packets(len: u32, mtu: u32) -> u32 {
+    // Path MTUs are powers of two: a shift, not a division, per post.
+    if mtu.is_power_of_two() {
+        let n = (u64::from(len) + u64::from(mtu) - 1) >> mtu.trailing_zeros();
+        return (n as u32).max(1);
+    }
     len.div_ceil(mtu).max(1)
 }
 
@@ -369,7 +374,9 @@ impl Requester {
             }
             WrPayload::Sges(sges) => {
                 let side = self.extra_front + self.extra.len() as u64;
-                self.extra.extend(sges.iter().skip(1).copied());
+                if let Some(rest) = sges.get(1..).filter(|r| !r.is_empty()) {
+                    self.extra.extend(rest.iter().copied());
+                }
                 (false, side, sges)
             }
         };
@@ -588,8 +595,10 @@ impl Requester {
             self.inline_front += 1;
         } else {
             let n = usize::from(e.nsge).saturating_sub(1).min(self.extra.len());
-            self.extra.drain(..n);
-            self.extra_front += n as u64;
+            if n > 0 {
+                self.extra.drain(..n);
+                self.extra_front += n as u64;
+            }
         }
     }
 
@@ -1204,5 +1213,7 @@ mod tests {
         assert_eq!(packets(0, 1024), 1);
         assert_eq!(packets(1024, 1024), 1);
         assert_eq!(packets(1025, 1024), 2);
+        assert_eq!(packets(u32::MAX, 256), u32::MAX.div_ceil(256));
+        assert_eq!(packets(3000, 1000), 3);
     }
 }
