@@ -750,6 +750,7 @@ impl<M: Memory> Engine<M> {
         // Timers armed for the old QP are found stale (`armed` is None).
         let cap = old.req.capacity();
         self.qps[i] = Some(Qp::new(qpn, old.pd, old.rq, cap, old.flow, &self.cfg));
+        self.drop_stale_timers();
         Ok(())
     }
 
@@ -945,7 +946,9 @@ impl<M: Memory> Engine<M> {
                 }
             }
         }
-        self.drop_stale_timers();
+        // The top stays live without a look: an entry filed here is
+        // either the new top (earlier than the QP's old one, which only
+        // then goes stale) or not the top at all.
     }
 
     fn timer_is_live(&self, t: u64, i: u32) -> bool {
