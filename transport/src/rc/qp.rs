@@ -699,15 +699,20 @@ impl Qp {
     /// the drain ends with an ACK rather than a timeout.
     fn peek(&self) -> Option<TxItem> {
         let mut t = self.req.peek(self.cc.window_bytes())?;
+        match self.path_hold(t.retransmit)? {
+            PathHold::AskAck => t.ack_req = true,
+            PathHold::Go => {}
+        }
+        Some(t)
+    }
+
+    /// What a path move in progress does to the next packet: a new
+    /// packet waits once the drain's last packet went (`None`), or is
+    /// that last packet and asks for an ACK.
+    fn path_hold(&self, retransmit: bool) -> Option<PathHold> {
         match self.paths.as_deref() {
-            Some(p) if p.draining() && !t.retransmit => {
-                if p.drain_acked {
-                    return None;
-                }
-                t.ack_req = true;
-                Some(t)
-            }
-            _ => Some(t),
+            Some(p) if p.draining() && !retransmit => (!p.drain_acked).then_some(PathHold::AskAck),
+            _ => Some(PathHold::Go),
         }
     }
 
@@ -1054,9 +1059,11 @@ impl Qp {
         if !self.state.sends() {
             return None;
         }
-        let t = self.peek()?;
+        // The requester's gates, without building the packet.
+        let (opcode, len, retransmit) = self.req.peek_frame(self.cc.window_bytes())?;
+        self.path_hold(retransmit)?;
         let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
-        Some((tag + frame_len_of(t.opcode, tlm, t.len as usize)) as u32)
+        Some((tag + frame_len_of(opcode, tlm, len as usize)) as u32)
     }
 
     /// Builds the next paced packet into `buf`.
@@ -1268,4 +1275,11 @@ impl Qp {
         self.counters.tx_packets += 1;
         Some(n)
     }
+}
+
+/// See [`Qp::path_hold`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathHold {
+    Go,
+    AskAck,
 }

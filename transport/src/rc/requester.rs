@@ -100,6 +100,21 @@ pub(crate) struct TxItem {
     pub retransmit: bool,
 }
 
+/// The packet [`Requester::peek`] would build: the WR, its packet index
+/// and what the gates computed on the way.
+struct Next<'a> {
+    e: &'a SqEntry,
+    /// The packet's index in its message (READ: response packets asked
+    /// for before it).
+    k: u32,
+    /// Payload bytes (0 for a READ request or an atomic).
+    len: u32,
+    opcode: Opcode,
+    /// PSNs sent and not acknowledged.
+    outstanding: u32,
+    retransmit: bool,
+}
+
 /// What the requester decided about an incoming response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fatal {
@@ -397,9 +412,9 @@ impl Requester {
         self.next_psn = psn_add(self.next_psn, npsn);
     }
 
-    /// The next packet to send, if the PSN window, the READ limit and the
-    /// byte window `window` allow one.
-    pub fn peek(&self, window: u64) -> Option<TxItem> {
+    /// Whether the next packet may go, and which: the PSN window, the
+    /// READ limit and the byte window `window` decide; nothing is built.
+    fn next(&self, window: u64) -> Option<Next<'_>> {
         if self.rnr_wait.is_some() || self.probe_psn.is_some_and(|p| p != self.tx_psn) {
             return None;
         }
@@ -426,21 +441,66 @@ impl Requester {
             if !e.rd_requested && self.rd_outstanding >= self.max_rd {
                 return None;
             }
-            let (opcode, reth, atomic) = match e.wr.op {
-                WrOp::CmpSwap { compare, swap } => {
-                    (Opcode::CompareSwap, None, Some((compare, swap)))
-                }
-                WrOp::FetchAdd { add } => (Opcode::FetchAdd, None, Some((0, add))),
-                _ => {
-                    let k = psn_diff(self.tx_psn, e.first_psn) as u32;
-                    let off = u64::from(k) * u64::from(self.mtu);
-                    let rest = (u64::from(e.len) - off.min(u64::from(e.len))) as u32;
-                    (
-                        Opcode::RdmaReadRequest,
-                        Some((e.wr.remote_va.wrapping_add(off), e.wr.rkey, rest)),
-                        None,
-                    )
-                }
+            let opcode = match e.wr.op {
+                WrOp::CmpSwap { .. } => Opcode::CompareSwap,
+                WrOp::FetchAdd { .. } => Opcode::FetchAdd,
+                _ => Opcode::RdmaReadRequest,
+            };
+            return Some(Next {
+                e,
+                k: psn_diff(self.tx_psn, e.first_psn) as u32,
+                len: 0,
+                opcode,
+                outstanding,
+                retransmit,
+            });
+        }
+        let k = psn_diff(self.tx_psn, e.first_psn) as u32;
+        let len = bytes_of(e.len, self.mtu, k, k + 1) as u32;
+        if self.inflight > 0 && self.inflight + u64::from(len) > window {
+            return None;
+        }
+        let last = k + 1 == e.npsn;
+        let imm = last && matches!(e.wr.op, WrOp::WriteImm(_) | WrOp::SendImm(_));
+        let opcode = segment_opcode(e.wr.op.is_send(), e.npsn == 1, k == 0, last, imm);
+        Some(Next {
+            e,
+            k,
+            len,
+            opcode,
+            outstanding,
+            retransmit,
+        })
+    }
+
+    /// The opcode and payload length of the next packet, if one may go
+    /// (see [`Requester::peek`]): what sizing it takes, without building
+    /// the rest.
+    pub fn peek_frame(&self, window: u64) -> Option<(Opcode, u32, bool)> {
+        self.next(window).map(|n| (n.opcode, n.len, n.retransmit))
+    }
+
+    /// The next packet to send, if the PSN window, the READ limit and the
+    /// byte window `window` allow one.
+    pub fn peek(&self, window: u64) -> Option<TxItem> {
+        let Next {
+            e,
+            k,
+            len,
+            opcode,
+            outstanding,
+            retransmit,
+        } = self.next(window)?;
+        if e.is_read() {
+            let reth = (opcode == Opcode::RdmaReadRequest).then(|| {
+                let off = u64::from(k) * u64::from(self.mtu);
+                let rest = (u64::from(e.len) - off.min(u64::from(e.len))) as u32;
+                (e.wr.remote_va.wrapping_add(off), e.wr.rkey, rest)
+            });
+            let atomic = match e.wr.op {
+                WrOp::CmpSwap { compare, swap } => Some((compare, swap)),
+                WrOp::FetchAdd { add } => Some((0, add)),
+                _ => None,
             };
             return Some(TxItem {
                 psn: self.tx_psn,
@@ -460,18 +520,12 @@ impl Requester {
                 retransmit,
             });
         }
-        let k = psn_diff(self.tx_psn, e.first_psn) as u32;
-        let len = bytes_of(e.len, self.mtu, k, k + 1) as u32;
-        if self.inflight > 0 && self.inflight + u64::from(len) > window {
-            return None;
-        }
         let last = k + 1 == e.npsn;
         let imm = match e.wr.op {
             WrOp::WriteImm(v) | WrOp::SendImm(v) if last => Some(v),
             _ => None,
         };
         let send = e.wr.op.is_send();
-        let opcode = segment_opcode(send, e.npsn == 1, k == 0, last, imm.is_some());
         Some(TxItem {
             psn: self.tx_psn,
             opcode,
