@@ -843,9 +843,14 @@ impl<M: Memory> Engine<M> {
     /// (no WR completes, no timer starts, the state stays RTS), so the
     /// refresh of a burst of posts to one QP at one time, as an
     /// application's doorbell brings them, is done once: here, before any
-    /// other call that reads or changes the QP or the scheduler
-    /// (`poll_transmit`, `handle_packet`, `handle_timeout`, the modifies),
-    /// with the time of the posts. `poll_timeout` reports it as due.
+    /// call whose work depends on what the refresh computes or that may
+    /// free or replace the QP (`poll_transmit`, `handle_packet`,
+    /// `handle_timeout`, `modify_qp`, `modify_to_err`, `reset_qp`,
+    /// `destroy_qp`, `set_qp_cc`, `set_qp_send_limits`), with the time of
+    /// the posts. Calls that skip it (queries, `post_recv`, the modifies
+    /// to INIT, RTR and RTS, which refuse a QP in RTS) neither read the
+    /// scheduler nor a QP's next packet. `poll_timeout` reports the posts
+    /// as due; `next_timer` need not, as a post starts no timer.
     fn settle_posts(&mut self) {
         if let Some((i, now)) = self.post_owed.take() {
             self.refresh(i, now);
