@@ -135,14 +135,17 @@ fn main() {
         auth.int_responses_taken * 100 >= auth.int_responses * 99,
         "{auth:?}"
     );
+    // No feedback forged or unkeyed. A request sent again (this run is
+    // in wall-clock time with a 4 ms ACK timeout, which a stalled thread
+    // of a busy machine can reach) brings its ACK a second time, whose
+    // feedback is refused as a replay, as it must be: at most one per
+    // retransmission.
     assert_eq!(
-        (
-            auth.feedback_forged,
-            auth.feedback_replayed,
-            auth.feedback_unkeyed
-        ),
-        (0, 0, 0)
+        (auth.feedback_forged, auth.feedback_unkeyed),
+        (0, 0),
+        "{auth:?}"
     );
+    assert!(auth.feedback_replayed <= auth.retransmitted, "{auth:?}");
     assert_eq!(auth.drops, 0);
     assert!(auth.queue_p99 * 4 < none.queue_p99);
     assert!(auth.completed > 0 && auth.failed == 0);
