@@ -266,8 +266,8 @@ pub struct Engine<M: Memory> {
     /// N as last counted, and when.
     flows_counted: (u64, u16),
     /// (QP index, time) of the last accepted post whose refresh is still
-    /// owed: posts to one QP at one time refresh it once, before the
-    /// engine does anything else (see [`Engine::post_send_parts`]).
+    /// owed: posts to one QP at one time refresh it once (see
+    /// `settle_posts`).
     post_owed: Option<(usize, u64)>,
 }
 

@@ -49,18 +49,25 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
     let mut pre = [0u8; MAX_IP_HEADER + udp::HEADER_LEN + bth::HEADER_LEN];
     let pre = &mut pre[..tlm_at];
     pre.copy_from_slice(&ip_packet[..tlm_at]);
-    pre[1] = 0xFF; // TOS
-    pre[8] = 0xFF; // TTL
-    pre[10] = 0xFF; // header checksum
-    pre[11] = 0xFF;
-    pre[udp_at + 6] = 0xFF; // UDP checksum
-    pre[udp_at + 7] = 0xFF;
-    pre[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
+    mask_variant_fields(pre, udp_at, bth_at);
     let mut h = AFTER_ONES.clone();
     h.update(pre);
     h.update(&ONES[..tlm_len]);
     h.update(&ip_packet[rest_at..]);
     Ok(h.finalize())
+}
+
+/// Sets the variant fields of a copy of the headers (IPv4 from its
+/// first byte, UDP at `udp_at`, BTH at `bth_at`) to ones.
+#[inline(always)]
+fn mask_variant_fields(b: &mut [u8], udp_at: usize, bth_at: usize) {
+    b[1] = 0xFF; // TOS
+    b[8] = 0xFF; // TTL
+    b[10] = 0xFF; // header checksum
+    b[11] = 0xFF;
+    b[udp_at + 6] = 0xFF; // UDP checksum
+    b[udp_at + 7] = 0xFF;
+    b[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
 }
 
 /// The eight 0xFF bytes every ICRC input starts with.
@@ -94,13 +101,7 @@ fn compute_small(
         let n = ONES_8 + ip_packet.len();
         let b = &mut buf[ONES_8..n];
         b.copy_from_slice(ip_packet);
-        b[1] = 0xFF; // TOS
-        b[8] = 0xFF; // TTL
-        b[10] = 0xFF; // header checksum
-        b[11] = 0xFF;
-        b[udp_at + 6] = 0xFF; // UDP checksum
-        b[udp_at + 7] = 0xFF;
-        b[bth_at + 4] = 0xFF; // FECN, BECN, T, reserved
+        mask_variant_fields(b, udp_at, bth_at);
         if tlm_len > 0 {
             // Not a call into memset for the usual none.
             b[tlm_at..tlm_at + tlm_len].fill(0xFF);
