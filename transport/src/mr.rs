@@ -274,6 +274,13 @@ pub trait Memory {
     fn read(&self, va: u64, dst: &mut [u8]);
     /// Copies `src` to `va` (empty `src`: no-op, any `va`).
     fn write(&mut self, va: u64, src: &[u8]);
+    /// The `len` bytes at `va` where they lie, for a frame sent from them
+    /// without a copy; `None` (the default) where memory cannot be lent
+    /// out, and the frame is copied with [`Memory::read`].
+    fn bytes(&self, va: u64, len: usize) -> Option<&[u8]> {
+        let _ = (va, len);
+        None
+    }
     /// Runs `op` on the 8-byte value (host byte order) at `va`, 8-byte
     /// aligned, and returns the value it held before. The engine runs every
     /// atomic of its QPs one at a time; memory another agent may change at
@@ -360,6 +367,11 @@ impl Memory for VecMemory {
         if !src.is_empty() {
             self.slice_mut(va, src.len()).copy_from_slice(src);
         }
+    }
+
+    fn bytes(&self, va: u64, len: usize) -> Option<&[u8]> {
+        let (i, off) = self.block(va, len)?;
+        self.blocks[i].1.get(off..off + len)
     }
 }
 

@@ -228,6 +228,85 @@ proptest! {
         prop_assert!(short.is_err());
     }
 
+    /// A frame sent from separate buffers: the headers the template
+    /// emits, the payload where it lies and the tail (pad, ICRC) are the
+    /// bytes of the frame emitted into one buffer.
+    #[test]
+    fn headers_payload_and_tail_apart_are_the_whole_frame((repr, payload) in frame()) {
+        let mut want = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut want).unwrap();
+        let t = FrameTemplate::new(&repr.eth, &repr.ip, &repr.udp);
+        let transport = repr.transport();
+        let head_len = repr.header_len();
+        let mut head = vec![0xA5u8; head_len + 3];
+        let (n, tail) = t.emit_head(&transport, repr.ip.ident, &payload, &mut head).unwrap();
+        prop_assert_eq!(n, head_len);
+        let mut got = head[..n].to_vec();
+        got.extend_from_slice(&payload);
+        got.extend_from_slice(tail.as_slice());
+        prop_assert_eq!(&got[..], &want[..]);
+        // A buffer shorter than the headers is an error, not a panic.
+        prop_assert!(t.emit_head(&transport, 0, &payload, &mut head[..n - 1]).is_err());
+    }
+
+    /// A frame that arrives in three pieces (headers, payload, tail) parses
+    /// to what the frame in one buffer parses to, or is left to the
+    /// one-buffer parse (`None`); an untagged data frame of the kinds the
+    /// fixed-offset parse reads is always taken, and any change to it that
+    /// breaks a checksum or a length is refused.
+    #[test]
+    fn a_frame_in_pieces_parses_as_the_whole(
+        (repr, payload) in frame(),
+        plain in any::<bool>(),
+        edit in prop::option::of((any::<prop::sample::Index>(), any::<u8>())),
+        mend in any::<bool>(),
+        shift in 0usize..3,
+    ) {
+        let mut repr = repr;
+        if plain {
+            repr.eth.vlan = None;
+            if !repr.bth.opcode.layout().tlm_required {
+                repr.tlm = None;
+            }
+        }
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut buf).unwrap();
+        if let Some((at, v)) = edit {
+            let i = at.index(buf.len());
+            buf[i] = v;
+        }
+        if mend {
+            mend_checksums(&repr, &mut buf);
+        }
+        let whole = Packet::parse(&buf);
+        let head = repr.header_len();
+        let tail = 4 + (buf[43] >> 4 & 3) as usize;
+        // The pieces cut where the frame says, or a little off.
+        let cut = (head + shift).min(buf.len().saturating_sub(tail));
+        if buf.len() >= tail && cut + tail <= buf.len() {
+            let (h, rest) = buf.split_at(cut);
+            let (p, t) = rest.split_at(rest.len() - tail);
+            match Packet::parse_split(h, p, t) {
+                Some(split) => prop_assert_eq!(Ok(split), whole),
+                None => {
+                    let fast = edit.is_none()
+                        && plain
+                        && shift == 0
+                        && whole.is_ok()
+                        && [
+                            Opcode::SendFirst, Opcode::SendMiddle, Opcode::SendLast, Opcode::SendOnly,
+                            Opcode::RdmaWriteFirst, Opcode::RdmaWriteMiddle, Opcode::RdmaWriteLast,
+                            Opcode::RdmaWriteOnly, Opcode::RdmaReadResponseFirst,
+                            Opcode::RdmaReadResponseMiddle, Opcode::RdmaReadResponseLast,
+                            Opcode::RdmaReadResponseOnly,
+                        ]
+                        .contains(&repr.bth.opcode);
+                    prop_assert!(!fast, "an untouched {:?} frame in pieces was not taken", repr.bth.opcode);
+                }
+            }
+        }
+    }
+
     #[test]
     fn parse_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
         let _ = Packet::parse(&bytes);

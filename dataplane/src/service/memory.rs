@@ -65,6 +65,11 @@ impl Memory for AppMemory {
             seg.write(off, src);
         }
     }
+
+    fn bytes(&self, va: u64, len: usize) -> Option<&[u8]> {
+        let (seg, off) = self.locate(va)?;
+        seg.slice(off, len)
+    }
 }
 
 #[cfg(test)]

@@ -45,13 +45,17 @@ pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
     QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendLimits, SendWr, SgList, Sge,
-    TooManySges, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA, MAX_SGE,
+    TooManySges, TxFrame, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA,
+    MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
 use crate::wire::{check_vlan, MacAddr, Opcode, Packet, VlanTag, WireError};
 use qp::Qp;
 use recv::RecvQueue;
+
+/// A `split_min` no payload reaches: every frame is built whole.
+const NEVER_SPLIT: usize = usize::MAX;
 
 /// A shared receive queue of an engine.
 pub type SrqId = u32;
@@ -269,6 +273,9 @@ pub struct Engine<M: Memory> {
     /// owed: posts to one QP at one time refresh it once (see
     /// `settle_posts`).
     post_owed: Option<(usize, u64)>,
+    /// A received frame in pieces put together (see
+    /// `handle_packet_split`), kept for the next.
+    rx_whole: Vec<u8>,
 }
 
 impl<M: Memory> Engine<M> {
@@ -292,6 +299,7 @@ impl<M: Memory> Engine<M> {
             last_hop: rx_flows::LastHop::new(cfg.hpcc.t_ns, cfg.hpcc.eta),
             flows_counted: (0, 0),
             post_owed: None,
+            rx_whole: Vec::new(),
         }
     }
 
@@ -992,6 +1000,36 @@ impl<M: Memory> Engine<M> {
                 return;
             }
         };
+        self.handle_parsed(now, p);
+    }
+
+    /// Handles one received frame at `now` that arrives in three pieces:
+    /// its headers, its payload and its tail (pad and ICRC), as a frame
+    /// sent from separate buffers ([`TxFrame::Split`]) arrives when the
+    /// port hands the buffers on. The same as [`Engine::handle_packet`]
+    /// of the pieces in one buffer, without copying the payload there
+    /// when the frame is a data packet of the kinds read at fixed offsets.
+    pub fn handle_packet_split(&mut self, now: u64, head: &[u8], payload: &[u8], tail: &[u8]) {
+        if let Some(p) = Packet::parse_split(head, payload, tail).filter(|_| self.on_own_vlan(head))
+        {
+            self.settle_posts();
+            self.counters.rx_frames += 1;
+            self.handle_parsed(now, &p);
+            return;
+        }
+        // Anything else is parsed from one buffer, which names what is
+        // wrong with it.
+        let mut whole = std::mem::take(&mut self.rx_whole);
+        whole.clear();
+        whole.extend_from_slice(head);
+        whole.extend_from_slice(payload);
+        whole.extend_from_slice(tail);
+        self.handle_packet(now, &whole);
+        self.rx_whole = whole;
+    }
+
+    /// Handles a frame parsed and verified.
+    fn handle_parsed(&mut self, now: u64, p: &Packet<'_>) {
         if p.repr.bth.opcode == Opcode::IntResponse {
             self.int_response(now, p);
             return;
@@ -1140,6 +1178,26 @@ impl<M: Memory> Engine<M> {
     /// The next frame to send at `now`, written into `buf` (at least
     /// MTU + 120 bytes); returns its length.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        match self.poll_transmit_split(now, buf, NEVER_SPLIT)? {
+            TxFrame::Whole(n) => Some(n),
+            // Not built: no payload reaches NEVER_SPLIT bytes.
+            TxFrame::Split { .. } => None,
+        }
+    }
+
+    /// [`Engine::poll_transmit`] for a driver that can send a frame's
+    /// payload from where it lies (an mbuf attached to the application's
+    /// memory): a data packet whose payload is one range of registered
+    /// memory of at least `split_min` bytes, which the engine's memory
+    /// lends out ([`Memory::bytes`]), comes back as [`TxFrame::Split`]:
+    /// its headers in `buf`, the range and the tail to send after them.
+    /// Every other frame is built whole in `buf`.
+    pub fn poll_transmit_split(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        split_min: usize,
+    ) -> Option<TxFrame> {
         self.settle_posts();
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;
@@ -1155,7 +1213,7 @@ impl<M: Memory> Engine<M> {
             }
             if let Some(n) = n {
                 self.counters.tx_frames += 1;
-                return Some(n);
+                return Some(TxFrame::Whole(n));
             }
         }
         while let Some(send) = self.sched.next_send(now) {
@@ -1164,12 +1222,12 @@ impl<M: Memory> Engine<M> {
                 continue;
             };
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            match qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf) {
-                Ok(n) => {
+            match qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, split_min) {
+                Ok(f) => {
                     self.refresh(i, now);
-                    if let Some(n) = n {
+                    if let Some(f) = f {
                         self.counters.tx_frames += 1;
-                        return Some(n);
+                        return Some(f);
                     }
                 }
                 Err(status) => {
@@ -1178,7 +1236,7 @@ impl<M: Memory> Engine<M> {
                     self.events
                         .push_back(AsyncEvent::QpError(qpn, QpError::Access));
                     self.fail_qp(i, status);
-                    return self.poll_transmit(now, buf);
+                    return self.poll_transmit_split(now, buf, split_min);
                 }
             }
         }

@@ -22,7 +22,7 @@ use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{
-    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
+    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, TxFrame, WcStatus,
 };
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
@@ -32,6 +32,35 @@ use crate::wire::{
     udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet, ProbeRepr,
     RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
+
+/// Emits `t` behind `tpl` with the `len` bytes of memory at device address
+/// `va` (checked already) as its payload: sent from where they lie when
+/// they are at least `split_min` bytes and `mem` lends them out, else
+/// copied into the frame in `buf`. `None` when `buf` is too small.
+fn emit_from(
+    tpl: &FrameTemplate,
+    t: &TransportRepr<'_>,
+    ident: u16,
+    (va, len): (u64, usize),
+    mem: &impl Memory,
+    buf: &mut [u8],
+    split_min: usize,
+) -> Option<TxFrame> {
+    if len >= split_min {
+        if let Some(bytes) = mem.bytes(va, len) {
+            let (head, tail) = tpl.emit_head(t, ident, bytes, buf).ok()?;
+            return Some(TxFrame::Split {
+                head,
+                payload: va,
+                payload_len: len as u32,
+                tail,
+            });
+        }
+    }
+    tpl.emit_with(t, ident, len, buf, |dst| mem.read(va, dst))
+        .ok()
+        .map(TxFrame::Whole)
+}
 
 /// Which congestion control the QPs of an engine run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1077,7 +1106,8 @@ impl Qp {
         mrs: &MrTable,
         mem: &impl Memory,
         buf: &mut [u8],
-    ) -> Result<Option<usize>, WcStatus> {
+        split_min: usize,
+    ) -> Result<Option<TxFrame>, WcStatus> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return Ok(None);
         }
@@ -1096,14 +1126,18 @@ impl Qp {
                 r.va
             };
             let t = self.response_transport(&r);
-            let Some(n) = self.emit(&t, ident, r.len as usize, buf, |dst| mem.read(dev, dst))
+            let len = r.len as usize;
+            let Some(f) = self
+                .template
+                .as_ref()
+                .and_then(|tpl| emit_from(tpl, &t, ident, (dev, len), mem, buf, split_min))
             else {
                 return Ok(None);
             };
             self.resp.response_sent();
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += u64::from(r.len);
-            return Ok(Some(n));
+            return Ok(Some(f));
         }
         let Some(t) = self.peek() else {
             return Ok(None);
@@ -1120,6 +1154,7 @@ impl Qp {
                 };
                 let r = self.request_transport(&t);
                 self.emit_req(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
+                    .map(TxFrame::Whole)
             }
             Payload::One(s) => {
                 let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
@@ -1128,7 +1163,8 @@ impl Qp {
                     return Ok(None);
                 };
                 let r = self.request_transport(&t);
-                self.emit_req(&r, ident, len, buf, |dst| mem.read(va, dst))
+                self.req_template()
+                    .and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split_min))
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);
@@ -1141,9 +1177,10 @@ impl Qp {
                 self.emit_req(&r, ident, len, buf, |dst| {
                     super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
+                .map(TxFrame::Whole)
             }
         };
-        let Some(n) = emitted else {
+        let Some(f) = emitted else {
             return Ok(None);
         };
         self.req.sent(&t, now);
@@ -1155,9 +1192,9 @@ impl Qp {
         if t.retransmit {
             self.counters.retransmitted += 1;
         }
-        self.cc.on_sent(now, n as u64);
+        self.cc.on_sent(now, f.wire_len() as u64);
         self.poll_probe(now);
-        Ok(Some(n))
+        Ok(Some(f))
     }
 
     /// Builds the next control packet (NAK/ACK, probe response, notify, CNP,

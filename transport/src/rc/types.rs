@@ -556,3 +556,37 @@ pub enum RcError {
     #[error("{what} cannot change in {state:?} (only once the QP sends)")]
     NotYet { what: &'static str, state: QpState },
 }
+
+/// A frame [`Engine::poll_transmit_split`](super::Engine::poll_transmit_split)
+/// built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxFrame {
+    /// The whole frame: this many bytes of the buffer.
+    Whole(usize),
+    /// A frame whose payload is sent from where it lies: `head` bytes of
+    /// the buffer (every header), then `payload_len` bytes of registered
+    /// memory at device address `payload`, then `tail` (pad and ICRC).
+    /// The memory is checked against its region already; the driver
+    /// attaches it to the frame, or copies it.
+    Split {
+        head: usize,
+        payload: u64,
+        payload_len: u32,
+        tail: crate::wire::FrameTail,
+    },
+}
+
+impl TxFrame {
+    /// The frame's length on the wire.
+    pub fn wire_len(&self) -> usize {
+        match *self {
+            TxFrame::Whole(n) => n,
+            TxFrame::Split {
+                head,
+                payload_len,
+                tail,
+                ..
+            } => head + payload_len as usize + tail.as_slice().len(),
+        }
+    }
+}

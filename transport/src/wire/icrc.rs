@@ -43,18 +43,63 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
     if ip_packet.len() <= SMALL - ONES_8 {
         return Ok(compute_small(ip_packet, udp_at, bth_at, tlm_at, tlm_len));
     }
-    // The headers up to the TLM block, copied to mask the variant fields
-    // (only the bytes used are written), then the TLM block as ones, then
-    // the rest as it is.
+    Ok(compute_pieces(
+        ip_packet,
+        [&[], &[]],
+        udp_at,
+        bth_at,
+        tlm_len,
+    ))
+}
+
+/// [`compute`] of a packet whose payload lies apart from its headers (a
+/// frame sent from, or received into, separate buffers): `headers` is the
+/// IPv4 packet from its first byte up to the payload, followed by
+/// `payload` and then `pad` (the pad bytes as they are on the wire).
+pub fn compute_split(
+    headers: &[u8],
+    tlm_len: usize,
+    payload: &[u8],
+    pad: &[u8],
+) -> Result<u32, WireError> {
+    let ihl = usize::from(headers.first().copied().unwrap_or(0) & 0x0f) * 4;
+    let bth_at = ihl + udp::HEADER_LEN;
+    if ihl < 20 || headers.len() < bth_at + bth::HEADER_LEN + tlm_len || tlm_len > ONES.len() {
+        return Err(WireError::Truncated(Layer::Icrc));
+    }
+    Ok(compute_pieces(
+        headers,
+        [payload, pad],
+        ihl,
+        bth_at,
+        tlm_len,
+    ))
+}
+
+/// The ICRC of `headers` (whose layout is checked) followed by `after`:
+/// the headers up to the TLM block copied to mask the variant fields
+/// (only the bytes used are written), then the TLM block as ones, then
+/// the rest as it is.
+fn compute_pieces(
+    headers: &[u8],
+    after: [&[u8]; 2],
+    udp_at: usize,
+    bth_at: usize,
+    tlm_len: usize,
+) -> u32 {
+    let tlm_at = bth_at + bth::HEADER_LEN;
     let mut pre = [0u8; MAX_IP_HEADER + udp::HEADER_LEN + bth::HEADER_LEN];
     let pre = &mut pre[..tlm_at];
-    pre.copy_from_slice(&ip_packet[..tlm_at]);
+    pre.copy_from_slice(&headers[..tlm_at]);
     mask_variant_fields(pre, udp_at, bth_at);
     let mut h = AFTER_ONES.clone();
     h.update(pre);
     h.update(&ONES[..tlm_len]);
-    h.update(&ip_packet[rest_at..]);
-    Ok(h.finalize())
+    h.update(&headers[tlm_at + tlm_len..]);
+    for a in after {
+        h.update(a);
+    }
+    h.finalize()
 }
 
 /// Sets the variant fields of a copy of the headers (IPv4 from its
@@ -207,6 +252,35 @@ mod tests {
             masked[ONES_8 + at] = 0xFF;
         }
         assert_eq!(compute(&ip[..len], 0).unwrap(), crc32fast::hash(&masked));
+    }
+
+    /// Headers, payload and pad apart give the ICRC of the same bytes in
+    /// one buffer, wherever the payload starts, with and without a TLM block.
+    #[test]
+    fn split_pieces_give_the_crc_of_the_whole() {
+        let mut ip: Vec<u8> = (0..600u32).map(|i| (i * 13 + 5) as u8).collect();
+        ip[0] = 0x45;
+        for tlm_len in [0, 4, 36] {
+            for head in [40 + tlm_len, 56 + tlm_len, 72 + tlm_len] {
+                for (payload, pad) in [(0, 0), (1, 3), (64, 0), (255, 1), (500, 0)] {
+                    let end = head + payload + pad;
+                    if end > ip.len() {
+                        continue;
+                    }
+                    let whole = compute(&ip[..end], tlm_len).unwrap();
+                    let split = compute_split(
+                        &ip[..head],
+                        tlm_len,
+                        &ip[head..head + payload],
+                        &ip[head + payload..end],
+                    )
+                    .unwrap();
+                    assert_eq!(split, whole, "head {head} payload {payload} tlm {tlm_len}");
+                }
+            }
+        }
+        assert!(compute_split(&ip[..39], 0, &[], &[]).is_err());
+        assert!(compute_split(&ip[..44], 8, &ip[44..60], &[]).is_err());
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub use inflight::RoceFrame;
 pub use int_response::{emit_int_response, NoResponse};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use opcode::{Layout, Opcode};
-pub use packet::{FrameTemplate, Packet, PacketRepr, TransportRepr};
+pub use packet::{FrameTail, FrameTemplate, Packet, PacketRepr, TransportRepr};
 pub use pfc::PfcRepr;
 pub use probe::{Notify, NotifyRepr, Probe, ProbeRepr};
 pub use reth::{Reth, RethRepr};

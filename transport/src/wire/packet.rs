@@ -71,11 +71,33 @@ impl<'a> Packet<'a> {
     /// the two to it).
     #[inline(always)]
     fn parse_common(frame: &'a [u8]) -> Option<Self> {
+        Self::parse_fixed(frame, None)
+    }
+
+    /// Parses and verifies a frame that arrives in three pieces: its
+    /// headers (`head`, exactly up to the payload), its payload where it
+    /// lies, and its `tail` (pad and ICRC), as a frame sent from separate
+    /// buffers arrives when the port hands the buffers on. Only the
+    /// frames [`Packet::parse`] reads at fixed offsets are taken (a data
+    /// packet of a connected QP); `None` for anything else, or anything
+    /// refused, which the caller parses from one buffer to learn why.
+    pub fn parse_split(head: &'a [u8], payload: &'a [u8], tail: &'a [u8]) -> Option<Self> {
+        Self::parse_fixed(head, Some((payload, tail)))
+    }
+
+    /// The fixed-offset parse of `frame`, or with `split` of the headers
+    /// in `frame` and the payload and tail apart.
+    #[inline(always)]
+    fn parse_fixed(frame: &'a [u8], split: Option<(&'a [u8], &'a [u8])>) -> Option<Self> {
         const IP: usize = ethernet::HEADER_LEN;
         const UDP: usize = IP + ipv4::HEADER_LEN;
         const BTH: usize = UDP + udp::HEADER_LEN;
         const EXT: usize = BTH + bth::HEADER_LEN;
         let h: &[u8; EXT] = frame.first_chunk()?;
+        let frame_len = match split {
+            None => frame.len(),
+            Some((payload, tail)) => frame.len() + payload.len() + tail.len(),
+        };
         // Ethernet: IPv4, untagged. IPv4: version 4, no options, its total
         // length the rest of the frame, its checksum good (fragments and
         // anything but UDP are refused by `from_fixed`).
@@ -84,7 +106,7 @@ impl<'a> Packet<'a> {
         }
         let ip_len = usize::from(u16::from_be_bytes([h[16], h[17]]));
         let ip_header: &[u8; ipv4::HEADER_LEN] = h[IP..UDP].try_into().ok()?;
-        if IP + ip_len != frame.len() || ipv4::checksum(ip_header) != 0 {
+        if IP + ip_len != frame_len || ipv4::checksum(ip_header) != 0 {
             return None;
         }
         let ip = Ipv4Repr::from_fixed(ip_header).ok()?;
@@ -111,15 +133,36 @@ impl<'a> Packet<'a> {
         {
             return None;
         }
-        let end = frame.len().checked_sub(icrc::ICRC_LEN)?;
         let ext_len = usize::from(layout.reth) * reth::HEADER_LEN
             + usize::from(layout.aeth) * aeth::HEADER_LEN;
-        if end < EXT + ext_len {
-            return None;
-        }
-        let t = &frame[end..];
-        let icrc_wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-        let icrc_computed = icrc::compute(&frame[IP..end], 0).ok()?;
+        let pad = usize::from((h[BTH + 1] >> 4) & 3);
+        // Where the headers end (`end`: the payload, pad and ICRC too when
+        // they are in `frame`), the ICRC as sent and as computed, and the
+        // payload when it lies apart.
+        let (end, icrc_wire, icrc_computed, apart) = match split {
+            None => {
+                let end = frame.len().checked_sub(icrc::ICRC_LEN)?;
+                if end < EXT + ext_len {
+                    return None;
+                }
+                let t = &frame[end..];
+                let wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+                (end, wire, icrc::compute(&frame[IP..end], 0).ok()?, None)
+            }
+            Some((payload, tail)) => {
+                if frame.len() != EXT + ext_len || !layout.payload {
+                    return None;
+                }
+                let (pad_bytes, t) =
+                    tail.split_at_checked(tail.len().checked_sub(icrc::ICRC_LEN)?)?;
+                if pad_bytes.len() != pad {
+                    return None;
+                }
+                let wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+                let computed = icrc::compute_split(&frame[IP..], 0, payload, pad_bytes).ok()?;
+                (frame.len(), wire, computed, Some(payload))
+            }
+        };
         if icrc_wire != icrc_computed {
             return None;
         }
@@ -139,8 +182,9 @@ impl<'a> Packet<'a> {
             None
         };
         let rest = &frame[at..end];
-        let pad = usize::from((h[BTH + 1] >> 4) & 3);
-        let payload = if layout.payload {
+        let payload = if let Some(payload) = apart {
+            payload
+        } else if layout.payload {
             rest.get(..rest.len().checked_sub(pad)?)?
         } else if rest.is_empty() && pad == 0 {
             rest
@@ -581,8 +625,47 @@ impl<'t> TransportRepr<'t> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
-        let bth_at = ip_at + ipv4::HEADER_LEN + udp::HEADER_LEN;
         let pad = pad_for(payload_len);
+        let mut at = self.emit_headers(frame, ip_at, pad);
+        fill(&mut frame[at..at + payload_len]);
+        at += payload_len;
+        if pad > 0 {
+            // Not a call into memset for the usual none.
+            frame[at..at + pad].fill(0);
+            at += pad;
+        }
+        let crc = icrc::compute(&frame[ip_at..at], self.tlm_len())?;
+        frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok(at + icrc::ICRC_LEN)
+    }
+
+    /// Writes BTH and what follows it up to the payload into `frame` (the
+    /// headers only, the outer ones written, the IPv4 header at `ip_at`);
+    /// the pad, the ICRC over the headers, `payload` (which stays where
+    /// it is) and the pad go in the returned tail. Checked already.
+    fn emit_head_after_outer(
+        &self,
+        frame: &mut [u8],
+        ip_at: usize,
+        payload: &[u8],
+    ) -> Result<(usize, FrameTail), WireError> {
+        let pad = pad_for(payload.len());
+        let at = self.emit_headers(frame, ip_at, pad);
+        let zeros = [0u8; 3];
+        let crc = icrc::compute_split(&frame[ip_at..at], self.tlm_len(), payload, &zeros[..pad])?;
+        let mut tail = FrameTail {
+            bytes: [0; 7],
+            len: (pad + icrc::ICRC_LEN) as u8,
+        };
+        tail.bytes[pad..pad + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok((at, tail))
+    }
+
+    /// Writes BTH and the headers after it (up to the payload) for a
+    /// payload padded with `pad` bytes; returns where the payload starts.
+    #[inline(always)]
+    fn emit_headers(&self, frame: &mut [u8], ip_at: usize, pad: usize) -> usize {
+        let bth_at = ip_at + ipv4::HEADER_LEN + udp::HEADER_LEN;
         self.bth.emit(&mut frame[bth_at..], pad, self.tlm.is_some());
 
         let mut at = bth_at + bth::HEADER_LEN;
@@ -623,17 +706,21 @@ impl<'t> TransportRepr<'t> {
             cnp::emit(&mut frame[at..]);
             at += cnp::BODY_LEN;
         }
+        at
+    }
+}
 
-        fill(&mut frame[at..at + payload_len]);
-        at += payload_len;
-        if pad > 0 {
-            // Not a call into memset for the usual none.
-            frame[at..at + pad].fill(0);
-            at += pad;
-        }
-        let crc = icrc::compute(&frame[ip_at..at], tlm_len)?;
-        frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
-        Ok(at + icrc::ICRC_LEN)
+/// The end of a frame whose payload is sent from where it lies: the pad
+/// bytes and the ICRC (over the headers, the payload and the pad).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTail {
+    bytes: [u8; 7],
+    len: u8,
+}
+
+impl FrameTail {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
@@ -709,11 +796,40 @@ impl FrameTemplate {
     ) -> Result<usize, WireError> {
         t.check(payload_len)?;
         let need = self.frame_len(t, payload_len);
+        let ip_at = usize::from(self.len) - OUTER_IP_UDP;
+        check_ipv4_len(need - ip_at)?;
+        let frame = take_frame(buf, need)?;
+        self.emit_outer(frame, need - ip_at, ident);
+        t.emit_after_outer(frame, ip_at, payload_len, fill)
+    }
+
+    /// Emits the headers of the frame `t` with `payload` into `buf`, and
+    /// returns their length and the frame's tail (pad and ICRC): the
+    /// headers, then `payload` from where it lies, then the tail, are the
+    /// bytes [`FrameTemplate::emit_with`] writes into one buffer.
+    pub fn emit_head(
+        &self,
+        t: &TransportRepr<'_>,
+        ident: u16,
+        payload: &[u8],
+        buf: &mut [u8],
+    ) -> Result<(usize, FrameTail), WireError> {
+        t.check(payload.len())?;
+        let need = self.frame_len(t, payload.len());
+        let ip_at = usize::from(self.len) - OUTER_IP_UDP;
+        check_ipv4_len(need - ip_at)?;
+        let head = usize::from(self.len) + t.header_len();
+        let frame = take_frame(buf, head)?;
+        self.emit_outer(frame, need - ip_at, ident);
+        t.emit_head_after_outer(frame, ip_at, payload)
+    }
+
+    /// Copies the outer headers into `frame` with the lengths of an IPv4
+    /// packet of `ip_len` bytes, the ident and the IPv4 checksum patched.
+    #[inline(always)]
+    fn emit_outer(&self, frame: &mut [u8], ip_len: usize, ident: u16) {
         let len = usize::from(self.len);
         let ip_at = len - OUTER_IP_UDP;
-        let ip_len = need - ip_at;
-        check_ipv4_len(ip_len)?;
-        let frame = take_frame(buf, need)?;
         frame[..len].copy_from_slice(&self.head[..len]);
         let total = ip_len as u16;
         let mut sum = self.ip_sum + u32::from(total) + u32::from(ident);
@@ -726,7 +842,6 @@ impl FrameTemplate {
         ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
         let udp_len = (ip_len - ipv4::HEADER_LEN) as u16;
         ip[ipv4::HEADER_LEN + 4..ipv4::HEADER_LEN + 6].copy_from_slice(&udp_len.to_be_bytes());
-        t.emit_after_outer(frame, ip_at, payload_len, fill)
     }
 }
 
