@@ -109,6 +109,7 @@ fn main() {
         .allowlist_var("RING_F_SP_ENQ")
         .allowlist_var("RING_F_SC_DEQ")
         .allowlist_type("rte_mbuf")
+        .allowlist_type("rte_mbuf_ext_shared_info")
         .allowlist_type("rte_mempool")
         .allowlist_type("rte_eth_conf")
         .allowlist_type("rte_eth_dev_info")

@@ -69,6 +69,42 @@ uint16_t rnic_pktmbuf_tailroom(const struct rte_mbuf *m)
 	return rte_pktmbuf_tailroom(m);
 }
 
+void rnic_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo,
+                          void (*free_cb)(void *addr, void *opaque), void *opaque)
+{
+	shinfo->free_cb = free_cb;
+	shinfo->fcb_opaque = opaque;
+	rte_mbuf_ext_refcnt_set(shinfo, 1);
+}
+
+uint16_t rnic_ext_refcnt_update(struct rte_mbuf_ext_shared_info *shinfo, int16_t value)
+{
+	return rte_mbuf_ext_refcnt_update(shinfo, value);
+}
+
+/* No IOVA: only software PMDs, which read the data by its virtual
+ * address, are given external buffers. */
+void rnic_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf_len,
+                                struct rte_mbuf_ext_shared_info *shinfo)
+{
+	rte_pktmbuf_attach_extbuf(m, buf_addr, RTE_BAD_IOVA, buf_len, shinfo);
+}
+
+struct rte_mbuf *rnic_pktmbuf_alloc_like(struct rte_mbuf *m)
+{
+	return rte_pktmbuf_alloc(m->pool);
+}
+
+int rnic_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
+{
+	return rte_pktmbuf_chain(head, tail);
+}
+
+int rnic_pktmbuf_linearize(struct rte_mbuf *m)
+{
+	return rte_pktmbuf_linearize(m);
+}
+
 unsigned rnic_lcore_id(void)
 {
 	return rte_lcore_id();

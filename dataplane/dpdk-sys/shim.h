@@ -8,6 +8,7 @@
 
 struct rte_mbuf;
 struct rte_mempool;
+struct rte_mbuf_ext_shared_info;
 
 uint16_t rnic_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
                        uint16_t nb_pkts);
@@ -23,6 +24,15 @@ uint16_t rnic_pktmbuf_data_len(const struct rte_mbuf *m);
 uint32_t rnic_pktmbuf_pkt_len(const struct rte_mbuf *m);
 uint16_t rnic_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t rnic_pktmbuf_tailroom(const struct rte_mbuf *m);
+/* External buffers (an mbuf whose data lies in memory DPDK does not own). */
+void rnic_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo,
+                          void (*free_cb)(void *addr, void *opaque), void *opaque);
+uint16_t rnic_ext_refcnt_update(struct rte_mbuf_ext_shared_info *shinfo, int16_t value);
+void rnic_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf_len,
+                                struct rte_mbuf_ext_shared_info *shinfo);
+struct rte_mbuf *rnic_pktmbuf_alloc_like(struct rte_mbuf *m);
+int rnic_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
+int rnic_pktmbuf_linearize(struct rte_mbuf *m);
 unsigned rnic_lcore_id(void);
 uint64_t rnic_rdtsc(void);
 int rnic_errno(void);

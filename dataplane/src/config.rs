@@ -184,6 +184,14 @@ pub struct ServiceSection {
     /// unasked messages of a burst to the retransmission timeout
     /// [default: 16, at most 64].
     pub ack_coalesce: Option<u32>,
+    /// Zero-copy TX: a data packet whose payload is at least this many
+    /// bytes of one memory region is sent from the application's memory
+    /// where it lies (an mbuf pointing into its segment, chained behind
+    /// the headers) instead of copied into the frame; 0 copies every
+    /// payload. Only on ports whose driver reads frames in software
+    /// (net_ring, net_tap, net_af_packet); others always copy
+    /// [default: 1024].
+    pub zero_copy_tx_min: Option<u32>,
     /// Dataplane lcores: each runs the pipelines of its share of the
     /// devices (device `i` on lcore `i % lcores`) and serves the
     /// applications that opened them; no more lcores run than there are
@@ -614,6 +622,14 @@ impl ServiceSection {
                 ),
             ));
         }
+        let zero_copy_tx_min = self.zero_copy_tx_min.unwrap_or(1024);
+        if zero_copy_tx_min > u32::from(u16::MAX) {
+            return Err(c.bad(
+                "service.zero_copy_tx_min",
+                zero_copy_tx_min,
+                "payload bytes, at most 65535 (0: always copy)".to_string(),
+            ));
+        }
         let cc = c.cc(
             "service.cc",
             self.cc.as_deref().unwrap_or("none"),
@@ -746,6 +762,7 @@ impl ServiceSection {
             hugepages: self.hugepages.unwrap_or(true),
             idle_sleep_us,
             ack_coalesce,
+            zero_copy_tx_min: zero_copy_tx_min as usize,
             lcores: lcores as usize,
             cc,
             queues: l.queues,

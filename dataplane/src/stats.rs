@@ -62,6 +62,12 @@ pub struct PortEntry {
     pub arp_tx: u64,
     #[serde(default)]
     pub tx_unresolved: u64,
+    /// Frames whose payload was sent from the application's memory where
+    /// it lies (zero-copy TX), and those copied for want of an mbuf.
+    #[serde(default)]
+    pub tx_zero_copy: u64,
+    #[serde(default)]
+    pub tx_zero_copy_fallback: u64,
     /// PFC frames the NIC received (PAUSE, RESUME of its priority; other
     /// priorities' and malformed ones) and the time its TX was held.
     #[serde(default)]
@@ -227,6 +233,8 @@ impl Snapshot {
             arp_rx: nic.counters().arp_rx,
             arp_tx: nic.counters().arp_tx,
             tx_unresolved: nic.counters().tx_unresolved,
+            tx_zero_copy: nic.counters().tx_zero_copy,
+            tx_zero_copy_fallback: nic.counters().tx_zero_copy_fallback,
             pfc: PfcEntry {
                 pause_rx: nic.counters().pfc_pause_rx,
                 resume_rx: nic.counters().pfc_resume_rx,
@@ -398,13 +406,23 @@ impl Snapshot {
                     c.paused_ns as f64 / 1e6
                 );
             }
-            let (f, d) = (&p.faults, p.stats.rx_bad_checksum + p.tx_no_buffer);
+            if p.tx_zero_copy + p.tx_zero_copy_fallback > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} zero-copy TX: {} frames sent from the application's memory, {} copied (no mbuf)",
+                    p.host, p.tx_zero_copy, p.tx_zero_copy_fallback
+                );
+            }
+            let (f, d) = (
+                &p.faults,
+                p.stats.rx_bad_checksum + p.stats.rx_unjoinable + p.tx_no_buffer,
+            );
             if f.frames > 0 || d > 0 {
                 let _ = writeln!(
                     s,
-                    "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {}",
+                    "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; rx_unjoinable {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {}",
                     p.host, f.lost, f.duplicated, f.reordered, f.corrupted, f.frames,
-                    p.stats.rx_bad_checksum, p.tx_no_buffer, p.wire_drops, p.icrc_drops,
+                    p.stats.rx_bad_checksum, p.stats.rx_unjoinable, p.tx_no_buffer, p.wire_drops, p.icrc_drops,
                     p.unknown_qp, p.wrong_state
                 );
             }
@@ -554,6 +572,8 @@ mod tests {
             arp_rx: 0,
             arp_tx: 0,
             tx_unresolved: 0,
+            tx_zero_copy: 6,
+            tx_zero_copy_fallback: 1,
             pfc: PfcEntry {
                 pause_rx: 4,
                 resume_rx: 3,

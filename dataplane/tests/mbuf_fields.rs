@@ -2,11 +2,17 @@
 //! on single-segment mbufs) against DPDK's accessors: lengths agree after
 //! every step, bytes written through `append` read back through `data`,
 //! and an append past the tailroom or a trim past the data is refused
-//! without changing the mbuf. One EAL per process (harness = false).
+//! without changing the mbuf. And a frame sent from where its payload
+//! lies (zero-copy TX): a chain of headers, a segment pointing into
+//! external memory and the tail, which reads back as the frame, keeps the
+//! memory alive until the chain is freed, and joins into one buffer.
+//! One EAL per process (harness = false).
 
 mod loopback_util;
 
-use dataplane::dpdk::Mempool;
+use std::sync::Arc;
+
+use dataplane::dpdk::{ExtMemory, Mempool};
 
 fn main() {
     let eal = loopback_util::eal("mbuf-fields", &[]);
@@ -42,7 +48,63 @@ fn main() {
     m.data_mut();
     drop(m);
     assert_eq!(pool.in_use(), 0, "the mbuf went back");
+    external_payload(&pool);
     drop(pool);
     drop(eal);
     println!("mbuf_fields: append, trim, data and tailroom agree with DPDK's accessors");
+}
+
+/// Headers in an mbuf, a payload in memory the pool does not own, a tail.
+fn external_payload(pool: &Mempool) {
+    let memory: Arc<Vec<u8>> = Arc::new((0..3000u32).map(|i| (i * 7) as u8).collect());
+    let alive = Arc::downgrade(&memory);
+    let base = memory.as_ptr();
+    // SAFETY: the Vec's bytes live as long as the Arc the ExtMemory keeps.
+    let ext = unsafe { ExtMemory::new(base, memory.len(), memory.clone()) };
+    let payload = &memory[1000..2024];
+    let mut m = pool.alloc().expect("an mbuf");
+    m.append(58).expect("headers").fill(0x11);
+    assert!(m.rest().is_none(), "one segment");
+    assert!(
+        !m.chain_external(&ext, &[0u8; 4][..], b"tail"),
+        "not inside the memory"
+    );
+    assert_eq!(pool.in_use(), 1, "nothing taken from the pool by a refusal");
+    assert!(m.chain_external(&ext, payload, b"pad+icrc"));
+    assert_eq!(m.segments(), 3);
+    assert_eq!(m.dpdk_lengths().1, 58 + 1024 + 8, "the packet's length");
+    let (p, t) = m.rest().expect("three segments");
+    assert_eq!(p.as_ptr(), payload.as_ptr(), "the payload where it lies");
+    assert_eq!(p, payload);
+    assert_eq!(t, b"pad+icrc");
+    assert_eq!(m.data(), &[0x11; 58][..], "the headers");
+    assert!(!m.chain_external(&ext, payload, b"x"), "chained already");
+    drop(memory);
+    drop(ext);
+    assert!(alive.upgrade().is_some(), "the chain keeps the memory");
+    // Joined into one buffer: the same bytes, the memory let go.
+    assert!(m.linearize());
+    assert_eq!(m.segments(), 1);
+    assert!(alive.upgrade().is_none(), "let go with the payload segment");
+    assert_eq!(m.data().len(), 58 + 1024 + 8);
+    assert_eq!(
+        &m.data()[58..58 + 1024],
+        &(1000..2024u32).map(|i| (i * 7) as u8).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(&m.data()[58 + 1024..], b"pad+icrc");
+    drop(m);
+    assert_eq!(pool.in_use(), 0, "every segment went back");
+    // Freed as a chain, the last reference frees the memory.
+    let memory: Arc<Vec<u8>> = Arc::new(vec![5; 512]);
+    let alive = Arc::downgrade(&memory);
+    // SAFETY: as above.
+    let ext = unsafe { ExtMemory::new(memory.as_ptr(), 512, memory.clone()) };
+    let mut m = pool.alloc().expect("an mbuf");
+    m.append(42).expect("headers");
+    assert!(m.chain_external(&ext, &memory[..256], b"icrc"));
+    drop((memory, ext));
+    assert!(alive.upgrade().is_some());
+    drop(m);
+    assert!(alive.upgrade().is_none(), "freed with the chain");
+    assert_eq!(pool.in_use(), 0);
 }

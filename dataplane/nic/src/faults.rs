@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use transport::wire::{MacAddr, RoceFrame};
 
-use crate::port::{copy_frame, FramePort};
+use crate::port::{copy_frame, Frame, FramePort};
 
 /// Which frames the injector touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,7 +129,9 @@ pub struct FaultCounters {
     pub rewritten: u64,
     /// Frames picked for corruption that are not RoCEv2 (left intact).
     pub not_corruptible: u64,
-    /// Duplicates not made because the port had no buffer.
+    /// Duplicates not made because the port had no buffer, and frames
+    /// held in pieces dropped because their buffer could not hold them
+    /// whole for a fault to act on.
     pub no_buffer: u64,
 }
 
@@ -252,6 +254,11 @@ impl<P: FramePort> FaultInjector<P> {
         let mut at = now.saturating_add(self.delay_ns);
         let mut dup_at = None;
         let mut corrupted = false;
+        // Faults read and change a frame's bytes as one buffer.
+        if !matches!(self.policy, Policy::None) && !frame.linearize() {
+            self.counters.no_buffer += 1;
+            return;
+        }
         match &mut self.policy {
             Policy::None => {}
             Policy::Seeded(cfg, rng) => {

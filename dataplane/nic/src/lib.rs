@@ -33,7 +33,9 @@ pub use faults::{Direction, Fault, FaultConfig, FaultCounters, FaultInjector};
 pub use link::{mem_link, MemPort};
 pub use neighbour::{NeighbourConfig, NeighbourCounters, NeighbourTable, Resolution};
 pub use pfc::PauseState;
-pub use pipeline::{Completions, Host, Nic, NicCounters, BURST, MAX_HEADERS};
+pub use pipeline::{
+    AttachPayload, Attached, Completions, Host, Nic, NicCounters, BURST, MAX_HEADERS,
+};
 pub use port::{copy_frame, Frame, FramePort, TooSmall};
 pub use stage::{FrameKey, Stage};
 pub use tap::{Capture, SharedCapture, Tap};

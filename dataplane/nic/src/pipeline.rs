@@ -36,7 +36,7 @@
 //! (so the engine moves on and recovers it like any loss) and counted.
 
 use transport::mr::Memory;
-use transport::rc::{Cqe, Engine};
+use transport::rc::{Cqe, Engine, TxFrame};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
 use transport::wire::pfc::{self, PfcRepr};
 use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
@@ -130,6 +130,10 @@ pub struct NicCounters {
     pub pfc_resume_rx: u64,
     pub pfc_other_rx: u64,
     pub pfc_bad: u64,
+    /// Frames whose payload was sent from where it lies (zero-copy TX),
+    /// and frames meant to be that were copied (no mbuf for the payload).
+    pub tx_zero_copy: u64,
+    pub tx_zero_copy_fallback: u64,
 }
 
 /// An RC engine on a frame port.
@@ -156,6 +160,24 @@ pub struct Nic<P: FramePort, M: Memory> {
     trace_keys: Vec<Option<FrameKey>>,
     /// The TX pipe held by PFC.
     pause: PauseState,
+    /// Frames with payloads of at least this many bytes are sent from
+    /// where the payload lies, attached to the frame by the function.
+    split_tx: Option<(usize, AttachPayload<P::Frame, M>)>,
+}
+
+/// Attaches to a frame holding the headers of a [`TxFrame::Split`] the
+/// `len` bytes of `M` at a device address and then the tail (pad and ICRC):
+/// where they lie when the buffer can refer to them, else copied. `None`
+/// when neither is possible (the frame is dropped, and counted).
+pub type AttachPayload<F, M> = fn(&M, &mut F, u64, usize, &[u8]) -> Option<Attached>;
+
+/// How a payload joined its frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attached {
+    /// Sent from where it lies (zero-copy).
+    InPlace,
+    /// Copied into the frame.
+    Copied,
 }
 
 impl<P: FramePort, M: Memory> Nic<P, M> {
@@ -179,7 +201,17 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             counters: NicCounters::default(),
             trace_keys: Vec::new(),
             pause: PauseState::default(),
+            split_tx: None,
         }
+    }
+
+    /// Sends the payloads of at least `min` bytes that lie in one range of
+    /// the engine's memory from where they lie, attached to each frame by
+    /// `attach` (a port whose buffers can refer to memory they do not own,
+    /// and whose driver sends frames in pieces).
+    pub fn with_split_tx(mut self, min: usize, attach: AttachPayload<P::Frame, M>) -> Self {
+        self.split_tx = Some((min, attach));
+        self
     }
 
     /// Frames per burst (at least 1).
@@ -297,7 +329,13 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             } else if ethertype == pfc::ETHERTYPE_MAC_CONTROL {
                 self.on_pfc(now, f.as_ref());
             } else {
-                self.engine.handle_packet(now, f.as_ref());
+                match f.rest() {
+                    Some((payload, tail)) => {
+                        self.engine
+                            .handle_packet_split(now, f.as_ref(), payload, tail)
+                    }
+                    None => self.engine.handle_packet(now, f.as_ref()),
+                }
                 if tracing {
                     stamp_all(host, Stage::Handled, &[&f]);
                 }
@@ -355,6 +393,10 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// table has for its IPv4 destination, or dropped (and counted) while
     /// the address is asked for.
     fn resolve(&mut self, now: u64, mut f: P::Frame) {
+        if !f.linearize() {
+            self.counters.tx_unresolved += 1;
+            return;
+        }
         let ip = EthernetFrame::new_checked(f.as_ref())
             .and_then(|e| Ipv4Packet::new_checked(e.payload()).map(|p| p.dst()));
         let Ok(ip) = ip else {
@@ -444,8 +486,38 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             if f.capacity() >= self.max_frame {
                 // Built in place (an mbuf): no copy.
                 let engine = &mut self.engine;
-                match f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)) {
+                let mut apart = None;
+                let built_in_place = match self.split_tx {
+                    None => f.build(self.max_frame, |buf| engine.poll_transmit(now, buf)),
+                    Some((min, _)) => f.build(self.max_frame, |buf| {
+                        match engine.poll_transmit_split(now, buf, min)? {
+                            TxFrame::Whole(n) => Some(n),
+                            TxFrame::Split {
+                                head,
+                                payload,
+                                payload_len,
+                                tail,
+                            } => {
+                                apart = Some((payload, payload_len as usize, tail));
+                                Some(head)
+                            }
+                        }
+                    }),
+                };
+                match built_in_place {
                     Ok(Some(_)) => {
+                        if let (Some((va, len, tail)), Some((_, attach))) = (apart, self.split_tx) {
+                            match attach(self.engine.mem(), &mut f, va, len, tail.as_slice()) {
+                                Some(Attached::InPlace) => self.counters.tx_zero_copy += 1,
+                                Some(Attached::Copied) => self.counters.tx_zero_copy_fallback += 1,
+                                None => {
+                                    // Built but not sent: RC recovers it like any loss.
+                                    self.counters.tx_no_buffer += 1;
+                                    built += 1;
+                                    continue;
+                                }
+                            }
+                        }
                         if tracing {
                             stamp_all(host, Stage::Built, &[&f]);
                         }

@@ -11,8 +11,25 @@
 
 use transport::wire::MacAddr;
 
-/// An owned frame buffer.
+/// An owned frame buffer. Its bytes are `as_ref()`, or, for a frame held
+/// in pieces (sent from where its payload lies), `as_ref()` (every
+/// header) followed by [`Frame::rest`].
 pub trait Frame: AsRef<[u8]> + AsMut<[u8]> {
+    /// The payload and the tail (pad and ICRC) of a frame held in three
+    /// pieces, after the headers `as_ref()` holds; `None` for a frame in
+    /// one buffer (the default).
+    fn rest(&self) -> Option<(&[u8], &[u8])> {
+        None
+    }
+
+    /// Makes a frame held in pieces one buffer, for whoever reads or
+    /// changes its bytes as one (a fault, a capture); false, the frame
+    /// unchanged, when its buffer cannot hold it whole. A frame in one
+    /// buffer is one already (the default).
+    fn linearize(&mut self) -> bool {
+        true
+    }
+
     /// Bytes an empty frame of this buffer can hold without growing: the
     /// pipeline builds a frame in place when it fits (an mbuf), else in a
     /// scratch buffer that [`Frame::set`] copies (a `Vec` sized to the

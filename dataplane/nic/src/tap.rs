@@ -12,7 +12,7 @@ use transport::wire::MacAddr;
 
 use crate::faults::Direction;
 use crate::pcap::{PcapFileError, Writer};
-use crate::port::FramePort;
+use crate::port::{Frame, FramePort};
 
 /// A pcap file being written, shared by the taps that feed it.
 pub struct Capture {
@@ -119,8 +119,19 @@ impl<P: FramePort> Tap<P> {
         // A poisoned lock means another tap's thread panicked; its capture
         // is still a valid file up to there, so keep recording.
         let mut c = capture.lock().unwrap_or_else(|p| p.into_inner());
+        let mut whole = Vec::new();
         for f in frames {
-            c.record(now, f.as_ref());
+            match f.rest() {
+                None => c.record(now, f.as_ref()),
+                // A frame in pieces is recorded as the bytes on the wire.
+                Some((payload, tail)) => {
+                    whole.clear();
+                    whole.extend_from_slice(f.as_ref());
+                    whole.extend_from_slice(payload);
+                    whole.extend_from_slice(tail);
+                    c.record(now, &whole);
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use dpdk_sys::{rte_mbuf, rte_mempool};
 
-use super::{DpdkError, Eal};
+use super::{DpdkError, Eal, ExtMemory};
 
 /// A packet-mbuf pool; freed on Drop (every mbuf from it must be gone).
 #[derive(Debug)]
@@ -80,7 +80,8 @@ impl Drop for Mempool {
     }
 }
 
-/// One owned single-segment mbuf, returned to its pool on Drop.
+/// One owned mbuf (a single segment, or the chain of a frame sent from
+/// where its payload lies), returned to its pool on Drop.
 #[derive(Debug)]
 pub struct Mbuf {
     ptr: NonNull<rte_mbuf>,
@@ -188,6 +189,104 @@ impl Mbuf {
             m.pkt_len -= u32::from(len16);
             true
         }
+    }
+
+    /// Segments in the chain.
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        // SAFETY: reads a field of our mbuf.
+        unsafe { (*self.ptr.as_ptr()).nb_segs }
+    }
+
+    /// The payload and tail segments of a three-segment chain (the frame
+    /// of a payload sent from where it lies: headers, payload, tail).
+    pub fn rest(&self) -> Option<(&[u8], &[u8])> {
+        if self.segments() != 3 {
+            return None;
+        }
+        // SAFETY: a chain of three segments: `next` of the first two is a
+        // valid mbuf of the chain, owned with it, whose `data_len` bytes
+        // from `buf_addr + data_off` are initialised, for the borrow of
+        // `self`.
+        unsafe {
+            let m = &*self.ptr.as_ptr();
+            let p = &*m.next;
+            let t = &*p.next;
+            let seg = |s: &rte_mbuf| {
+                std::slice::from_raw_parts(
+                    (s.buf_addr as *const u8).add(usize::from(s.data_off)),
+                    usize::from(s.data_len),
+                )
+            };
+            Some((seg(p), seg(t)))
+        }
+    }
+
+    /// Copies a chain's later segments into the first (freeing them);
+    /// false, the chain unchanged, when the first has not the room.
+    pub fn linearize(&mut self) -> bool {
+        if self.segments() == 1 {
+            return true;
+        }
+        // SAFETY: our own mbuf chain; DPDK checks the room first.
+        unsafe { dpdk_sys::rnic_pktmbuf_linearize(self.ptr.as_ptr()) == 0 }
+    }
+
+    /// Appends `payload`, which lies in `ext`, as a segment that points at
+    /// it, then `tail` in a segment of its own: a chain of three. False,
+    /// the mbuf unchanged, when it is chained already, `payload` is not
+    /// inside `ext` or longer than a segment, or the pool has no mbuf.
+    pub fn chain_external(&mut self, ext: &ExtMemory, payload: &[u8], tail: &[u8]) -> bool {
+        let Ok(len) = u16::try_from(payload.len()) else {
+            return false;
+        };
+        if self.segments() != 1 || !ext.contains(payload) {
+            return false;
+        }
+        let head = self.ptr.as_ptr();
+        // SAFETY: `head` is our own single-segment mbuf; the two new mbufs
+        // come from its pool and are ours until chained into it (or freed
+        // by Drop on failure). The payload segment points at `payload`,
+        // inside `ext`, with a reference taken on `ext` for it, which DPDK
+        // gives back (through the shared info's counter) when the segment
+        // is freed: the bytes stay mapped while it lives. Chaining moves
+        // both into the chain, freed with the head.
+        unsafe {
+            let Some(pay) = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)) else {
+                return false;
+            };
+            let pay = Mbuf { ptr: pay };
+            let Some(tl) = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)) else {
+                return false;
+            };
+            let mut tl = Mbuf { ptr: tl };
+            match tl.append(tail.len()) {
+                Some(dst) => dst.copy_from_slice(tail),
+                None => return false,
+            }
+            let p = pay.ptr.as_ptr();
+            dpdk_sys::rnic_pktmbuf_attach_extbuf(
+                p,
+                payload.as_ptr() as *mut std::ffi::c_void,
+                len,
+                ext.take_ref(),
+            );
+            (*p).data_len = len;
+            (*p).pkt_len = u32::from(len);
+            // Chaining fails only past DPDK's segment limit, far above
+            // three; then the segments go back (the reference with them).
+            let (p, t) = (pay.into_raw(), tl.into_raw());
+            if dpdk_sys::rnic_pktmbuf_chain(p, t) != 0 {
+                dpdk_sys::rnic_pktmbuf_free(p);
+                dpdk_sys::rnic_pktmbuf_free(t);
+                return false;
+            }
+            if dpdk_sys::rnic_pktmbuf_chain(head, p) != 0 {
+                dpdk_sys::rnic_pktmbuf_free(p);
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether the NIC flagged the frame's IPv4 checksum bad (with the RX

@@ -6,10 +6,12 @@
 //! every block says why it is sound.
 
 mod eal;
+mod extbuf;
 mod mbuf;
 pub mod port;
 
 pub use eal::{rdtsc, Eal, LcoreGuard, TscClock};
+pub use extbuf::ExtMemory;
 pub use mbuf::{Mbuf, Mempool};
 pub use port::{ring_pair, Port, PortStats, RxHalf, TxHalf};
 

@@ -56,6 +56,9 @@ pub struct Port {
     mtu: u32,
     /// Frames the NIC flagged with a bad IPv4 checksum, dropped.
     rx_bad_checksum: u64,
+    /// Chained frames dropped: neither headers, payload and tail nor
+    /// joinable into their first segment.
+    rx_unjoinable: u64,
     _not_sync: NotSync,
     pub id: u16,
     /// RX offloads enabled (those of `ETH_RX_OFFLOAD_IPV4_CKSUM` the device
@@ -84,6 +87,10 @@ pub struct PortStats {
     /// Frames the NIC flagged with a bad IPv4 checksum, dropped by us.
     #[serde(default)]
     pub rx_bad_checksum: u64,
+    /// Chained frames dropped by us: neither headers, payload and tail
+    /// nor joinable into their first segment.
+    #[serde(default)]
+    pub rx_unjoinable: u64,
 }
 
 impl Port {
@@ -180,6 +187,7 @@ impl Port {
             mac: MacAddr(mac.addr_bytes),
             mtu: u32::from(mtu),
             rx_bad_checksum: 0,
+            rx_unjoinable: 0,
             _not_sync: PhantomData,
             id,
             rx_offloads: conf.rxmode.offloads,
@@ -236,6 +244,7 @@ impl Port {
             ierrors: s.ierrors,
             oerrors: s.oerrors,
             rx_bad_checksum: self.rx_bad_checksum,
+            rx_unjoinable: self.rx_unjoinable,
         }
     }
 }
@@ -250,6 +259,7 @@ fn rx_queues(
     out: &mut Vec<Mbuf>,
     max: usize,
     bad: &mut u64,
+    unjoinable: &mut u64,
 ) -> usize {
     let mut total = 0;
     for q in 0..queues {
@@ -264,9 +274,16 @@ fn rx_queues(
         for &m in &raw[..usize::from(n)] {
             if let Some(p) = NonNull::new(m) {
                 // SAFETY: the driver gave us this mbuf; we are its only owner.
-                let m = unsafe { Mbuf::from_raw(p) };
+                let mut m = unsafe { Mbuf::from_raw(p) };
                 if check && m.ip_checksum_bad() {
                     *bad += 1; // freed by Drop
+                    continue;
+                }
+                // A chain is read as headers, payload and tail (three
+                // segments), or made one buffer; one that does not fit
+                // its first segment is dropped and counted.
+                if !matches!(m.segments(), 1 | 3) && !m.linearize() {
+                    *unjoinable += 1;
                     continue;
                 }
                 out.push(m);
@@ -313,6 +330,7 @@ impl FramePort for Port {
             out,
             max,
             &mut self.rx_bad_checksum,
+            &mut self.rx_unjoinable,
         )
     }
 
@@ -353,7 +371,15 @@ impl RxHalf {
     pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>) -> usize {
         let p = &mut self.port;
         let check = p.checks_ip();
-        rx_queues(p.id, p.queues, check, out, BURST, &mut p.rx_bad_checksum)
+        rx_queues(
+            p.id,
+            p.queues,
+            check,
+            out,
+            BURST,
+            &mut p.rx_bad_checksum,
+            &mut p.rx_unjoinable,
+        )
     }
 
     /// The whole port again, once the TX pipe thread has returned its
@@ -383,6 +409,14 @@ impl TxHalf {
 }
 
 impl Frame for Mbuf {
+    fn rest(&self) -> Option<(&[u8], &[u8])> {
+        Mbuf::rest(self)
+    }
+
+    fn linearize(&mut self) -> bool {
+        Mbuf::linearize(self)
+    }
+
     fn capacity(&self) -> usize {
         self.tailroom() + self.data().len()
     }

@@ -69,6 +69,9 @@ pub struct ServiceConfig {
     /// AckReq at least every this many messages towards our own peers
     /// (`EngineConfig::ack_req_msgs`).
     pub ack_coalesce: u32,
+    /// Payloads of at least this many bytes are sent from where they lie
+    /// on ports that allow it (0: always copied).
+    pub zero_copy_tx_min: usize,
     /// Dataplane lcores (device `i` runs on lcore `i % lcores`).
     pub lcores: usize,
     pub cc: CcMode,
@@ -222,6 +225,13 @@ impl ServiceCounters {
 
 /// Passes without work before the loop starts to give the CPU away.
 const IDLE_PASSES: u32 = 20_000;
+
+/// Drivers that read a frame's bytes in software, segment by segment (or
+/// hand the mbufs to a peer port that does), so that a payload segment
+/// pointing into an application's memory needs no DMA mapping: these get
+/// zero-copy TX. A hardware NIC's driver would need the segments
+/// registered for its DMA first, which the daemon does not do.
+const ZERO_COPY_DRIVERS: [&str; 3] = ["net_ring", "net_tap", "net_af_packet"];
 
 /// WQEs taken from one SQ per pass.
 const SQ_BUDGET: usize = 32;
@@ -478,6 +488,9 @@ impl Service {
             })?;
         let engine = Engine::new(ec, AppMemory::default(), 0);
         let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
+        if cfg.zero_copy_tx_min > 0 && ZERO_COPY_DRIVERS.contains(&driver.as_str()) {
+            nic = nic.with_split_tx(cfg.zero_copy_tx_min, memory::attach_payload);
+        }
         for &(ip, mac) in &cfg.neighbours {
             nic.neighbours_mut().add_static(ip, mac);
         }

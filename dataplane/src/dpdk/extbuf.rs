@@ -1,0 +1,144 @@
+//! Memory the mbufs of a frame may point into without owning it: an
+//! application's shared segment, from which a frame's payload is sent
+//! where it lies (zero-copy TX) instead of being copied into the frame.
+//!
+//! An [`ExtMemory`] holds DPDK's shared-info block for one mapping and
+//! the mapping itself. Each mbuf attached to it takes a reference in the
+//! block's counter; the owner holds one more until it lets go
+//! ([`ExtMemory`]'s Drop). The last reference to go, an mbuf freed by
+//! whichever thread or driver frees it or the owner, frees the block and
+//! with it the mapping: a segment stays mapped while any frame still
+//! points into it, whatever the application does meanwhile.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use dpdk_sys::rte_mbuf_ext_shared_info;
+
+/// DPDK's shared-info block and the mapping it keeps alive; on the heap,
+/// at an address that does not move, freed by the last reference. The
+/// shared info comes first: DPDK's pointer to it is the block's.
+#[repr(C)]
+struct Block {
+    shinfo: rte_mbuf_ext_shared_info,
+    /// `[base, base + len)`: the mapping's bytes.
+    base: usize,
+    len: usize,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// A mapping frames may point into, kept mapped until its last frame is
+/// freed.
+pub struct ExtMemory {
+    block: NonNull<Block>,
+}
+
+// SAFETY: the block is reached only through DPDK's atomic counter (a
+// reference per mbuf and one for this owner) and freed once, by whoever
+// drops the last reference; its fields are immutable after creation, and
+// what it keeps alive is Send + Sync.
+unsafe impl Send for ExtMemory {}
+// SAFETY: as above; `&ExtMemory` only reads the immutable fields and takes
+// references through the atomic counter.
+unsafe impl Sync for ExtMemory {}
+
+/// Called by DPDK when the last mbuf attached to the block is freed after
+/// the owner let go: frees the block, and with it the mapping.
+unsafe extern "C" fn free_block(_addr: *mut c_void, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the block's own address, leaked from a Box by
+    // `ExtMemory::new`; the counter reached zero, so nobody refers to it
+    // any more and this is the one call that frees it.
+    drop(unsafe { Box::from_raw(opaque as *mut Block) });
+}
+
+impl ExtMemory {
+    /// The `len` bytes at `base`, mapped as long as `keep` lives.
+    ///
+    /// # Safety
+    /// `[base, base + len)` must stay mapped and readable while `keep` is
+    /// alive.
+    pub unsafe fn new(base: *const u8, len: usize, keep: Arc<dyn Any + Send + Sync>) -> Self {
+        let block = Box::into_raw(Box::new(Block {
+            shinfo: rte_mbuf_ext_shared_info::default(),
+            base: base as usize,
+            len,
+            _keep: keep,
+        }));
+        // SAFETY: `block` is a valid, exclusively owned heap block; its
+        // shared info gets the callback, its own address as the callback's
+        // argument, and the owner's reference (1).
+        unsafe {
+            dpdk_sys::rnic_ext_shinfo_init(
+                &mut (*block).shinfo,
+                Some(free_block),
+                block as *mut c_void,
+            );
+        }
+        ExtMemory {
+            // SAFETY: Box::into_raw never returns null.
+            block: unsafe { NonNull::new_unchecked(block) },
+        }
+    }
+
+    /// Whether `bytes` lie inside this mapping.
+    pub fn contains(&self, bytes: &[u8]) -> bool {
+        // SAFETY: the block lives while this owner does.
+        let b = unsafe { self.block.as_ref() };
+        let at = bytes.as_ptr() as usize;
+        at >= b.base && at - b.base + bytes.len() <= b.len
+    }
+
+    /// The shared info to attach an mbuf to, with a reference taken for
+    /// it (given back by DPDK when the mbuf is freed).
+    pub(crate) fn take_ref(&self) -> *mut rte_mbuf_ext_shared_info {
+        let shinfo = self.block.as_ptr() as *mut rte_mbuf_ext_shared_info;
+        // SAFETY: the block (whose first field is the shared info) lives
+        // while this owner does; the counter is updated atomically while
+        // other references exist, and only this owner's when none do.
+        unsafe { dpdk_sys::rnic_ext_refcnt_update(shinfo, 1) };
+        shinfo
+    }
+}
+
+impl Drop for ExtMemory {
+    fn drop(&mut self) {
+        let shinfo = self.block.as_ptr() as *mut rte_mbuf_ext_shared_info;
+        // SAFETY: gives back the owner's reference; when it was the last,
+        // no mbuf refers to the block and it is freed here, once (DPDK
+        // calls the callback only when an mbuf's release reaches zero).
+        unsafe {
+            if dpdk_sys::rnic_ext_refcnt_update(shinfo, -1) == 0 {
+                drop(Box::from_raw(self.block.as_ptr()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mapping_lives_until_the_owner_and_every_reference_let_go() {
+        let data = Arc::new(vec![7u8; 64]);
+        let weak = Arc::downgrade(&data);
+        let base = data.as_ptr();
+        // SAFETY: the Vec's bytes live as long as the Arc kept.
+        let ext = unsafe { ExtMemory::new(base, 64, data) };
+        assert!(ext.contains(unsafe { std::slice::from_raw_parts(base, 64) }));
+        assert!(!ext.contains(unsafe { std::slice::from_raw_parts(base, 65) }));
+        let shinfo = ext.take_ref();
+        drop(ext);
+        assert!(weak.upgrade().is_some(), "an mbuf's reference keeps it");
+        // What DPDK does when that mbuf is freed.
+        unsafe {
+            if dpdk_sys::rnic_ext_refcnt_update(shinfo, -1) == 0 {
+                let s = &*shinfo;
+                (s.free_cb.unwrap())(std::ptr::null_mut(), s.fcb_opaque);
+            }
+        }
+        assert!(weak.upgrade().is_none(), "freed with the last reference");
+    }
+}
