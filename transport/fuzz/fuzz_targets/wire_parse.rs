@@ -2,7 +2,10 @@
 //! whatever parses must emit again and parse back to the same headers and
 //! payload; a frame template of its outer headers emits the same bytes; an
 //! INT response built from any input is a valid frame carrying its PSN;
-//! the fixed-offset parse of common frames agrees with the layered one; a
+//! the fixed-offset parse of common frames agrees with the layered one,
+//! and so does that parse of the input cut in three pieces anywhere (a
+//! frame received in pieces) whenever it takes them; a template's headers
+//! with the payload apart and the tail are the frame emitted whole; a
 //! switch's record pushed into any stack reads back in the stack's units;
 //! a domain boundary's rewrite of any stack into relative load is what
 //! `TlmRepr::relative` computes and rewriting again changes nothing.
@@ -32,6 +35,17 @@ fuzz_target!(|data: &[u8]| {
     // The fixed-offset path for common frames says what the layered
     // parse says.
     assert_eq!(Packet::parse(data), Packet::parse_layered(data));
+    // In three pieces, cut where the first two bytes say: what the pieces
+    // parse to, when taken, is what the whole parses to.
+    if let [a, b, rest @ ..] = data {
+        let head = usize::from(*a).min(rest.len());
+        let tail = usize::from(*b % 16).min(rest.len() - head);
+        let (h, r) = rest.split_at(head);
+        let (p, t) = r.split_at(r.len() - tail);
+        if let Some(split) = Packet::parse_split(h, p, t) {
+            assert_eq!(Ok(split), Packet::parse(rest));
+        }
+    }
     let mut copy = data.to_vec();
     let mut frame = RoceFrame::new_checked(&mut copy[..]).ok();
     if let Some(mut t) = frame.as_mut().and_then(|f| f.tlm_mut()) {
@@ -98,5 +112,11 @@ fuzz_target!(|data: &[u8]| {
             )
             .expect("a template emits what the headers emit");
         assert_eq!(&again[..m], &out[..n]);
+        // Sent from where the payload lies: headers, payload, tail.
+        let (h, tail) = t
+            .emit_head(&p.repr.transport(), p.repr.ip.ident, p.payload, &mut again)
+            .expect("a template emits the headers alone");
+        let pieces = [&again[..h], p.payload, tail.as_slice()].concat();
+        assert_eq!(&pieces[..], &out[..n]);
     }
 });
