@@ -90,6 +90,11 @@ void rnic_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf
 	rte_pktmbuf_attach_extbuf(m, buf_addr, RTE_BAD_IOVA, buf_len, shinfo);
 }
 
+uint16_t rnic_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinfo)
+{
+	return rte_mbuf_ext_refcnt_read(shinfo);
+}
+
 struct rte_mbuf *rnic_pktmbuf_alloc_like(struct rte_mbuf *m)
 {
 	return rte_pktmbuf_alloc(m->pool);

@@ -28,6 +28,7 @@ uint16_t rnic_pktmbuf_tailroom(const struct rte_mbuf *m);
 void rnic_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo,
                           void (*free_cb)(void *addr, void *opaque), void *opaque);
 uint16_t rnic_ext_refcnt_update(struct rte_mbuf_ext_shared_info *shinfo, int16_t value);
+uint16_t rnic_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *shinfo);
 void rnic_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr, uint16_t buf_len,
                                 struct rte_mbuf_ext_shared_info *shinfo);
 struct rte_mbuf *rnic_pktmbuf_alloc_like(struct rte_mbuf *m);

@@ -130,8 +130,10 @@ pub struct NicCounters {
     pub pfc_resume_rx: u64,
     pub pfc_other_rx: u64,
     pub pfc_bad: u64,
-    /// Frames whose payload was sent from where it lies (zero-copy TX),
-    /// and frames meant to be that were copied (no mbuf for the payload).
+    /// Frames built with their payload where it lies (zero-copy TX; a
+    /// fault or a neighbour lookup may still join one into one buffer
+    /// before it leaves), and frames meant to be that were copied (no
+    /// mbuf for the payload).
     pub tx_zero_copy: u64,
     pub tx_zero_copy_fallback: u64,
 }
@@ -506,22 +508,28 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 };
                 match built_in_place {
                     Ok(Some(_)) => {
-                        if let (Some((va, len, tail)), Some((_, attach))) = (apart, self.split_tx) {
-                            match attach(self.engine.mem(), &mut f, va, len, tail.as_slice()) {
-                                Some(Attached::InPlace) => self.counters.tx_zero_copy += 1,
-                                Some(Attached::Copied) => self.counters.tx_zero_copy_fallback += 1,
-                                None => {
-                                    // Built but not sent: RC recovers it like any loss.
-                                    self.counters.tx_no_buffer += 1;
-                                    built += 1;
-                                    continue;
-                                }
+                        let attached = match (apart, self.split_tx) {
+                            (Some((va, len, tail)), Some((_, attach))) => {
+                                attach(self.engine.mem(), &mut f, va, len, tail.as_slice())
                             }
+                            _ => Some(Attached::Copied),
+                        };
+                        match (attached, apart.is_some()) {
+                            (Some(Attached::InPlace), _) => self.counters.tx_zero_copy += 1,
+                            (Some(Attached::Copied), true) => {
+                                self.counters.tx_zero_copy_fallback += 1
+                            }
+                            _ => {}
                         }
-                        if tracing {
-                            stamp_all(host, Stage::Built, &[&f]);
+                        if attached.is_none() {
+                            // Built but not sent: RC recovers it like any loss.
+                            self.counters.tx_no_buffer += 1;
+                        } else {
+                            if tracing {
+                                stamp_all(host, Stage::Built, &[&f]);
+                            }
+                            self.queue(now, f)
                         }
-                        self.queue(now, f)
                     }
                     Ok(None) => {
                         self.spare = Some(f);

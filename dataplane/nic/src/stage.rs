@@ -9,6 +9,7 @@
 //! burst.
 
 use transport::wire::inflight::RoceFrame;
+use transport::wire::{ethernet, ipv4, udp, Bth, EthernetFrame};
 
 /// Where in the pipeline a stamp was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,13 +58,43 @@ pub struct FrameKey {
 pub const NO_OPCODE: u8 = 0xff;
 
 impl FrameKey {
-    /// The key of a RoCEv2 frame; `None` for anything else (ARP).
+    /// The key of a RoCEv2 frame; `None` for anything else (ARP). A frame
+    /// held in pieces is keyed by its first, which holds every header.
     pub fn of(frame: &[u8]) -> Option<FrameKey> {
-        let f = RoceFrame::new_checked(frame).ok()?;
+        match RoceFrame::new_checked(frame) {
+            Ok(f) => Some(FrameKey {
+                opcode: f.opcode_raw(),
+                dest_qp: f.dest_qp(),
+                psn: f.psn(),
+            }),
+            Err(_) => Self::of_headers(frame),
+        }
+    }
+
+    /// The key read from the headers alone, without the lengths they
+    /// state (which count the pieces after them): IPv4 over UDP to the
+    /// RoCEv2 port, then BTH.
+    fn of_headers(frame: &[u8]) -> Option<FrameKey> {
+        let e = EthernetFrame::new_checked(frame).ok()?;
+        let ip = e.payload();
+        let first = *ip.first()?;
+        let ihl = usize::from(first & 0x0f) * 4;
+        if e.ethertype() != ethernet::ETHERTYPE_IPV4
+            || first >> 4 != 4
+            || ihl < ipv4::HEADER_LEN
+            || *ip.get(9)? != ipv4::PROTO_UDP
+        {
+            return None;
+        }
+        let l4 = ip.get(ihl..)?;
+        if u16::from_be_bytes([*l4.get(2)?, *l4.get(3)?]) != udp::ROCE_PORT {
+            return None;
+        }
+        let bth = Bth::new_checked(l4.get(udp::HEADER_LEN..)?).ok()?;
         Some(FrameKey {
-            opcode: f.opcode_raw(),
-            dest_qp: f.dest_qp(),
-            psn: f.psn(),
+            opcode: bth.opcode_raw(),
+            dest_qp: bth.dest_qp(),
+            psn: bth.psn(),
         })
     }
 
@@ -113,5 +144,51 @@ mod tests {
     #[test]
     fn only_roce_frames_have_a_key() {
         assert_eq!(FrameKey::of(&[0u8; 60]), None);
+    }
+
+    /// A frame held in pieces is keyed by its headers: the same key as
+    /// the whole frame, and none for a headers piece that is not RoCEv2.
+    #[test]
+    fn the_headers_of_a_frame_in_pieces_have_its_key() {
+        use std::net::Ipv4Addr;
+        use transport::wire::{
+            EthernetRepr, FrameTemplate, Ipv4Repr, MacAddr, Opcode, RethRepr, TransportRepr,
+            UdpRepr,
+        };
+        let eth = EthernetRepr {
+            src: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst: MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan: None,
+        };
+        let ip = Ipv4Repr {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            ..Ipv4Repr::default()
+        };
+        let t = FrameTemplate::new(&eth, &ip, &UdpRepr { src_port: 49152 });
+        let mut tr = TransportRepr::new(Opcode::RdmaWriteOnly, 0x12_3456, 0xab_cdef);
+        tr.reth = Some(RethRepr {
+            va: 0x1000,
+            r_key: 7,
+            dma_len: 2048,
+        });
+        let payload = [0x5a; 2048];
+        let mut whole = vec![0u8; t.frame_len(&tr, payload.len())];
+        t.emit_with(&tr, 1, payload.len(), &mut whole, |p| {
+            p.copy_from_slice(&payload)
+        })
+        .unwrap();
+        let mut head = [0u8; 128];
+        let (n, _) = t.emit_head(&tr, 1, &payload, &mut head).unwrap();
+        let want = Some(FrameKey {
+            opcode: Opcode::RdmaWriteOnly as u8,
+            dest_qp: 0x12_3456,
+            psn: 0xab_cdef,
+        });
+        assert_eq!(FrameKey::of(&whole), want);
+        assert_eq!(FrameKey::of(&head[..n]), want);
+        let mut not_roce = head;
+        not_roce[14 + 20 + 3] ^= 1; // UDP destination port
+        assert_eq!(FrameKey::of(&not_roce[..n]), None);
     }
 }

@@ -17,6 +17,11 @@ use std::sync::Arc;
 
 use dpdk_sys::rte_mbuf_ext_shared_info;
 
+/// References to one mapping at most: DPDK's counter is 16 bits, and a
+/// pool larger than this (or frames held by a fault's delay) must not
+/// wrap it; past it, payloads are copied.
+pub const MAX_REFS: u16 = 1 << 15;
+
 /// DPDK's shared-info block and the mapping it keeps alive; on the heap,
 /// at an address that does not move, freed by the last reference. The
 /// shared info comes first: DPDK's pointer to it is the block's.
@@ -35,14 +40,13 @@ pub struct ExtMemory {
     block: NonNull<Block>,
 }
 
-// SAFETY: the block is reached only through DPDK's atomic counter (a
-// reference per mbuf and one for this owner) and freed once, by whoever
-// drops the last reference; its fields are immutable after creation, and
-// what it keeps alive is Send + Sync.
+// SAFETY: the block's fields are immutable after creation and what it
+// keeps alive is Send + Sync; it is freed once, by whoever drops the last
+// reference (a reference per mbuf, which any thread may free, and one for
+// this owner). Not Sync: DPDK updates the counter without an atomic while
+// it reads 1 (only the owner's reference), so references are taken by one
+// thread, the owner's, at a time.
 unsafe impl Send for ExtMemory {}
-// SAFETY: as above; `&ExtMemory` only reads the immutable fields and takes
-// references through the atomic counter.
-unsafe impl Sync for ExtMemory {}
 
 /// Called by DPDK when the last mbuf attached to the block is freed after
 /// the owner let go: frees the block, and with it the mapping.
@@ -91,14 +95,32 @@ impl ExtMemory {
     }
 
     /// The shared info to attach an mbuf to, with a reference taken for
-    /// it (given back by DPDK when the mbuf is freed).
-    pub(crate) fn take_ref(&self) -> *mut rte_mbuf_ext_shared_info {
+    /// it (given back by DPDK when the mbuf is freed); `None` when
+    /// [`MAX_REFS`] are out (the 16-bit counter must not wrap).
+    pub(crate) fn take_ref(&self) -> Option<*mut rte_mbuf_ext_shared_info> {
         let shinfo = self.block.as_ptr() as *mut rte_mbuf_ext_shared_info;
         // SAFETY: the block (whose first field is the shared info) lives
-        // while this owner does; the counter is updated atomically while
-        // other references exist, and only this owner's when none do.
-        unsafe { dpdk_sys::rnic_ext_refcnt_update(shinfo, 1) };
-        shinfo
+        // while this owner does. The counter is read and updated
+        // atomically while other references exist; while it reads 1 only
+        // this owner's exists, no mbuf can change it, and this owner is
+        // not shared between threads (not Sync).
+        unsafe {
+            if dpdk_sys::rnic_ext_refcnt_read(shinfo) >= MAX_REFS {
+                return None;
+            }
+            dpdk_sys::rnic_ext_refcnt_update(shinfo, 1);
+        }
+        Some(shinfo)
+    }
+}
+
+impl ExtMemory {
+    /// Gives back a reference [`ExtMemory::take_ref`] took and no mbuf
+    /// holds.
+    pub(crate) fn give_back(&self, shinfo: *mut rte_mbuf_ext_shared_info) {
+        // SAFETY: `shinfo` is this block's, with the reference being given
+        // back still counted, so the count stays at least 1 (the owner's).
+        unsafe { dpdk_sys::rnic_ext_refcnt_update(shinfo, -1) };
     }
 }
 
@@ -129,7 +151,16 @@ mod tests {
         let ext = unsafe { ExtMemory::new(base, 64, data) };
         assert!(ext.contains(unsafe { std::slice::from_raw_parts(base, 64) }));
         assert!(!ext.contains(unsafe { std::slice::from_raw_parts(base, 65) }));
-        let shinfo = ext.take_ref();
+        let shinfo = ext.take_ref().expect("a reference");
+        // As many references out as the cap allows: no more are taken,
+        // the 16-bit counter never wraps.
+        unsafe { dpdk_sys::rnic_ext_refcnt_update(shinfo, (MAX_REFS - 2) as i16) };
+        assert!(ext.take_ref().is_none(), "past the cap");
+        for _ in 0..MAX_REFS - 2 {
+            ext.give_back(shinfo);
+        }
+        assert!(ext.take_ref().is_some(), "under it again");
+        ext.give_back(shinfo);
         drop(ext);
         assert!(weak.upgrade().is_some(), "an mbuf's reference keeps it");
         // What DPDK does when that mbuf is freed.

@@ -243,6 +243,9 @@ impl Mbuf {
         if self.segments() != 1 || !ext.contains(payload) {
             return false;
         }
+        let Some(shinfo) = ext.take_ref() else {
+            return false;
+        };
         let head = self.ptr.as_ptr();
         // SAFETY: `head` is our own single-segment mbuf; the two new mbufs
         // come from its pool and are ours until chained into it (or freed
@@ -252,24 +255,26 @@ impl Mbuf {
         // is freed: the bytes stay mapped while it lives. Chaining moves
         // both into the chain, freed with the head.
         unsafe {
-            let Some(pay) = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)) else {
+            let pay = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)).map(|ptr| Mbuf { ptr });
+            let tl = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)).map(|ptr| Mbuf { ptr });
+            let (Some(pay), Some(mut tl)) = (pay, tl) else {
+                ext.give_back(shinfo);
                 return false;
             };
-            let pay = Mbuf { ptr: pay };
-            let Some(tl) = NonNull::new(dpdk_sys::rnic_pktmbuf_alloc_like(head)) else {
-                return false;
-            };
-            let mut tl = Mbuf { ptr: tl };
             match tl.append(tail.len()) {
                 Some(dst) => dst.copy_from_slice(tail),
-                None => return false,
+                None => {
+                    ext.give_back(shinfo);
+                    return false;
+                }
             }
             let p = pay.ptr.as_ptr();
+            // From here the reference is the segment's.
             dpdk_sys::rnic_pktmbuf_attach_extbuf(
                 p,
                 payload.as_ptr() as *mut std::ffi::c_void,
                 len,
-                ext.take_ref(),
+                shinfo,
             );
             (*p).data_len = len;
             (*p).pkt_len = u32::from(len);

@@ -987,6 +987,11 @@ impl<M: Memory> Engine<M> {
         if !self.on_own_vlan(frame) {
             return;
         }
+        self.handle_frame(now, frame);
+    }
+
+    /// Handles a received frame on the engine's VLAN, counted already.
+    fn handle_frame(&mut self, now: u64, frame: &[u8]) {
         // Borrowed from the result, not moved out of it: a Packet is
         // ~400 bytes.
         let parsed = Packet::parse(frame);
@@ -1010,10 +1015,13 @@ impl<M: Memory> Engine<M> {
     /// of the pieces in one buffer, without copying the payload there
     /// when the frame is a data packet of the kinds read at fixed offsets.
     pub fn handle_packet_split(&mut self, now: u64, head: &[u8], payload: &[u8], tail: &[u8]) {
-        if let Some(p) = Packet::parse_split(head, payload, tail).filter(|_| self.on_own_vlan(head))
-        {
-            self.settle_posts();
-            self.counters.rx_frames += 1;
+        self.settle_posts();
+        self.counters.rx_frames += 1;
+        // The Ethernet header is in `head`.
+        if !self.on_own_vlan(head) {
+            return;
+        }
+        if let Some(p) = Packet::parse_split(head, payload, tail) {
             self.handle_parsed(now, &p);
             return;
         }
@@ -1024,7 +1032,7 @@ impl<M: Memory> Engine<M> {
         whole.extend_from_slice(head);
         whole.extend_from_slice(payload);
         whole.extend_from_slice(tail);
-        self.handle_packet(now, &whole);
+        self.handle_frame(now, &whole);
         self.rx_whole = whole;
     }
 
@@ -1191,13 +1199,17 @@ impl<M: Memory> Engine<M> {
     /// memory of at least `split_min` bytes, which the engine's memory
     /// lends out ([`Memory::bytes`]), comes back as [`TxFrame::Split`]:
     /// its headers in `buf`, the range and the tail to send after them.
-    /// Every other frame is built whole in `buf`.
+    /// Every other frame is built whole in `buf`: control frames, inline
+    /// and scattered payloads, and READ responses (whose region the
+    /// application may write meanwhile; see `Qp::emit_paced`). A
+    /// `split_min` of 0 is taken as 1: an empty payload is never apart.
     pub fn poll_transmit_split(
         &mut self,
         now: u64,
         buf: &mut [u8],
         split_min: usize,
     ) -> Option<TxFrame> {
+        let split_min = split_min.max(1);
         self.settle_posts();
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;

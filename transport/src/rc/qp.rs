@@ -1127,10 +1127,15 @@ impl Qp {
             };
             let t = self.response_transport(&r);
             let len = r.len as usize;
+            // Always copied: the application may write the region a READ
+            // reads while the response is under way (RDMA lets it; the
+            // requester gets the bytes as they were), and a payload read
+            // again after its ICRC was computed would fail the ICRC then.
+            // A request's buffer is left alone until its WR completes.
             let Some(f) = self
                 .template
                 .as_ref()
-                .and_then(|tpl| emit_from(tpl, &t, ident, (dev, len), mem, buf, split_min))
+                .and_then(|tpl| emit_from(tpl, &t, ident, (dev, len), mem, buf, usize::MAX))
             else {
                 return Ok(None);
             };

@@ -220,10 +220,14 @@ impl Segment {
             return;
         }
         // SAFETY: the destination range is inside the mapping (checked
-        // above); `src` may lie in the mapping only through `slice`,
-        // which the application holds while it cannot call this (the
-        // slice borrows its region mutably or the copy is disjoint), and
-        // `copy` tolerates overlap anyway.
+        // above). `src` may lie in a mapping: through `slice` in an
+        // application, or, in the daemon, as the payload of a frame sent
+        // from a segment where it lies (zero-copy TX) to another of the
+        // daemon's devices, which may be this mapping, the same bytes
+        // even when a WRITE's source and destination overlap. `copy`
+        // tolerates overlap, and the bytes are plain shared memory that
+        // other processes write under any reference anyway (see the
+        // module doc).
         unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) }
     }
 
