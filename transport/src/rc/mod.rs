@@ -1234,12 +1234,25 @@ impl<M: Memory> Engine<M> {
                 continue;
             };
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            match qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, split_min) {
-                Ok(f) => {
+            let mut split = qp::Split {
+                min: split_min,
+                apart: None,
+            };
+            let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
+            match emitted {
+                Ok(n) => {
                     self.refresh(i, now);
-                    if let Some(f) = f {
+                    if let Some(n) = n {
                         self.counters.tx_frames += 1;
-                        return Some(f);
+                        return Some(match split.apart {
+                            None => TxFrame::Whole(n),
+                            Some(a) => TxFrame::Split {
+                                head: n,
+                                payload: a.payload,
+                                payload_len: a.payload_len,
+                                tail: a.tail,
+                            },
+                        });
                     }
                 }
                 Err(status) => {

@@ -22,21 +22,46 @@ use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{
-    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, TxFrame, WcStatus,
+    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
 };
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet, ProbeRepr,
-    RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
+    udp, AethRepr, EthernetRepr, FrameTail, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
+    ProbeRepr, RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
+
+/// Where the payload and tail of a frame sent in pieces are (see
+/// [`TxFrame::Split`]); the headers are in the frame's buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Apart {
+    pub payload: u64,
+    pub payload_len: u32,
+    pub tail: FrameTail,
+}
+
+impl Apart {
+    /// Bytes of the frame after its headers.
+    fn len(&self) -> usize {
+        self.payload_len as usize + self.tail.as_slice().len()
+    }
+}
+
+/// A driver's offer to send payloads of at least `min` bytes from where
+/// they lie, and where the packet built says it did.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Split {
+    pub min: usize,
+    pub apart: Option<Apart>,
+}
 
 /// Emits `t` behind `tpl` with the `len` bytes of memory at device address
 /// `va` (checked already) as its payload: sent from where they lie when
-/// they are at least `split_min` bytes and `mem` lends them out, else
-/// copied into the frame in `buf`. `None` when `buf` is too small.
+/// they are at least `split.min` bytes and `mem` lends them out (the
+/// headers in `buf`, the rest in `split.apart`), else copied into the
+/// frame in `buf`. The bytes written to `buf`; `None` when it is too small.
 fn emit_from(
     tpl: &FrameTemplate,
     t: &TransportRepr<'_>,
@@ -44,22 +69,21 @@ fn emit_from(
     (va, len): (u64, usize),
     mem: &impl Memory,
     buf: &mut [u8],
-    split_min: usize,
-) -> Option<TxFrame> {
-    if len >= split_min {
+    split: &mut Split,
+) -> Option<usize> {
+    if len >= split.min {
         if let Some(bytes) = mem.bytes(va, len) {
             let (head, tail) = tpl.emit_head(t, ident, bytes, buf).ok()?;
-            return Some(TxFrame::Split {
-                head,
+            split.apart = Some(Apart {
                 payload: va,
                 payload_len: len as u32,
                 tail,
             });
+            return Some(head);
         }
     }
     tpl.emit_with(t, ident, len, buf, |dst| mem.read(va, dst))
         .ok()
-        .map(TxFrame::Whole)
 }
 
 /// Which congestion control the QPs of an engine run.
@@ -1106,8 +1130,8 @@ impl Qp {
         mrs: &MrTable,
         mem: &impl Memory,
         buf: &mut [u8],
-        split_min: usize,
-    ) -> Result<Option<TxFrame>, WcStatus> {
+        split: &mut Split,
+    ) -> Result<Option<usize>, WcStatus> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return Ok(None);
         }
@@ -1126,23 +1150,19 @@ impl Qp {
                 r.va
             };
             let t = self.response_transport(&r);
-            let len = r.len as usize;
             // Always copied: the application may write the region a READ
             // reads while the response is under way (RDMA lets it; the
             // requester gets the bytes as they were), and a payload read
             // again after its ICRC was computed would fail the ICRC then.
             // A request's buffer is left alone until its WR completes.
-            let Some(f) = self
-                .template
-                .as_ref()
-                .and_then(|tpl| emit_from(tpl, &t, ident, (dev, len), mem, buf, usize::MAX))
+            let Some(n) = self.emit(&t, ident, r.len as usize, buf, |dst| mem.read(dev, dst))
             else {
                 return Ok(None);
             };
             self.resp.response_sent();
             self.counters.tx_packets += 1;
             self.counters.tx_bytes += u64::from(r.len);
-            return Ok(Some(f));
+            return Ok(Some(n));
         }
         let Some(t) = self.peek() else {
             return Ok(None);
@@ -1159,7 +1179,6 @@ impl Qp {
                 };
                 let r = self.request_transport(&t);
                 self.emit_req(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
-                    .map(TxFrame::Whole)
             }
             Payload::One(s) => {
                 let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
@@ -1169,7 +1188,7 @@ impl Qp {
                 };
                 let r = self.request_transport(&t);
                 self.req_template()
-                    .and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split_min))
+                    .and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split))
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);
@@ -1182,10 +1201,9 @@ impl Qp {
                 self.emit_req(&r, ident, len, buf, |dst| {
                     super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
-                .map(TxFrame::Whole)
             }
         };
-        let Some(f) = emitted else {
+        let Some(n) = emitted else {
             return Ok(None);
         };
         self.req.sent(&t, now);
@@ -1197,9 +1215,10 @@ impl Qp {
         if t.retransmit {
             self.counters.retransmitted += 1;
         }
-        self.cc.on_sent(now, f.wire_len() as u64);
+        let wire = n + split.apart.as_ref().map_or(0, Apart::len);
+        self.cc.on_sent(now, wire as u64);
         self.poll_probe(now);
-        Ok(Some(f))
+        Ok(Some(n))
     }
 
     /// Builds the next control packet (NAK/ACK, probe response, notify, CNP,
