@@ -7,7 +7,7 @@ mod rc_util;
 
 use rc_util::*;
 use transport::mr::Memory;
-use transport::rc::{Cqe, PathMtu, TxFrame, WcStatus, WrOp};
+use transport::rc::{Apart, Cqe, PathMtu, TxFrame, WcStatus, WrOp};
 
 /// What a run left: every frame on the wire (A to B, then B to A, each in
 /// order), the frames that went split, the bytes that landed and the
@@ -68,12 +68,12 @@ fn run(split_min: usize) -> Outcome {
                         rx.engine_mut().handle_packet(now, &buf[..n]);
                         buf[..n].to_vec()
                     }
-                    TxFrame::Split {
-                        head,
-                        payload,
-                        payload_len,
-                        tail,
-                    } => {
+                    TxFrame::Split { head, apart } => {
+                        let Apart {
+                            payload,
+                            payload_len,
+                            tail,
+                        } = apart;
                         out.split[usize::from(!from_a)] += 1;
                         let bytes = tx
                             .engine()
@@ -141,9 +141,11 @@ fn a_corrupted_frame_in_pieces_is_dropped_as_the_whole_one_is() {
     let mut buf = vec![0u8; 9000];
     let Some(TxFrame::Split {
         head,
-        payload,
-        payload_len,
-        tail,
+        apart: Apart {
+            payload,
+            payload_len,
+            tail,
+        },
     }) = p.a.engine_mut().poll_transmit_split(1_000, &mut buf, 256)
     else {
         panic!("a 1024-byte payload goes split");

@@ -36,7 +36,7 @@
 //! (so the engine moves on and recovers it like any loss) and counted.
 
 use transport::mr::Memory;
-use transport::rc::{Cqe, Engine, TxFrame};
+use transport::rc::{Apart, Cqe, Engine, TxFrame};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
 use transport::wire::pfc::{self, PfcRepr};
 use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
@@ -456,6 +456,26 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         }
     }
 
+    /// Appends to a frame built in pieces (`apart`: its payload and tail)
+    /// what follows its headers, and counts how; false when it could not
+    /// be (the frame is dropped and counted: RC recovers it like any
+    /// loss). A frame built whole needs nothing.
+    fn attach_apart(&mut self, f: &mut P::Frame, apart: Option<Apart>) -> bool {
+        let (Some(a), Some((_, attach))) = (apart, self.split_tx) else {
+            return true;
+        };
+        let len = a.payload_len as usize;
+        match attach(self.engine.mem(), f, a.payload, len, a.tail.as_slice()) {
+            Some(Attached::InPlace) => self.counters.tx_zero_copy += 1,
+            Some(Attached::Copied) => self.counters.tx_zero_copy_fallback += 1,
+            None => {
+                self.counters.tx_no_buffer += 1;
+                return false;
+            }
+        }
+        true
+    }
+
     /// Builds frames in port buffers while the port takes them, then
     /// bursts them out.
     fn transmit(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
@@ -494,13 +514,8 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                     Some((min, _)) => f.build(self.max_frame, |buf| {
                         match engine.poll_transmit_split(now, buf, min)? {
                             TxFrame::Whole(n) => Some(n),
-                            TxFrame::Split {
-                                head,
-                                payload,
-                                payload_len,
-                                tail,
-                            } => {
-                                apart = Some((payload, payload_len as usize, tail));
+                            TxFrame::Split { head, apart: a } => {
+                                apart = Some(a);
                                 Some(head)
                             }
                         }
@@ -508,23 +523,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                 };
                 match built_in_place {
                     Ok(Some(_)) => {
-                        let attached = match (apart, self.split_tx) {
-                            (Some((va, len, tail)), Some((_, attach))) => {
-                                attach(self.engine.mem(), &mut f, va, len, tail.as_slice())
-                            }
-                            _ => Some(Attached::Copied),
-                        };
-                        match (attached, apart.is_some()) {
-                            (Some(Attached::InPlace), _) => self.counters.tx_zero_copy += 1,
-                            (Some(Attached::Copied), true) => {
-                                self.counters.tx_zero_copy_fallback += 1
-                            }
-                            _ => {}
-                        }
-                        if attached.is_none() {
-                            // Built but not sent: RC recovers it like any loss.
-                            self.counters.tx_no_buffer += 1;
-                        } else {
+                        if self.attach_apart(&mut f, apart) {
                             if tracing {
                                 stamp_all(host, Stage::Built, &[&f]);
                             }

@@ -43,10 +43,10 @@ pub use counters::{EngineCounters, QpCounters};
 pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
 pub use recv::MAX_RECV_WR;
 pub use types::{
-    rnr_timer_ns, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu, QpAccess,
-    QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendLimits, SendWr, SgList, Sge,
-    TooManySges, TxFrame, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload, MAX_INLINE_DATA,
-    MAX_SGE,
+    rnr_timer_ns, Apart, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu,
+    QpAccess, QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendLimits, SendWr,
+    SgList, Sge, TooManySges, TxFrame, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
+    MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
@@ -1246,12 +1246,7 @@ impl<M: Memory> Engine<M> {
                         self.counters.tx_frames += 1;
                         return Some(match split.apart {
                             None => TxFrame::Whole(n),
-                            Some(a) => TxFrame::Split {
-                                head: n,
-                                payload: a.payload,
-                                payload_len: a.payload_len,
-                                tail: a.tail,
-                            },
+                            Some(apart) => TxFrame::Split { head: n, apart },
                         });
                     }
                 }

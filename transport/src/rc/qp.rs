@@ -22,32 +22,16 @@ use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{
-    QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
+    Apart, QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
 };
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    udp, AethRepr, EthernetRepr, FrameTail, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
-    ProbeRepr, RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
+    udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet, ProbeRepr,
+    RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
-
-/// Where the payload and tail of a frame sent in pieces are (see
-/// [`TxFrame::Split`]); the headers are in the frame's buffer.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Apart {
-    pub payload: u64,
-    pub payload_len: u32,
-    pub tail: FrameTail,
-}
-
-impl Apart {
-    /// Bytes of the frame after its headers.
-    fn len(&self) -> usize {
-        self.payload_len as usize + self.tail.as_slice().len()
-    }
-}
 
 /// A driver's offer to send payloads of at least `min` bytes from where
 /// they lie, and where the packet built says it did.
@@ -1215,7 +1199,7 @@ impl Qp {
         if t.retransmit {
             self.counters.retransmitted += 1;
         }
-        let wire = n + split.apart.as_ref().map_or(0, Apart::len);
+        let wire = n + split.apart.as_ref().map_or(0, Apart::wire_len);
         self.cc.on_sent(now, wire as u64);
         self.poll_probe(now);
         Ok(Some(n))

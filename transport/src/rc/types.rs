@@ -564,16 +564,26 @@ pub enum TxFrame {
     /// The whole frame: this many bytes of the buffer.
     Whole(usize),
     /// A frame whose payload is sent from where it lies: `head` bytes of
-    /// the buffer (every header), then `payload_len` bytes of registered
-    /// memory at device address `payload`, then `tail` (pad and ICRC).
-    /// The memory is checked against its region already; the driver
-    /// attaches it to the frame, or copies it.
-    Split {
-        head: usize,
-        payload: u64,
-        payload_len: u32,
-        tail: crate::wire::FrameTail,
-    },
+    /// the buffer (every header), then what `apart` says.
+    Split { head: usize, apart: Apart },
+}
+
+/// The part of a frame sent in pieces after its headers: `payload_len`
+/// bytes of registered memory at device address `payload`, then `tail`
+/// (pad and ICRC). The memory is checked against its region already; the
+/// driver attaches it to the frame, or copies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Apart {
+    pub payload: u64,
+    pub payload_len: u32,
+    pub tail: crate::wire::FrameTail,
+}
+
+impl Apart {
+    /// Bytes of the frame after its headers.
+    pub fn wire_len(&self) -> usize {
+        self.payload_len as usize + self.tail.as_slice().len()
+    }
 }
 
 impl TxFrame {
@@ -581,12 +591,7 @@ impl TxFrame {
     pub fn wire_len(&self) -> usize {
         match *self {
             TxFrame::Whole(n) => n,
-            TxFrame::Split {
-                head,
-                payload_len,
-                tail,
-                ..
-            } => head + payload_len as usize + tail.as_slice().len(),
+            TxFrame::Split { head, apart } => head + apart.wire_len(),
         }
     }
 }
