@@ -846,11 +846,12 @@ impl<M: Memory> Engine<M> {
         Ok(())
     }
 
-    /// Refreshes the QP whose posts are owed a refresh. A valid post
-    /// changes nothing a refresh reads but the QP's next paced packet
-    /// (no WR completes, no timer starts, the state stays RTS), so the
-    /// refresh of a burst of posts to one QP at one time, as an
-    /// application's doorbell brings them, is done once: here, before any
+    /// Tells the scheduler the next paced packet of the QP whose posts
+    /// are owed it. A valid post changes nothing a refresh reads but the
+    /// QP's next paced packet (no WR completes, no timer starts, no
+    /// control packet is owed, the state stays RTS), so that is all it
+    /// refreshes, and for a burst of posts to one QP at one time, as an
+    /// application's doorbell brings them, once: here, before any
     /// call whose work depends on what the refresh computes or that may
     /// free or replace the QP (`poll_transmit`, `handle_packet`,
     /// `handle_timeout`, `modify_qp`, `modify_to_err`, `reset_qp`,
@@ -861,7 +862,7 @@ impl<M: Memory> Engine<M> {
     /// as due; `next_timer` need not, as a post starts no timer.
     fn settle_posts(&mut self) {
         if let Some((i, now)) = self.post_owed.take() {
-            self.refresh(i, now);
+            self.refresh_next(i, now);
         }
     }
 
@@ -934,13 +935,29 @@ impl<M: Memory> Engine<M> {
         if qp.take_drained() {
             self.events.push_back(AsyncEvent::SqDrained(qpn));
         }
-        let size = qp.next_paced_size(&self.cfg);
-        self.sched
-            .set_rate_and_next(qp.flow, qp.cc.rate_bps(), size, now);
-        if qp.has_ctrl() {
+        self.refresh_sent(i, now);
+    }
+
+    /// What a packet sent can change of a QP: its next paced packet (and
+    /// its rate), a control packet owed (a probe due), its timers. No WR
+    /// completes or fails by being sent and the send queue does not
+    /// drain, so [`Engine::refresh`]'s other checks are left out.
+    fn refresh_sent(&mut self, i: usize, now: u64) {
+        self.refresh_next(i, now);
+        if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
             self.queue_ctrl(i);
         }
         self.arm(i);
+    }
+
+    /// Tells the scheduler the QP's rate and the size of its next paced
+    /// packet: all a valid post changes (see [`Engine::settle_posts`]).
+    fn refresh_next(&mut self, i: usize, now: u64) {
+        if let Some(qp) = self.qps[i].as_ref() {
+            let size = qp.next_paced_size(&self.cfg);
+            self.sched
+                .set_rate_and_next(qp.flow, qp.cc.rate_bps(), size, now);
+        }
     }
 
     /// Files the QP's earliest timer in the timer heap if it came earlier.
@@ -1241,7 +1258,11 @@ impl<M: Memory> Engine<M> {
             let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
             match emitted {
                 Ok(n) => {
-                    self.refresh(i, now);
+                    if n.is_some() {
+                        self.refresh_sent(i, now);
+                    } else {
+                        self.refresh(i, now);
+                    }
                     if let Some(n) = n {
                         self.counters.tx_frames += 1;
                         return Some(match split.apart {
