@@ -240,3 +240,25 @@ fn next_wakeup_is_when_the_first_waiting_flow_has_credit() {
     assert!(s.next_send(999).is_none());
     assert!(s.next_send(1000).is_some());
 }
+
+#[test]
+fn has_ready_says_whether_next_send_can_find_a_flow() {
+    // 1 Gb/s, no credit to spare: after its burst, a 1000 B packet needs
+    // 8 us of credit.
+    let cfg = SchedulerConfig {
+        burst_bytes: PKT,
+        ..SchedulerConfig::default()
+    };
+    let mut s = FlowScheduler::new(cfg, 0);
+    assert!(!s.has_ready(0), "no flow at all");
+    let f = s.add_flow(G, u64::MAX, 0);
+    assert!(!s.has_ready(0), "an idle flow");
+    s.set_next_packet(f, Some(PKT), 0);
+    assert!(s.has_ready(0), "a packet and the credit for it");
+    assert!(s.next_send(0).is_some());
+    s.set_next_packet(f, Some(PKT), 0);
+    assert!(!s.has_ready(4_000), "half the credit earned");
+    assert!(s.next_send(4_000).is_none());
+    assert!(s.has_ready(8_200), "the credit earned (within a tick)");
+    assert!(s.next_send(8_200).is_some());
+}

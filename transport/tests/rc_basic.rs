@@ -253,3 +253,32 @@ fn a_region_at_its_own_virtual_address_is_reached_at_its_device_address() {
     // Nothing landed at the application addresses themselves.
     assert!(p.b_bytes(100, 3000) != p.a_bytes(DEV_OFF, 3000));
 }
+
+/// A pipeline asks `may_transmit` before it takes a buffer to build in:
+/// it is false only when `poll_transmit` has nothing to send.
+#[test]
+fn may_transmit_is_false_only_when_poll_transmit_has_nothing() {
+    let mut p = Pair::new(Setup::default());
+    let mut buf = vec![0u8; 16 * 1024];
+    let e = p.a.nic.engine_mut();
+    assert!(!e.may_transmit(0), "an idle engine");
+    assert!(e.poll_transmit(0, &mut buf).is_none());
+    p.fill_a(0, 5000, 7);
+    let wr = p.wr(0, WrOp::Write, 0, 0, 5000);
+    p.post(wr);
+    let e = p.a.nic.engine_mut();
+    let mut sent = 0;
+    loop {
+        let may = e.may_transmit(0);
+        let frame = e.poll_transmit(0, &mut buf);
+        if !may {
+            assert!(frame.is_none(), "a frame after may_transmit said none");
+            break;
+        }
+        match frame {
+            Some(_) => sent += 1,
+            None => assert!(!e.may_transmit(0), "nothing sent, yet more to send"),
+        }
+    }
+    assert_eq!(sent, 5, "a 5000 B WRITE at MTU 1024");
+}

@@ -494,7 +494,9 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         // dropped for want of a buffer or a MAC too), so a pass builds at
         // most a burst whatever becomes of them.
         let mut built = self.tx.len();
-        while built < room {
+        // An idle pass takes no buffer and builds nothing.
+        let wanted = built < room && self.engine.may_transmit(now);
+        while wanted && built < room {
             let Some(mut f) = self.spare.take().or_else(|| self.port.alloc()) else {
                 // No buffer: build the frame anyway so that the engine
                 // moves on (RC recovers it like any loss), and count it.

@@ -282,6 +282,15 @@ impl FlowScheduler {
         None
     }
 
+    /// Whether a flow may be eligible at `now` (flows due by then join
+    /// the ready FIFO first): when not, [`FlowScheduler::next_send`]
+    /// returns `None`; when so, it may still (a ready flow found short of
+    /// credit or window is filed again).
+    pub fn has_ready(&mut self, now: u64) -> bool {
+        self.advance(now);
+        !self.ready.is_empty()
+    }
+
     /// The earliest time a flow may become eligible: `now`-like (the
     /// current tick) when one is ready, `None` when no flow waits.
     pub fn next_wakeup(&self) -> Option<u64> {

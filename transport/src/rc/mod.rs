@@ -1284,6 +1284,14 @@ impl<M: Memory> Engine<M> {
         None
     }
 
+    /// Whether `poll_transmit` at `now` may have a frame: a control
+    /// packet owed, posts not yet filed, or a flow the scheduler may let
+    /// send. When not, it has none; a pipeline asks before it takes a
+    /// buffer to build in.
+    pub fn may_transmit(&mut self, now: u64) -> bool {
+        !self.ctrl.is_empty() || self.post_owed.is_some() || self.sched.has_ready(now)
+    }
+
     /// The earliest time `handle_timeout` (or `poll_transmit`, for paced
     /// packets) has work.
     pub fn poll_timeout(&self) -> Option<u64> {
