@@ -32,7 +32,9 @@ mod daemon_util;
 use daemon_util::{start_daemon, start_daemon_with};
 
 use verbs::oob::Session;
-use verbs::{poll_one, Completion, Cq, Device, LocalBuf, Mr, MrAccess, Qp, RemoteMr, WcStatus};
+use verbs::{
+    poll_one, Completion, Cq, Device, LocalBuf, Mr, MrAccess, Qp, RecvRequest, RemoteMr, WcStatus,
+};
 
 const ALL: MrAccess = MrAccess {
     local_write: true,
@@ -664,6 +666,44 @@ fn control_errors(sock: &Path) {
     println!("ok: bad control requests get typed errors; garbage closes the connection");
 }
 
+/// CQs by slot: a destroyed CQ's slot goes to the next CQ created, and
+/// each completion reaches the CQ its QP names for it (sends and receives
+/// apart), in a QP connected to itself.
+fn cq_slots(sock: &Path) {
+    let dev = Device::open_with(sock, "rnic0", 8 << 20).expect("open device");
+    let pd = dev.alloc_pd().expect("PD");
+    let mut mr = pd.alloc_mr(8192, ALL).expect("MR");
+    let gone = dev.create_cq(16).expect("CQ");
+    let recv_cq = dev.create_cq(16).expect("CQ");
+    drop(gone);
+    let send_cq = dev.create_cq(16).expect("CQ in the freed slot");
+    let prepared = pd
+        .qp_builder(&send_cq)
+        .recv_cq(&recv_cq)
+        .build()
+        .expect("QP");
+    let mut me = prepared.endpoint();
+    me.mr = Some(mr.remote());
+    let qp = prepared.connect(&me).expect("QP connected to itself");
+    qp.post_recv(&[RecvRequest::new(7, LocalBuf::of(&mr, 4096, 64))])
+        .unwrap();
+    mr.as_mut_slice()[..64].copy_from_slice(&pattern(64, 3));
+    qp.post_send(LocalBuf::of(&mr, 0, 64), None, 8, true)
+        .unwrap();
+    assert_eq!(wait_ok(&send_cq, "SEND").wr_id, 8);
+    assert_eq!(wait_ok(&recv_cq, "receive").wr_id, 7);
+    assert_eq!(mr.as_slice()[4096..4160], pattern(64, 3)[..]);
+    for cq in [&send_cq, &recv_cq] {
+        let extra = poll_one(cq, Duration::from_millis(50)).unwrap();
+        assert!(extra.is_none(), "one CQE each, then {extra:?}");
+    }
+    assert_eq!(stats(sock).cqs, 2);
+    drop((qp, send_cq, recv_cq, mr, pd, dev));
+    println!(
+        "ok: a freed CQ slot serves the next CQ; sends and receives complete into their own CQs"
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(r) = arg(&args, "--role") {
@@ -679,6 +719,7 @@ fn main() {
     let sock = d.socket.clone();
 
     control_errors(&sock);
+    cq_slots(&sock);
 
     // 1. Two apps, WRITE and READ 0 B .. 1 MiB.
     let addr = free_addr();
@@ -770,7 +811,7 @@ fn main() {
 
     // Counters of the running daemon, from the command line.
     let text = stats_cli(&sock);
-    assert!(text.contains("service: apps 0 (opened 10"), "{text}");
+    assert!(text.contains("service: apps 0 (opened 11"), "{text}");
     assert!(text.contains("rx_pkts"), "{text}");
     println!("ok: dataplane stats --socket reads the running daemon");
 

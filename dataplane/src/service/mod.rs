@@ -18,6 +18,7 @@
 
 mod alloc;
 pub mod control;
+mod cqs;
 pub mod memory;
 mod qp_table;
 mod requests;
@@ -38,7 +39,7 @@ use nic::stage::NO_OPCODE;
 use nic::{Direction, FaultConfig, FrameKey, Nic, Stage};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
-use transport::abi::{self, Consumer, Producer};
+use transport::abi::{self, Consumer};
 use transport::rc::{CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
 use transport::wire::{MacAddr, VlanTag};
 use verbs::shm::Segment;
@@ -48,6 +49,7 @@ use crate::host_port::{link, HostPort};
 use crate::stats::StatsError;
 use alloc::SegmentAlloc;
 use control::{ConnId, Control, ShardLink, ToControl, ToDataplane};
+use cqs::{CqRt, Cqs};
 use memory::AppMemory;
 use qp_table::QpTable;
 
@@ -242,10 +244,11 @@ struct QpRt {
     app: ConnId,
     /// The owner's segment (the SQ ring lives in it).
     seg: Arc<Segment>,
-    cq: u32,
+    /// Its CQ's slot (see [`Cqs`]).
+    cq: usize,
     /// Where receive completions go (the send CQ unless the QP named
-    /// another).
-    recv_cq: u32,
+    /// another), by slot.
+    recv_cq: usize,
     pd: u32,
     sq: Consumer<abi::Wqe>,
     /// The WQE being read (only its used bytes are read from the ring).
@@ -292,14 +295,6 @@ struct SrqRt {
     limit_events: u64,
 }
 
-struct CqRt {
-    ring: Producer<abi::Cqe>,
-    event: EventFd,
-    backlog: VecDeque<abi::Cqe>,
-    block: (u64, u64),
-    qps: usize,
-}
-
 struct App {
     host: usize,
     slot: usize,
@@ -309,7 +304,8 @@ struct App {
     bells: abi::Doorbells,
     pds: Vec<u32>,
     mrs: FxHashMap<u32, requests::MrRt>,
-    cqs: FxHashMap<u32, CqRt>,
+    /// Its CQs' slots in the lcore's [`Cqs`], by the ids it knows them by.
+    cqs: FxHashMap<u32, usize>,
     qps: Vec<Qpn>,
     /// Its shared receive queues (engine SRQ ids on its host).
     srqs: Vec<u32>,
@@ -380,8 +376,10 @@ pub struct Service {
     cfg: ServiceConfig,
     next_pd: u32,
     counters: ServiceCounters,
-    /// CQs (application, CQ) with CQEs waiting to enter their ring.
-    pending: Vec<(ConnId, u32)>,
+    /// The CQs of its applications.
+    cqs: Cqs,
+    /// Slots of CQs with CQEs waiting to enter their ring.
+    pending: Vec<usize>,
     /// The pcap tap's file, when one is configured.
     capture: Option<nic::SharedCapture>,
     /// The latency trace, and whether it is taking stamps.
@@ -435,6 +433,7 @@ impl Service {
                 cfg: cfg.clone(),
                 next_pd: 1,
                 counters: ServiceCounters::default(),
+                cqs: Cqs::default(),
                 pending: Vec::new(),
                 capture: capture.clone(),
                 trace: trace::Trace::default(),
@@ -645,6 +644,7 @@ impl Service {
             srqs,
             apps: &mut self.apps,
             counters: &mut self.counters,
+            cqs: &mut self.cqs,
             pending: &mut self.pending,
             host: *index,
             trace: self.tracing.then_some(&mut self.trace),
@@ -674,7 +674,7 @@ impl Service {
         c.apps = self.apps.len() as u64;
         c.qps = self.hosts.iter().map(|h| h.qps.len() as u64).sum();
         c.mrs = self.apps.values().map(|a| a.mrs.len() as u64).sum();
-        c.cqs = self.apps.values().map(|a| a.cqs.len() as u64).sum();
+        c.cqs = self.cqs.len() as u64;
         c.tx_alloc_failures = self
             .hosts
             .iter()
@@ -712,6 +712,10 @@ impl Service {
         }
         // Flushed completions of the destroyed QPs have no CQ left.
         self.route_completions(app.host);
+        for &slot in app.cqs.values() {
+            self.cqs.remove(slot);
+        }
+        self.pending.retain(|s| !app.cqs.values().any(|x| x == s));
         self.hosts[app.host]
             .nic
             .engine_mut()
@@ -821,8 +825,9 @@ struct Apps<'a> {
     srqs: &'a mut FxHashMap<u32, SrqRt>,
     apps: &'a mut FxHashMap<ConnId, App>,
     counters: &'a mut ServiceCounters,
-    /// CQs (application, CQ) with CQEs waiting to enter their ring.
-    pending: &'a mut Vec<(ConnId, u32)>,
+    cqs: &'a mut Cqs,
+    /// Slots of CQs with CQEs waiting to enter their ring.
+    pending: &'a mut Vec<usize>,
     /// The host's index, and the latency trace when it is on.
     host: usize,
     trace: Option<&'a mut trace::Trace>,
@@ -837,7 +842,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
         while let Some(e) = engine.poll_event() {
             self.raise(e);
         }
-        let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
+        let mut errors: Vec<(usize, abi::Cqe)> = Vec::new();
         for &qpn in self.active.iter() {
             let Some(rt) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -913,7 +918,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                         byte_len: 0,
                         imm: None,
                     };
-                    errors.push((rt.app, rt.cq, abi::Cqe::from_rc(&c)));
+                    errors.push((rt.cq, abi::Cqe::from_rc(&c)));
                 }
             }
         }
@@ -922,8 +927,8 @@ impl nic::Host<AppMemory> for Apps<'_> {
             // Completions the engine already has (flushes of older WRs)
             // go first: a QP's completions stay in post order.
             self.route(engine);
-            for (app, cq, c) in errors {
-                self.push_cqe(engine, app, cq, c);
+            for (cq, c) in errors {
+                self.push_cqe(engine, cq, c);
             }
         }
         moved
@@ -933,15 +938,12 @@ impl nic::Host<AppMemory> for Apps<'_> {
         let Some(rt) = self.qps.get(&c.qpn) else {
             return; // the QP is gone with its application
         };
-        let (app, cq) = (
-            rt.app,
-            if c.opcode.is_recv() {
-                rt.recv_cq
-            } else {
-                rt.cq
-            },
-        );
-        self.push_cqe(engine, app, cq, abi::Cqe::from_rc(&c));
+        let cq = if c.opcode.is_recv() {
+            rt.recv_cq
+        } else {
+            rt.cq
+        };
+        self.push_cqe(engine, cq, abi::Cqe::from_rc(&c));
     }
 
     fn tracing(&self) -> bool {
@@ -1044,7 +1046,7 @@ impl Apps<'_> {
     /// out of RESET) and from the SRQs' rings.
     fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
         let mut moved = false;
-        let mut errors: Vec<(ConnId, u32, abi::Cqe)> = Vec::new();
+        let mut errors: Vec<(usize, abi::Cqe)> = Vec::new();
         for &qpn in self.active.iter() {
             let Some(rt) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -1074,7 +1076,7 @@ impl Apps<'_> {
                     byte_len: 0,
                     imm: None,
                 };
-                errors.push((rt.app, rt.recv_cq, abi::Cqe::from_rc(&c)));
+                errors.push((rt.recv_cq, abi::Cqe::from_rc(&c)));
             }
             match r {
                 Some(m) => {
@@ -1109,8 +1111,8 @@ impl Apps<'_> {
         }
         if !errors.is_empty() {
             self.route(engine);
-            for (app, cq, c) in errors {
-                self.push_cqe(engine, app, cq, c);
+            for (cq, c) in errors {
+                self.push_cqe(engine, cq, c);
             }
         }
         moved
@@ -1123,36 +1125,37 @@ impl Apps<'_> {
         }
     }
 
-    /// Writes a CQE into an application's CQ ring at once when nothing
-    /// waits before it and the ring has room; otherwise queues it behind
-    /// the others, and `drain_pending` moves it when the application has
-    /// read.
-    fn push_cqe(&mut self, engine: &mut Engine<AppMemory>, app: ConnId, cq: u32, c: abi::Cqe) {
-        let Some(a) = self.apps.get_mut(&app) else {
+    /// Writes a CQE into the ring of the CQ in `slot` at once when
+    /// nothing waits before it and the ring has room; otherwise holds it
+    /// behind the others, and `drain_pending` moves it when the
+    /// application has read.
+    fn push_cqe(&mut self, engine: &mut Engine<AppMemory>, slot: usize, c: abi::Cqe) {
+        let Some(q) = self.cqs.get_mut(slot) else {
             return;
         };
-        let Some(q) = a.cqs.get_mut(&cq) else {
+        let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+        if cqs::write_now(q, &c, self.counters, trace) {
             return;
-        };
+        }
         if q.backlog.is_empty() {
-            q.backlog.push_back(c);
-            let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
-            drain_backlog(q, &a.seg, self.counters, trace);
-            if !q.backlog.is_empty() {
-                self.pending.push((app, cq));
-            }
-            return;
+            self.pending.push(slot);
         }
         q.backlog.push_back(c);
         if q.backlog.len() > CQ_BACKLOG {
             // The application does not poll: stop its QPs on this CQ.
             self.counters.cq_overruns += q.backlog.len() as u64;
             q.backlog.clear();
-            a.raise(verbs::proto::AsyncEventMsg::CqErr { cq }, self.counters);
+            let app = q.app;
+            if let Some(a) = self.apps.get_mut(&app) {
+                let cq = a.cqs.iter().find(|(_, &s)| s == slot).map(|(&id, _)| id);
+                if let Some(cq) = cq {
+                    a.raise(verbs::proto::AsyncEventMsg::CqErr { cq }, self.counters);
+                }
+            }
             let qps: Vec<Qpn> = self
                 .qps
                 .iter()
-                .filter(|(_, r)| r.app == app && (r.cq == cq || r.recv_cq == cq))
+                .filter(|(_, r)| r.cq == slot || r.recv_cq == slot)
                 .map(|(q, _)| q)
                 .collect();
             for qpn in qps {
@@ -1166,16 +1169,12 @@ impl Apps<'_> {
         let mut moved = false;
         let mut i = 0;
         while i < self.pending.len() {
-            let (app, cq) = self.pending[i];
-            let drained = match self.apps.get_mut(&app) {
-                Some(App { cqs, seg, .. }) => match cqs.get_mut(&cq) {
-                    Some(q) => {
-                        let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
-                        moved |= drain_backlog(q, seg, self.counters, trace);
-                        q.backlog.is_empty()
-                    }
-                    None => true,
-                },
+            let drained = match self.cqs.get_mut(self.pending[i]) {
+                Some(q) => {
+                    let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+                    moved |= cqs::drain_backlog(q, self.counters, trace);
+                    q.backlog.is_empty()
+                }
                 None => true,
             };
             if drained {
@@ -1186,46 +1185,6 @@ impl Apps<'_> {
         }
         moved
     }
-}
-
-/// Moves held-back CQEs into the ring while it has room, publishing the
-/// batch with one index store; signals the application's eventfd if it
-/// asked to be woken.
-fn drain_backlog(
-    q: &mut CqRt,
-    seg: &Segment,
-    counters: &mut ServiceCounters,
-    trace: Option<(&mut trace::Trace, usize)>,
-) -> bool {
-    // Full, or the application scribbled the consumer index: hold the
-    // CQEs until it reads (or overruns).
-    let want = u32::try_from(q.backlog.len()).unwrap_or(u32::MAX);
-    let Ok(free) = q.ring.free(seg, want) else {
-        return false;
-    };
-    let n = (free as usize).min(q.backlog.len());
-    if n == 0 {
-        return false;
-    }
-    for c in q.backlog.range(..n) {
-        q.ring.write(seg, c);
-    }
-    if let Some((t, host)) = trace {
-        for c in q.backlog.range(..n) {
-            let key = FrameKey {
-                opcode: NO_OPCODE,
-                dest_qp: c.qpn,
-                psn: c.wr_id as u32 & 0xff_ffff,
-            };
-            t.record(host, Stage::CqePublished, key);
-        }
-    }
-    q.backlog.drain(..n);
-    counters.cqes_delivered += n as u64;
-    if q.ring.take_armed(seg) {
-        let _ = q.event.write(1);
-    }
-    true
 }
 
 /// Asks the daemon serving on `socket` for its counters.

@@ -582,16 +582,17 @@ impl Service {
         };
         let cq = a.next_cq;
         a.next_cq += 1;
-        a.cqs.insert(
-            cq,
-            CqRt {
-                ring: Producer::new(layout),
-                event,
-                backlog: VecDeque::new(),
-                block: (off, bytes),
-                qps: 0,
-            },
-        );
+        let seg = a.seg.clone();
+        let slot = self.cqs.insert(CqRt {
+            app: conn,
+            seg,
+            ring: Producer::new(layout),
+            event,
+            backlog: VecDeque::new(),
+            block: (off, bytes),
+            qps: 0,
+        });
+        self.app(conn).cqs.insert(cq, slot);
         Ok((
             Reply::Cq {
                 cq,
@@ -603,8 +604,8 @@ impl Service {
     }
 
     fn destroy_cq(&mut self, conn: ConnId, cq: u32) -> Answer {
-        let a = self.app(conn);
-        match a.cqs.get(&cq) {
+        let slot = self.app(conn).cqs.get(&cq).copied();
+        match slot.and_then(|s| self.cqs.get(s)) {
             None => Err(err(
                 ErrorKind::NoSuchCq,
                 format!("no CQ {cq} on this device"),
@@ -614,7 +615,11 @@ impl Service {
                 format!("CQ {cq} still serves {} QPs", c.qps),
             )),
             Some(_) => {
-                let c = a.cqs.remove(&cq).expect("present");
+                let slot = slot.expect("found");
+                let c = self.cqs.remove(slot).expect("present");
+                self.pending.retain(|&s| s != slot);
+                let a = self.app(conn);
+                a.cqs.remove(&cq);
                 a.alloc.release(c.block.0, c.block.1);
                 done(Reply::Done)
             }
@@ -635,14 +640,14 @@ impl Service {
             self.own_srq(conn, srq)?;
         }
         let a = self.app(conn);
-        for c in [cq, recv_cq] {
-            if !a.cqs.contains_key(&c) {
-                return Err(err(
-                    ErrorKind::NoSuchCq,
-                    format!("no CQ {c} on this device"),
-                ));
-            }
+        let mut slots = [0usize; 2];
+        for (c, slot) in [cq, recv_cq].into_iter().zip(&mut slots) {
+            *slot = *a
+                .cqs
+                .get(&c)
+                .ok_or_else(|| err(ErrorKind::NoSuchCq, format!("no CQ {c} on this device")))?;
         }
+        let [cq, recv_cq] = slots;
         let rq_depth = if srq.is_some() { 0 } else { rq_depth };
         let ((off, bytes), layout) = a.alloc_ring::<abi::Wqe>("send queue", depth)?;
         let rq = if rq_depth > 0 {
@@ -680,8 +685,9 @@ impl Service {
         };
         let a = self.app(conn);
         a.qps.push(qpn);
-        a.cqs.get_mut(&cq).expect("checked").qps += 1;
-        a.cqs.get_mut(&recv_cq).expect("checked").qps += 1;
+        for slot in [cq, recv_cq] {
+            self.cqs.get_mut(slot).expect("checked").qps += 1;
+        }
         let rq_offset = rq.as_ref().map_or(0, |r| r.block.0);
         // Watched from the start; parked once idle.
         self.hosts[host].active.push(qpn);
@@ -1001,8 +1007,8 @@ impl Service {
             if let Some(r) = rt.rq {
                 a.alloc.release(r.block.0, r.block.1);
             }
-            for cq in [rt.cq, rt.recv_cq] {
-                if let Some(c) = a.cqs.get_mut(&cq) {
+            for slot in [rt.cq, rt.recv_cq] {
+                if let Some(c) = self.cqs.get_mut(slot) {
                     c.qps -= 1;
                 }
             }

@@ -1,0 +1,146 @@
+//! The CQs of one lcore's applications, in a slab that the data path
+//! indexes directly: a QP's runtime holds the slots of its CQs, so a
+//! completion reaches its CQ's ring with no map lookup, and goes straight
+//! into the ring when nothing waits before it and the ring has room. An
+//! application names its CQs by its own ids, which map to slots on the
+//! control path only.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use nic::stage::NO_OPCODE;
+use nic::{FrameKey, Stage};
+use nix::sys::eventfd::EventFd;
+use transport::abi::{self, Producer};
+use verbs::shm::Segment;
+
+use super::control::ConnId;
+use super::trace;
+use super::ServiceCounters;
+
+/// A CQ: its ring in its application's segment, the CQEs held back while
+/// the ring is full, and the eventfd the application sleeps on.
+pub(super) struct CqRt {
+    /// The application that created it.
+    pub app: ConnId,
+    /// That application's segment (the ring lives in it).
+    pub seg: Arc<Segment>,
+    pub ring: Producer<abi::Cqe>,
+    pub event: EventFd,
+    pub backlog: VecDeque<abi::Cqe>,
+    /// The ring's block in the segment.
+    pub block: (u64, u64),
+    /// QPs that complete into it (it cannot be destroyed while any do).
+    pub qps: usize,
+}
+
+/// CQs by slot; a freed slot is taken by the next CQ created.
+#[derive(Default)]
+pub(super) struct Cqs {
+    slots: Vec<Option<CqRt>>,
+    free: Vec<usize>,
+}
+
+impl Cqs {
+    /// Files `cq` and returns its slot.
+    pub fn insert(&mut self, cq: CqRt) -> usize {
+        match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(cq);
+                s
+            }
+            None => {
+                self.slots.push(Some(cq));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    pub fn get(&self, slot: usize) -> Option<&CqRt> {
+        self.slots.get(slot).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, slot: usize) -> Option<&mut CqRt> {
+        self.slots.get_mut(slot).and_then(Option::as_mut)
+    }
+
+    /// Takes the CQ out of its slot, which is free again.
+    pub fn remove(&mut self, slot: usize) -> Option<CqRt> {
+        let cq = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        Some(cq)
+    }
+
+    /// CQs filed.
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+/// Moves held-back CQEs into the ring while it has room, publishing the
+/// batch with one index store; signals the application's eventfd if it
+/// asked to be woken.
+pub(super) fn drain_backlog(
+    q: &mut CqRt,
+    counters: &mut ServiceCounters,
+    trace: Option<(&mut trace::Trace, usize)>,
+) -> bool {
+    // Full, or the application scribbled the consumer index: hold the
+    // CQEs until it reads (or overruns).
+    let want = u32::try_from(q.backlog.len()).unwrap_or(u32::MAX);
+    let Ok(free) = q.ring.free(&*q.seg, want) else {
+        return false;
+    };
+    let n = (free as usize).min(q.backlog.len());
+    if n == 0 {
+        return false;
+    }
+    for c in q.backlog.range(..n) {
+        q.ring.write(&*q.seg, c);
+    }
+    if let Some((t, host)) = trace {
+        for c in q.backlog.range(..n) {
+            record_published(t, host, c);
+        }
+    }
+    q.backlog.drain(..n);
+    counters.cqes_delivered += n as u64;
+    wake(q);
+    true
+}
+
+/// Writes `c` into the ring at once when nothing is held back and the
+/// ring has room; false (nothing written) otherwise.
+pub(super) fn write_now(
+    q: &mut CqRt,
+    c: &abi::Cqe,
+    counters: &mut ServiceCounters,
+    trace: Option<(&mut trace::Trace, usize)>,
+) -> bool {
+    if !q.backlog.is_empty() || !matches!(q.ring.free(&*q.seg, 1), Ok(n) if n > 0) {
+        return false;
+    }
+    q.ring.write(&*q.seg, c);
+    if let Some((t, host)) = trace {
+        record_published(t, host, c);
+    }
+    counters.cqes_delivered += 1;
+    wake(q);
+    true
+}
+
+/// Signals the application's eventfd if it armed the CQ.
+fn wake(q: &CqRt) {
+    if q.ring.take_armed(&*q.seg) {
+        let _ = q.event.write(1);
+    }
+}
+
+fn record_published(t: &mut trace::Trace, host: usize, c: &abi::Cqe) {
+    let key = FrameKey {
+        opcode: NO_OPCODE,
+        dest_qp: c.qpn,
+        psn: c.wr_id as u32 & 0xff_ffff,
+    };
+    t.record(host, Stage::CqePublished, key);
+}
