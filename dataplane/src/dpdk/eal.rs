@@ -75,6 +75,8 @@ impl Drop for Eal {
 pub struct TscClock {
     start: u64,
     hz: u64,
+    /// Nanoseconds per tick, in 32.32 fixed point (see [`ns_of_ticks`]).
+    ns_per_tick: u64,
 }
 
 impl TscClock {
@@ -82,9 +84,11 @@ impl TscClock {
     pub fn new(_eal: &Eal) -> Self {
         // SAFETY: the EAL is initialised; both read the TSC / its rate.
         let (start, hz) = unsafe { (dpdk_sys::rnic_rdtsc(), dpdk_sys::rte_get_tsc_hz()) };
+        let hz = hz.max(1);
         TscClock {
             start,
-            hz: hz.max(1),
+            hz,
+            ns_per_tick: ns_per_tick(hz),
         }
     }
 
@@ -93,13 +97,25 @@ impl TscClock {
         self.hz
     }
 
-    /// Nanoseconds since the clock was made.
+    /// Nanoseconds since the clock was made (read once per pass: a
+    /// multiply and a shift, no division).
     pub fn now_ns(&self) -> u64 {
         // SAFETY: reads the TSC.
         let t = unsafe { dpdk_sys::rnic_rdtsc() };
-        let d = u128::from(t.wrapping_sub(self.start));
-        (d * 1_000_000_000 / u128::from(self.hz)) as u64
+        ns_of_ticks(t.wrapping_sub(self.start), self.ns_per_tick)
     }
+}
+
+/// 1e9 / `hz` in 32.32 fixed point (fits 64 bits for any `hz` >= 1).
+fn ns_per_tick(hz: u64) -> u64 {
+    ((1_000_000_000u128 << 32) / u128::from(hz.max(1))) as u64
+}
+
+/// `ticks` in nanoseconds at `ns_per_tick` (from [`ns_per_tick`]): at
+/// most the exact quotient, and short of it by less than hz / 1e9 parts
+/// in 2^32 of it, plus one.
+fn ns_of_ticks(ticks: u64, ns_per_tick: u64) -> u64 {
+    ((u128::from(ticks) * u128::from(ns_per_tick)) >> 32) as u64
 }
 
 /// The CPU's time-stamp counter (the same count in every process of the
@@ -143,5 +159,27 @@ impl Drop for LcoreGuard {
         // SAFETY: this thread registered itself in `register` (the guard
         // is not Send, so this runs on the same thread).
         unsafe { dpdk_sys::rte_thread_unregister() }
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::{ns_of_ticks, ns_per_tick};
+
+    #[test]
+    fn fixed_point_nanoseconds_match_the_exact_quotient() {
+        for hz in [1u64, 1_000_000, 2_445_000_000, 3_000_000_000, 4_194_304_000] {
+            let k = ns_per_tick(hz);
+            for ticks in [0u64, 1, 999, hz, 3600 * hz, 365 * 86_400 * hz] {
+                let exact = (u128::from(ticks) * 1_000_000_000 / u128::from(hz)) as u64;
+                let got = ns_of_ticks(ticks, k);
+                let slack =
+                    (u128::from(exact) * u128::from(hz) / (1_000_000_000u128 << 32)) as u64 + 1;
+                assert!(
+                    got <= exact && exact - got <= slack,
+                    "{ticks} ticks at {hz} Hz: {got} ns, exact {exact}"
+                );
+            }
+        }
     }
 }
