@@ -745,7 +745,12 @@ impl Requester {
         };
         let mut acked = 0u64;
         for e in self.sq.iter() {
-            if e.is_read() || !psn_gt(acked_to, e.first_psn) {
+            // WRs hold ascending PSNs: none past this one is acknowledged
+            // (a deep queue is not walked to its end on every ACK).
+            if !psn_gt(acked_to, e.first_psn) {
+                break;
+            }
+            if e.is_read() {
                 continue;
             }
             let k1 = psn_diff(self.una, e.first_psn).clamp(0, e.npsn as i32) as u32;
