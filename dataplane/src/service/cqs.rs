@@ -21,8 +21,9 @@ use super::ServiceCounters;
 /// A CQ: its ring in its application's segment, the CQEs held back while
 /// the ring is full, and the eventfd the application sleeps on.
 pub(super) struct CqRt {
-    /// The application that created it.
+    /// The application that created it, and the id it knows it by.
     pub app: ConnId,
+    pub id: u32,
     /// That application's segment (the ring lives in it).
     pub seg: Arc<Segment>,
     pub ring: Producer<abi::Cqe>,

@@ -715,7 +715,7 @@ impl Service {
         for &slot in app.cqs.values() {
             self.cqs.remove(slot);
         }
-        self.pending.retain(|s| !app.cqs.values().any(|x| x == s));
+        self.pending.retain(|&s| self.cqs.get(s).is_some());
         self.hosts[app.host]
             .nic
             .engine_mut()
@@ -1145,12 +1145,11 @@ impl Apps<'_> {
             // The application does not poll: stop its QPs on this CQ.
             self.counters.cq_overruns += q.backlog.len() as u64;
             q.backlog.clear();
-            let app = q.app;
-            if let Some(a) = self.apps.get_mut(&app) {
-                let cq = a.cqs.iter().find(|(_, &s)| s == slot).map(|(&id, _)| id);
-                if let Some(cq) = cq {
-                    a.raise(verbs::proto::AsyncEventMsg::CqErr { cq }, self.counters);
-                }
+            if let Some(a) = self.apps.get_mut(&q.app) {
+                a.raise(
+                    verbs::proto::AsyncEventMsg::CqErr { cq: q.id },
+                    self.counters,
+                );
             }
             let qps: Vec<Qpn> = self
                 .qps

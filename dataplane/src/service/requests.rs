@@ -585,6 +585,7 @@ impl Service {
         let seg = a.seg.clone();
         let slot = self.cqs.insert(CqRt {
             app: conn,
+            id: cq,
             seg,
             ring: Producer::new(layout),
             event,
@@ -604,26 +605,25 @@ impl Service {
     }
 
     fn destroy_cq(&mut self, conn: ConnId, cq: u32) -> Answer {
-        let slot = self.app(conn).cqs.get(&cq).copied();
-        match slot.and_then(|s| self.cqs.get(s)) {
-            None => Err(err(
+        let found = self.app(conn).cqs.get(&cq).copied();
+        let Some((slot, c)) = found.and_then(|s| Some((s, self.cqs.get(s)?))) else {
+            return Err(err(
                 ErrorKind::NoSuchCq,
                 format!("no CQ {cq} on this device"),
-            )),
-            Some(c) if c.qps > 0 => Err(err(
+            ));
+        };
+        if c.qps > 0 {
+            return Err(err(
                 ErrorKind::Busy,
                 format!("CQ {cq} still serves {} QPs", c.qps),
-            )),
-            Some(_) => {
-                let slot = slot.expect("found");
-                let c = self.cqs.remove(slot).expect("present");
-                self.pending.retain(|&s| s != slot);
-                let a = self.app(conn);
-                a.cqs.remove(&cq);
-                a.alloc.release(c.block.0, c.block.1);
-                done(Reply::Done)
-            }
+            ));
         }
+        let c = self.cqs.remove(slot).expect("found");
+        self.pending.retain(|&s| s != slot);
+        let a = self.app(conn);
+        a.cqs.remove(&cq);
+        a.alloc.release(c.block.0, c.block.1);
+        done(Reply::Done)
     }
 
     fn create_qp(
@@ -640,14 +640,13 @@ impl Service {
             self.own_srq(conn, srq)?;
         }
         let a = self.app(conn);
-        let mut slots = [0usize; 2];
-        for (c, slot) in [cq, recv_cq].into_iter().zip(&mut slots) {
-            *slot = *a
-                .cqs
+        let slot_of = |c: u32| {
+            a.cqs
                 .get(&c)
-                .ok_or_else(|| err(ErrorKind::NoSuchCq, format!("no CQ {c} on this device")))?;
-        }
-        let [cq, recv_cq] = slots;
+                .copied()
+                .ok_or_else(|| err(ErrorKind::NoSuchCq, format!("no CQ {c} on this device")))
+        };
+        let (cq, recv_cq) = (slot_of(cq)?, slot_of(recv_cq)?);
         let rq_depth = if srq.is_some() { 0 } else { rq_depth };
         let ((off, bytes), layout) = a.alloc_ring::<abi::Wqe>("send queue", depth)?;
         let rq = if rq_depth > 0 {

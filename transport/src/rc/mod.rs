@@ -1257,20 +1257,15 @@ impl<M: Memory> Engine<M> {
             };
             let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
             match emitted {
-                Ok(n) => {
-                    if n.is_some() {
-                        self.refresh_sent(i, now);
-                    } else {
-                        self.refresh(i, now);
-                    }
-                    if let Some(n) = n {
-                        self.counters.tx_frames += 1;
-                        return Some(match split.apart {
-                            None => TxFrame::Whole(n),
-                            Some(apart) => TxFrame::Split { head: n, apart },
-                        });
-                    }
+                Ok(Some(n)) => {
+                    self.refresh_sent(i, now);
+                    self.counters.tx_frames += 1;
+                    return Some(match split.apart {
+                        None => TxFrame::Whole(n),
+                        Some(apart) => TxFrame::Split { head: n, apart },
+                    });
                 }
+                Ok(None) => self.refresh(i, now),
                 Err(status) => {
                     // A READ whose region went: the responder's access error.
                     let qpn = qp.qpn;
