@@ -2,7 +2,7 @@
 //! flow scheduler never exceeds a window or a flow's rate plus its burst.
 
 use pacer::hpcc::{Hpcc, HpccParams};
-use pacer::scheduler::{FlowScheduler, SchedulerConfig};
+use pacer::scheduler::{FlowScheduler, PktSend, SchedulerConfig};
 use pacer::telemetry::{Hop, HopStack};
 use pacer::trace::{parse_line, TraceEvent};
 use proptest::prelude::*;
@@ -116,6 +116,76 @@ proptest! {
             // (plus one packet that may exceed the burst).
             let limit = f64::from(burst) + f64::from(pkt) + now as f64 * (gbps as f64 * 0.1) / 8.0;
             prop_assert!((sent[k] as f64) <= limit, "flow {k} sent {} > {limit}", sent[k]);
+        }
+    }
+}
+
+proptest! {
+    /// `send_now` decides what filing the packet and asking `next_send`
+    /// decides, and leaves every flow as they leave it: two schedulers,
+    /// one filing every post, one trying `send_now` first, make the same
+    /// decisions through any sequence of posts, sends, ACKs, rate and
+    /// window changes.
+    #[test]
+    fn send_now_is_filing_then_next_send(
+        flows in prop::collection::vec((1u64..200, 1u64..64, 100u32..4000), 1..6),
+        tick_ns in prop::sample::select(vec![64u64, 100]),
+        ops in prop::collection::vec((0usize..6, 0u8..6, 0u64..3_000), 1..300),
+    ) {
+        let cfg = SchedulerConfig { burst_bytes: 6000, tick_ns, wheel_slots: 256 };
+        let mut a = FlowScheduler::new(cfg, 0);
+        let mut b = FlowScheduler::new(cfg, 0);
+        let ids: Vec<_> = flows
+            .iter()
+            .map(|&(gbps, win_pkts, pkt)| {
+                let w = win_pkts * u64::from(pkt);
+                let id = a.add_flow(gbps * 100_000_000, w, 0);
+                prop_assert_eq!(b.add_flow(gbps * 100_000_000, w, 0), id);
+                Ok(id)
+            })
+            .collect::<Result<_, TestCaseError>>()?;
+        let mut now = 0u64;
+        for (which, op, dt) in ops {
+            now += dt;
+            let k = which % ids.len();
+            let (gbps, _, pkt) = flows[k];
+            // A rate that moves with the op, so that send_now sets it too.
+            let rate = (gbps + u64::from(op)) * 100_000_000;
+            let id = ids[k];
+            match op {
+                0 => {
+                    a.on_acked(id, u64::from(pkt), now);
+                    b.on_acked(id, u64::from(pkt), now);
+                }
+                1 => {
+                    a.set_next_packet(id, None, now);
+                    b.set_next_packet(id, None, now);
+                }
+                2 => {
+                    a.set_window(id, u64::from(pkt) * 3, now);
+                    b.set_window(id, u64::from(pkt) * 3, now);
+                }
+                3 => {
+                    let x = a.next_send(now);
+                    prop_assert_eq!(x, b.next_send(now));
+                }
+                _ => {
+                    // A post: filed and asked for, or sent at once.
+                    a.set_rate_and_next(id, rate, Some(pkt), now);
+                    let x = a.next_send(now);
+                    let y = if b.send_now(id, rate, pkt, now) {
+                        Some(PktSend { flow: id, bytes: pkt })
+                    } else {
+                        b.set_rate_and_next(id, rate, Some(pkt), now);
+                        b.next_send(now)
+                    };
+                    prop_assert_eq!(x, y);
+                }
+            }
+            for &f in &ids {
+                prop_assert_eq!(a.info(f, now), b.info(f, now));
+            }
+            prop_assert_eq!(a.next_wakeup(), b.next_wakeup());
         }
     }
 }

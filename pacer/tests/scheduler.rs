@@ -262,3 +262,43 @@ fn has_ready_says_whether_next_send_can_find_a_flow() {
     assert!(s.has_ready(8_200), "the credit earned (within a tick)");
     assert!(s.next_send(8_200).is_some());
 }
+
+#[test]
+fn send_now_grants_an_idle_flow_only_when_it_would_be_next_anyway() {
+    let cfg = SchedulerConfig {
+        burst_bytes: 2 * PKT,
+        ..SchedulerConfig::default()
+    };
+    let mut s = FlowScheduler::new(cfg, 0);
+    let f = s.add_flow(G, 2 * u64::from(PKT), 0);
+    let g = s.add_flow(G, u64::MAX, 0);
+    assert!(
+        s.send_now(f, G, PKT, 0),
+        "idle, credit, room, no flow ready"
+    );
+    let info = s.info(f, 0).unwrap();
+    assert_eq!(
+        (info.credit_bytes, info.inflight_bytes),
+        (f64::from(PKT), 1000)
+    );
+    assert_eq!(info.pending_bytes, None, "charged, nothing filed");
+    assert_eq!(
+        s.next_send(0),
+        None,
+        "the packet went; nothing else is owed"
+    );
+    // Another flow ready first: it keeps its turn.
+    s.set_next_packet(g, Some(PKT), 0);
+    assert!(!s.send_now(f, G, PKT, 0));
+    assert_eq!(s.next_send(0).map(|p| p.flow), Some(g));
+    // The window: one more packet fits, then it is full.
+    assert!(s.send_now(f, G, PKT, 0));
+    assert!(!s.send_now(f, G, PKT, 0), "the window is full");
+    s.on_acked(f, 2 * u64::from(PKT), 0);
+    // The credit: both packets of the burst spent; half of one earned.
+    assert!(!s.send_now(f, G, PKT, 4_000), "half the credit");
+    assert!(s.send_now(f, G, PKT, 8_000), "the credit earned");
+    // A flow with a packet filed already is not sent again.
+    s.set_next_packet(f, Some(PKT), 8_000);
+    assert!(!s.send_now(f, G, PKT, 100_000));
+}

@@ -106,6 +106,10 @@ pub struct FlowScheduler {
     /// Occupied wheel slots (so an empty wheel is never scanned).
     occupied_slots: usize,
     live: usize,
+    /// log2 of `tick_ns` when it is a power of two (the default): the
+    /// tick of a time is then a shift, not a 64-bit division, twice per
+    /// packet.
+    tick_shift: Option<u32>,
 }
 
 impl FlowScheduler {
@@ -129,6 +133,10 @@ impl FlowScheduler {
             cursor: now / cfg.tick_ns,
             occupied_slots: 0,
             live: 0,
+            tick_shift: cfg
+                .tick_ns
+                .is_power_of_two()
+                .then(|| cfg.tick_ns.trailing_zeros()),
         }
     }
 
@@ -282,6 +290,41 @@ impl FlowScheduler {
         None
     }
 
+    /// The PktSend decision for one idle flow that has a packet of `bytes`
+    /// at `now`, taken without filing it, when filing it would make it the
+    /// head of the ready FIFO: no flow is ready, the flow has no packet
+    /// filed, its window has room and its credit covers the packet. Then
+    /// the packet is charged (credit, in flight) as [`FlowScheduler::next_send`]
+    /// charges it and `true` is returned: the same decision, in the same
+    /// order, as [`FlowScheduler::set_rate_and_next`] followed by
+    /// `next_send` at `now`, without the flow entering and leaving the
+    /// FIFO. Otherwise `false` is returned and the caller files the packet
+    /// as usual; nothing changes but, when only window or credit refused
+    /// it, the rate (credit earned so far booked at the old one), as the
+    /// filing would change it.
+    pub fn send_now(&mut self, id: FlowId, rate_bps: u64, bytes: u32, now: u64) -> bool {
+        match self.flow(id) {
+            Some(f) if f.pending.is_none() && f.at == Where::Untracked => {}
+            _ => return false,
+        }
+        if !self.ready.is_empty() {
+            return false;
+        }
+        self.accrue(id.0, now);
+        let f = &mut self.flows[id.0 as usize];
+        f.rate_bps = rate_bps;
+        let room = f.inflight == 0 || f.inflight.saturating_add(u64::from(bytes)) <= f.window;
+        if !room || f.credit < f64::from(bytes) {
+            return false;
+        }
+        f.credit -= f64::from(bytes);
+        f.inflight += u64::from(bytes);
+        // As `next_send` would: flows due by now join the FIFO now, ahead
+        // of any filed later.
+        self.advance(now);
+        true
+    }
+
     /// Whether a flow may be eligible at `now` (flows due by then join
     /// the ready FIFO first): when not, [`FlowScheduler::next_send`]
     /// returns `None`; when so, it may still (a ready flow found short of
@@ -395,7 +438,7 @@ impl FlowScheduler {
     }
 
     fn file_at(&mut self, i: u32, at_ns: u64) {
-        let tick = at_ns.div_ceil(self.cfg.tick_ns);
+        let tick = self.tick_of(at_ns, true);
         let n = self.slots.len() as u64;
         if tick <= self.cursor {
             self.file_ready(i);
@@ -430,11 +473,27 @@ impl FlowScheduler {
 
     /// Moves the clock to `now`: every flow due by now joins the ready FIFO
     /// (in order of due time), heap flows within the horizon join the wheel.
+    #[inline(always)]
     fn advance(&mut self, now: u64) {
-        let now_tick = now / self.cfg.tick_ns;
-        if now_tick <= self.cursor {
-            return;
+        let now_tick = self.tick_of(now, false);
+        if now_tick > self.cursor {
+            self.advance_to(now_tick);
         }
+    }
+
+    /// The tick `ns` falls in, or with `ceil` the first tick at or after
+    /// it.
+    #[inline(always)]
+    fn tick_of(&self, ns: u64, ceil: bool) -> u64 {
+        match self.tick_shift {
+            Some(k) => (ns >> k) + u64::from(ceil && ns & ((1u64 << k) - 1) != 0),
+            None if ceil => ns.div_ceil(self.cfg.tick_ns),
+            None => ns / self.cfg.tick_ns,
+        }
+    }
+
+    /// [`FlowScheduler::advance`] to a later tick.
+    fn advance_to(&mut self, now_tick: u64) {
         let n = self.slots.len() as u64;
         let span = (now_tick - self.cursor).min(n);
         let mut s = (self.cursor + 1) % n;
@@ -491,5 +550,27 @@ impl FlowScheduler {
             pos = (pos + in_word as usize) % n;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A tick of a power-of-two length is found by a shift, any other
+        /// by a division: the same tick either way.
+        #[test]
+        fn the_tick_of_a_time_is_its_quotient(
+            tick in prop::sample::select(vec![1u64, 2, 3, 64, 100, 128, 1 << 20, 999_999]),
+            ns in any::<u64>(),
+        ) {
+            let cfg = SchedulerConfig { tick_ns: tick, ..SchedulerConfig::default() };
+            let s = FlowScheduler::new(cfg, 0);
+            prop_assert_eq!(s.tick_shift.is_some(), tick.is_power_of_two());
+            prop_assert_eq!(s.tick_of(ns, false), ns / tick);
+            prop_assert_eq!(s.tick_of(ns, true), ns.div_ceil(tick));
+        }
     }
 }

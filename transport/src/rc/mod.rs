@@ -1227,6 +1227,11 @@ impl<M: Memory> Engine<M> {
         split_min: usize,
     ) -> Option<TxFrame> {
         let split_min = split_min.max(1);
+        if let Some(i) = self.grant_posted(now) {
+            if let Some(frame) = self.emit_granted(i, now, buf, split_min) {
+                return frame;
+            }
+        }
         self.settle_posts();
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;
@@ -1247,36 +1252,73 @@ impl<M: Memory> Engine<M> {
         }
         while let Some(send) = self.sched.next_send(now) {
             let i = self.flow_qp[send.flow.0 as usize] as usize;
-            let Some(qp) = self.qps[i].as_mut() else {
-                continue;
-            };
-            self.ip_ident = self.ip_ident.wrapping_add(1);
-            let mut split = qp::Split {
-                min: split_min,
-                apart: None,
-            };
-            let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
-            match emitted {
-                Ok(Some(n)) => {
-                    self.refresh_sent(i, now);
-                    self.counters.tx_frames += 1;
-                    return Some(match split.apart {
-                        None => TxFrame::Whole(n),
-                        Some(apart) => TxFrame::Split { head: n, apart },
-                    });
-                }
-                Ok(None) => self.refresh(i, now),
-                Err(status) => {
-                    // A READ whose region went: the responder's access error.
-                    let qpn = qp.qpn;
-                    self.events
-                        .push_back(AsyncEvent::QpError(qpn, QpError::Access));
-                    self.fail_qp(i, status);
-                    return self.poll_transmit_split(now, buf, split_min);
-                }
+            if let Some(frame) = self.emit_granted(i, now, buf, split_min) {
+                return frame;
             }
         }
         None
+    }
+
+    /// The QP whose posts of this very time may go straight to TX: a
+    /// WQE posted to an idle QP, with no control packet waiting and no
+    /// other flow ready, is granted by the scheduler at once
+    /// ([`FlowScheduler::send_now`]),
+    /// the same decision filing it and asking for the next send would
+    /// make, without the bookkeeping. `None` leaves the posts owed, to be
+    /// filed as usual.
+    fn grant_posted(&mut self, now: u64) -> Option<usize> {
+        let (i, t) = self.post_owed?;
+        if t != now || !self.ctrl.is_empty() {
+            return None;
+        }
+        let qp = self.qps[i].as_ref()?;
+        let size = qp.next_paced_size(&self.cfg)?;
+        if !self.sched.send_now(qp.flow, qp.cc.rate_bps(), size, now) {
+            return None;
+        }
+        self.post_owed = None;
+        Some(i)
+    }
+
+    /// Builds the paced packet the scheduler granted QP `i`: `Some` of
+    /// what `poll_transmit_split` returns, or `None` when the QP had none
+    /// to build after all (the caller asks the scheduler again).
+    fn emit_granted(
+        &mut self,
+        i: usize,
+        now: u64,
+        buf: &mut [u8],
+        split_min: usize,
+    ) -> Option<Option<TxFrame>> {
+        let qp = self.qps[i].as_mut()?;
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        let mut split = qp::Split {
+            min: split_min,
+            apart: None,
+        };
+        let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
+        match emitted {
+            Ok(Some(n)) => {
+                self.refresh_sent(i, now);
+                self.counters.tx_frames += 1;
+                Some(Some(match split.apart {
+                    None => TxFrame::Whole(n),
+                    Some(apart) => TxFrame::Split { head: n, apart },
+                }))
+            }
+            Ok(None) => {
+                self.refresh(i, now);
+                None
+            }
+            Err(status) => {
+                // A READ whose region went: the responder's access error.
+                let qpn = qp.qpn;
+                self.events
+                    .push_back(AsyncEvent::QpError(qpn, QpError::Access));
+                self.fail_qp(i, status);
+                Some(self.poll_transmit_split(now, buf, split_min))
+            }
+        }
     }
 
     /// Whether `poll_transmit` at `now` may have a frame: a control

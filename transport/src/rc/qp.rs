@@ -1084,6 +1084,7 @@ impl Qp {
 
     /// Size on the wire of the next paced packet (READ responses first,
     /// then requests), if any.
+    #[inline]
     pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return None;
