@@ -341,12 +341,12 @@ impl FlowScheduler {
             return Some(self.cursor * self.cfg.tick_ns);
         }
         let n = self.slots.len() as u64;
-        let start = (self.cursor + 1) % n;
+        let start = self.wrap(self.cursor + 1);
         let wheel = if self.occupied_slots == 0 {
             None
         } else {
             self.first_occupied_from(start as usize).map(|s| {
-                let ahead = (s as u64 + n - start) % n;
+                let ahead = self.wrap(s as u64 + n - start);
                 (self.cursor + 1 + ahead) * self.cfg.tick_ns
             })
         };
@@ -443,7 +443,7 @@ impl FlowScheduler {
         if tick <= self.cursor {
             self.file_ready(i);
         } else if tick - self.cursor < n {
-            let s = (tick % n) as usize;
+            let s = self.wrap(tick) as usize;
             if self.slots[s].is_empty() {
                 self.occupied_slots += 1;
             }
@@ -492,16 +492,23 @@ impl FlowScheduler {
         }
     }
 
+    /// `x` modulo the wheel's slots, a power of two: a mask, not a
+    /// division.
+    #[inline(always)]
+    fn wrap(&self, x: u64) -> u64 {
+        x & (self.slots.len() as u64 - 1)
+    }
+
     /// [`FlowScheduler::advance`] to a later tick.
     fn advance_to(&mut self, now_tick: u64) {
         let n = self.slots.len() as u64;
         let span = (now_tick - self.cursor).min(n);
-        let mut s = (self.cursor + 1) % n;
+        let mut s = self.wrap(self.cursor + 1);
         let mut left = span;
         while let Some(ahead) = self.first_occupied_within(s as usize, left) {
-            let found = ((s + ahead) % n) as usize;
+            let found = self.wrap(s + ahead) as usize;
             self.drain_slot(found);
-            s = (found as u64 + 1) % n;
+            s = self.wrap(found as u64 + 1);
             left -= ahead + 1;
         }
         self.cursor = now_tick;
@@ -529,13 +536,12 @@ impl FlowScheduler {
     /// The first occupied slot at or after `start`, wrapping around.
     fn first_occupied_from(&self, start: usize) -> Option<usize> {
         self.first_occupied_within(start, self.slots.len() as u64)
-            .map(|ahead| (start + ahead as usize) % self.slots.len())
+            .map(|ahead| self.wrap((start + ahead as usize) as u64) as usize)
     }
 
     /// How far past `start` the first occupied slot lies, looking at `len`
     /// slots at most (wrapping); reads only the bitmap words that cover them.
     fn first_occupied_within(&self, start: usize, len: u64) -> Option<u64> {
-        let n = self.slots.len();
         let mut pos = start;
         let mut seen = 0u64;
         while seen < len {
@@ -547,7 +553,7 @@ impl FlowScheduler {
                 return (ahead < len).then_some(ahead);
             }
             seen += in_word;
-            pos = (pos + in_word as usize) % n;
+            pos = self.wrap((pos + in_word as usize) as u64) as usize;
         }
         None
     }
