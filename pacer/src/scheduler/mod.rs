@@ -476,7 +476,13 @@ impl FlowScheduler {
     #[inline(always)]
     fn advance(&mut self, now: u64) {
         let now_tick = self.tick_of(now, false);
-        if now_tick > self.cursor {
+        if now_tick <= self.cursor {
+            return;
+        }
+        if self.occupied_slots == 0 && self.heap.is_empty() {
+            // No flow waits for credit: only the clock moves.
+            self.cursor = now_tick;
+        } else {
             self.advance_to(now_tick);
         }
     }
@@ -504,7 +510,9 @@ impl FlowScheduler {
         let n = self.slots.len() as u64;
         let span = (now_tick - self.cursor).min(n);
         let mut s = self.wrap(self.cursor + 1);
-        let mut left = span;
+        // An empty wheel (no flow waiting for credit, as when every flow
+        // sends at once) is not scanned.
+        let mut left = if self.occupied_slots == 0 { 0 } else { span };
         while let Some(ahead) = self.first_occupied_within(s as usize, left) {
             let found = self.wrap(s + ahead) as usize;
             self.drain_slot(found);
