@@ -228,6 +228,40 @@ proptest! {
         prop_assert!(short.is_err());
     }
 
+    /// An ACK or NAK without TLM from the template's own emitter is the
+    /// frame the general emitter writes for the same headers (any BTH
+    /// fields, AETH, outer headers and ident); any other opcode is
+    /// refused, and a short buffer is an error, not a panic.
+    #[test]
+    fn a_templates_ack_is_the_general_frame(
+        (repr, _) in frame(),
+        syndrome in any::<u8>(),
+        msn in 0u32..1 << 24,
+    ) {
+        let aeth = AethRepr { syndrome, msn };
+        let mut ack = repr;
+        ack.bth.opcode = Opcode::Acknowledge;
+        ack.tlm = None;
+        ack.reth = None;
+        ack.atomic = None;
+        ack.imm = None;
+        ack.ieth = None;
+        ack.aeth = Some(aeth);
+        ack.atomic_ack = None;
+        ack.probe = None;
+        ack.notify = None;
+        let mut want = vec![0u8; ack.frame_len(0)];
+        ack.emit(&[], &mut want).unwrap();
+        let t = FrameTemplate::new(&ack.eth, &ack.ip, &ack.udp);
+        let mut got = vec![0xA5u8; want.len() + 5];
+        let n = t.emit_ack(&ack.bth, &aeth, ack.ip.ident, &mut got).unwrap();
+        prop_assert_eq!(&got[..n], &want[..]);
+        prop_assert!(t.emit_ack(&ack.bth, &aeth, 0, &mut got[..n - 1]).is_err());
+        if repr.bth.opcode != Opcode::Acknowledge {
+            prop_assert!(t.emit_ack(&repr.bth, &aeth, 0, &mut got).is_err());
+        }
+    }
+
     /// A frame sent from separate buffers: the headers the template
     /// emits, the payload where it lies and the tail (pad, ICRC) are the
     /// bytes of the frame emitted into one buffer.

@@ -1220,32 +1220,36 @@ impl Qp {
             // The newest telemetry is echoed once, by a positive ACK,
             // borrowed where it lies.
             let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED;
-            if echo {
-                let key = self.key();
-                let id = AckId {
-                    dest_qp: r.bth.dest_qp,
-                    psn: a.psn,
-                    syndrome: a.syndrome,
-                    msn: a.msn,
-                };
-                if let Some(t) = self.tlm.last.as_mut() {
-                    t.echo = true;
-                    // The sender's request flags are not echoed; NFLOWS
-                    // only when this receiver counted.
-                    t.subscribe = false;
-                    t.nflows = flows.is_some();
-                    if let Some(n) = flows {
-                        t.path_id = n;
-                    }
-                    // Tagged last, over the stack as it goes.
-                    tag(key, Feedback::Ack(id), t);
-                }
-                r.tlm = self.tlm.last.as_ref();
+            let Some(t) = self.tlm.last.as_mut().filter(|_| echo) else {
+                // Nothing to echo: BTH and AETH behind the template.
+                let aeth = r.aeth.as_ref()?;
+                let n = self.template.as_ref()?.emit_ack(&r.bth, aeth, ident, buf);
+                let n = n.ok()?;
+                self.counters.tx_packets += 1;
+                return Some(n);
+            };
+            let id = AckId {
+                dest_qp: r.bth.dest_qp,
+                psn: a.psn,
+                syndrome: a.syndrome,
+                msn: a.msn,
+            };
+            t.echo = true;
+            // The sender's request flags are not echoed; NFLOWS only when
+            // this receiver counted.
+            t.subscribe = false;
+            t.nflows = flows.is_some();
+            if let Some(n) = flows {
+                t.path_id = n;
             }
+            // Tagged last, over the stack as it goes.
+            let key = self.key();
+            if let Some(t) = self.tlm.last.as_mut() {
+                tag(key, Feedback::Ack(id), t);
+            }
+            r.tlm = self.tlm.last.as_ref();
             let n = self.emit(&r, ident, 0, buf, |_| ());
-            if echo {
-                self.tlm.last = None;
-            }
+            self.tlm.last = None;
             n
         } else if let Some((probe, mut tlm)) = self.tlm.probe_resp.take() {
             let mut r = self.transport(Opcode::TlmResponse, 0);

@@ -803,6 +803,35 @@ impl FrameTemplate {
         t.emit_after_outer(frame, ip_at, payload_len, fill)
     }
 
+    /// Emits an ACK or NAK without TLM (BTH of `bth`, which must be an
+    /// Acknowledge, and `aeth`) with the IP ident `ident` into `buf`: the
+    /// bytes [`FrameTemplate::emit_with`] writes for the same headers,
+    /// without its general checks and layout walk, as a responder sends
+    /// one per message.
+    pub fn emit_ack(
+        &self,
+        bth: &BthRepr,
+        aeth: &AethRepr,
+        ident: u16,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
+        if bth.opcode != Opcode::Acknowledge {
+            return Err(WireError::HeadersMismatch(bth.opcode));
+        }
+        const AFTER_OUTER: usize = bth::HEADER_LEN + aeth::HEADER_LEN + icrc::ICRC_LEN;
+        let ip_at = usize::from(self.len) - OUTER_IP_UDP;
+        let bth_at = usize::from(self.len);
+        let need = bth_at + AFTER_OUTER;
+        let frame = take_frame(buf, need)?;
+        self.emit_outer(frame, need - ip_at, ident);
+        bth.emit(&mut frame[bth_at..], 0, false);
+        let end = bth_at + bth::HEADER_LEN + aeth::HEADER_LEN;
+        aeth.emit(&mut frame[bth_at + bth::HEADER_LEN..end]);
+        let crc = icrc::compute(&frame[ip_at..end], 0)?;
+        frame[end..need].copy_from_slice(&crc.to_le_bytes());
+        Ok(need)
+    }
+
     /// Emits the headers of the frame `t` with `payload` into `buf`, and
     /// returns their length and the frame's tail (pad and ICRC): the
     /// headers, then `payload` from where it lies, then the tail, are the
