@@ -56,6 +56,21 @@ pub struct Layout {
     pub tlm_required: bool,
 }
 
+impl Layout {
+    /// BTH, at most a RETH, then payload where the opcode allows it (SEND
+    /// and WRITE packets without immediate, READ requests and responses
+    /// without AETH): the frames a QP's template writes without the
+    /// general emitter's walk of every header.
+    pub fn is_plain(&self) -> bool {
+        *self
+            == Layout {
+                reth: self.reth,
+                payload: self.payload,
+                ..NONE
+            }
+    }
+}
+
 const NONE: Layout = Layout {
     reth: false,
     atomic_eth: false,

@@ -588,6 +588,27 @@ impl<'t> TransportRepr<'t> {
         self.header_len() + payload_len + pad_for(payload_len) + icrc::ICRC_LEN
     }
 
+    /// `Some` of its RETH when the frame is plain ([`Layout::is_plain`]):
+    /// BTH and exactly the RETH its opcode wants, no TLM or other header,
+    /// and a payload only where the opcode allows one. Such a frame passes
+    /// [`TransportRepr::check`].
+    #[inline(always)]
+    fn plain(&self, payload_len: usize) -> Option<Option<&RethRepr>> {
+        let l = self.bth.opcode.layout();
+        let plain = self.tlm.is_none()
+            && self.atomic.is_none()
+            && self.imm.is_none()
+            && self.ieth.is_none()
+            && self.aeth.is_none()
+            && self.atomic_ack.is_none()
+            && self.probe.is_none()
+            && self.notify.is_none()
+            && l.is_plain()
+            && l.reth == self.reth.is_some()
+            && (l.payload || payload_len == 0);
+        plain.then_some(self.reth.as_ref())
+    }
+
     /// Checks that the headers present are those the opcode's layout lists
     /// and that a payload is allowed.
     pub fn check(&self, payload_len: usize) -> Result<(), WireError> {
@@ -794,6 +815,13 @@ impl FrameTemplate {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
+        if let Some(reth) = t.plain(payload_len) {
+            let (ext, len) = match reth {
+                Some(r) => (Ext::Reth(r), reth::HEADER_LEN),
+                None => (Ext::None, 0),
+            };
+            return self.emit_short(&t.bth, (ext, len), ident, payload_len, buf, fill);
+        }
         t.check(payload_len)?;
         let need = self.frame_len(t, payload_len);
         let ip_at = usize::from(self.len) - OUTER_IP_UDP;
@@ -801,6 +829,45 @@ impl FrameTemplate {
         let frame = take_frame(buf, need)?;
         self.emit_outer(frame, need - ip_at, ident);
         t.emit_after_outer(frame, ip_at, payload_len, fill)
+    }
+
+    /// A frame of BTH, at most one extension header (`ext` and its
+    /// length) and `payload_len` bytes `fill` writes: outer headers, BTH,
+    /// the header, the payload, the pad and the ICRC, with no TLM and no
+    /// other header (the caller knows the opcode's layout is that).
+    #[inline(always)]
+    fn emit_short(
+        &self,
+        bth: &BthRepr,
+        (ext, ext_len): (Ext<'_>, usize),
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        let bth_at = usize::from(self.len);
+        let ip_at = bth_at - OUTER_IP_UDP;
+        let pad = pad_for(payload_len);
+        let at = bth_at + bth::HEADER_LEN + ext_len;
+        let end = at + payload_len + pad;
+        let need = end + icrc::ICRC_LEN;
+        check_ipv4_len(need - ip_at)?;
+        let frame = take_frame(buf, need)?;
+        self.emit_outer(frame, need - ip_at, ident);
+        bth.emit(&mut frame[bth_at..], pad, false);
+        let ext_at = bth_at + bth::HEADER_LEN;
+        match ext {
+            Ext::None => {}
+            Ext::Reth(r) => r.emit(&mut frame[ext_at..at]),
+            Ext::Aeth(a) => a.emit(&mut frame[ext_at..at]),
+        }
+        fill(&mut frame[at..at + payload_len]);
+        if pad > 0 {
+            frame[at + payload_len..end].fill(0);
+        }
+        let crc = icrc::compute(&frame[ip_at..end], 0)?;
+        frame[end..need].copy_from_slice(&crc.to_le_bytes());
+        Ok(need)
     }
 
     /// Emits an ACK or NAK without TLM (BTH of `bth`, which must be an
@@ -818,18 +885,8 @@ impl FrameTemplate {
         if bth.opcode != Opcode::Acknowledge {
             return Err(WireError::HeadersMismatch(bth.opcode));
         }
-        const AFTER_OUTER: usize = bth::HEADER_LEN + aeth::HEADER_LEN + icrc::ICRC_LEN;
-        let ip_at = usize::from(self.len) - OUTER_IP_UDP;
-        let bth_at = usize::from(self.len);
-        let need = bth_at + AFTER_OUTER;
-        let frame = take_frame(buf, need)?;
-        self.emit_outer(frame, need - ip_at, ident);
-        bth.emit(&mut frame[bth_at..], 0, false);
-        let end = bth_at + bth::HEADER_LEN + aeth::HEADER_LEN;
-        aeth.emit(&mut frame[bth_at + bth::HEADER_LEN..end]);
-        let crc = icrc::compute(&frame[ip_at..end], 0)?;
-        frame[end..need].copy_from_slice(&crc.to_le_bytes());
-        Ok(need)
+        let ext = (Ext::Aeth(aeth), aeth::HEADER_LEN);
+        self.emit_short(bth, ext, ident, 0, buf, |_| ())
     }
 
     /// Emits the headers of the frame `t` with `payload` into `buf`, and
@@ -876,3 +933,12 @@ impl FrameTemplate {
 
 /// IPv4 and UDP header bytes.
 const OUTER_IP_UDP: usize = ipv4::HEADER_LEN + udp::HEADER_LEN;
+
+/// The one extension header after BTH of a frame [`FrameTemplate`]
+/// writes without the general walk.
+#[derive(Clone, Copy)]
+enum Ext<'a> {
+    None,
+    Reth(&'a RethRepr),
+    Aeth(&'a AethRepr),
+}
