@@ -10,7 +10,7 @@
 //!  bytes 9-11 PSN
 //! ```
 
-use super::bytes::{check_len, get_u16, get_u24, set_u16, set_u24};
+use super::bytes::{check_len, get_u16, get_u24};
 use super::{Layer, Opcode, WireError};
 
 /// BTH length.
@@ -168,16 +168,30 @@ impl BthRepr {
     }
 
     /// Writes the 12 bytes into `buf` (at least `HEADER_LEN` long).
+    /// The bytes are assembled whole and stored at once (one bounds
+    /// check, no partial stores).
+    #[inline]
     pub fn emit(&self, buf: &mut [u8], pad_count: usize, tlm: bool) {
-        buf[0] = self.opcode.as_u8();
-        buf[1] = (u8::from(self.solicited) << 7)
-            | (u8::from(self.migreq) << 6)
-            | (((pad_count & 3) as u8) << 4);
-        set_u16(buf, 2, self.pkey);
-        buf[4] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6) | (u8::from(tlm) << 5);
-        set_u24(buf, 5, self.dest_qp & PSN_MASK);
-        buf[8] = u8::from(self.ack_req) << 7;
-        set_u24(buf, 9, self.psn & PSN_MASK);
+        let k = self.pkey.to_be_bytes();
+        let q = (self.dest_qp & PSN_MASK).to_be_bytes();
+        let p = (self.psn & PSN_MASK).to_be_bytes();
+        let b: [u8; HEADER_LEN] = [
+            self.opcode.as_u8(),
+            (u8::from(self.solicited) << 7)
+                | (u8::from(self.migreq) << 6)
+                | (((pad_count & 3) as u8) << 4),
+            k[0],
+            k[1],
+            (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6) | (u8::from(tlm) << 5),
+            q[1],
+            q[2],
+            q[3],
+            u8::from(self.ack_req) << 7,
+            p[1],
+            p[2],
+            p[3],
+        ];
+        buf[..HEADER_LEN].copy_from_slice(&b);
     }
 }
 
