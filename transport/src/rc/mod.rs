@@ -1097,8 +1097,8 @@ impl<M: Memory> Engine<M> {
         }
         let op = p.repr.bth.opcode;
         if self.cfg.report_flows && op.is_request() {
-            if let Some(t) = p.repr.tlm.filter(|t| !t.echo) {
-                self.last_hop.on_data(&t);
+            if let Some(t) = p.repr.tlm.as_ref().filter(|t| !t.echo) {
+                self.last_hop.on_data(t);
                 if let Some(q) = self.qps[i].as_mut() {
                     q.rx_data_ns = now;
                 }
@@ -1143,8 +1143,8 @@ impl<M: Memory> Engine<M> {
             return;
         };
         let qp = self.qps[i].as_mut().expect("index checked");
-        if let Some(t) = p.repr.tlm {
-            qp.on_int_response(now, p.repr.bth.psn, &t);
+        if let Some(t) = &p.repr.tlm {
+            qp.on_int_response(now, p.repr.bth.psn, t);
         }
         self.refresh(i, now);
     }

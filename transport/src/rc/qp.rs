@@ -795,8 +795,9 @@ impl Qp {
                     syndrome: a.syndrome,
                     msn: a.msn,
                 };
-                let tlm = p.repr.tlm.filter(|t| t.echo).and_then(|t| {
-                    self.verified(&t, Self::mac_matches(Feedback::Ack(id)), |f| f.ack(psn))
+                // By reference: a TLM block is ~270 bytes.
+                let tlm = p.repr.tlm.as_ref().filter(|t| t.echo).and_then(|t| {
+                    self.verified(t, Self::mac_matches(Feedback::Ack(id)), |f| f.ack(psn))
                 });
                 if let (Some(t), CcMode::HpccInband { .. }) = (tlm, self.mode) {
                     if t.echo {
@@ -877,8 +878,8 @@ impl Qp {
                     dest_qp: qpn,
                     probe,
                 };
-                let t = p.repr.tlm.and_then(|t| {
-                    self.verified(&t, Self::mac_matches(fb), |f| f.probe(probe.probe_id))
+                let t = p.repr.tlm.as_ref().and_then(|t| {
+                    self.verified(t, Self::mac_matches(fb), |f| f.probe(probe.probe_id))
                 });
                 if let (Some(pr), Some(t), Some(clock)) = (p.repr.probe, t, self.probe.as_mut()) {
                     if let Some(ack) =
@@ -960,13 +961,13 @@ impl Qp {
     /// Telemetry and ECN of an arriving request: remember the stack to echo
     /// (inband), run NewINT (receiver-based), answer CE with a CNP (DCQCN).
     fn on_request_telemetry(&mut self, now: u64, p: &Packet<'_>) {
-        if let Some(t) = p.repr.tlm {
+        if let Some(t) = &p.repr.tlm {
             match self.mode {
-                CcMode::HpccInband { .. } => self.tlm.last = Some(t),
+                CcMode::HpccInband { .. } => self.tlm.last = Some(*t),
                 CcMode::RxHpcc { .. } => {
                     if let Some(rx) = self.rx_hpcc.as_mut() {
-                        if let Some(n) = rx.new_int(now, &hops_of(&t)) {
-                            let mut echo = t;
+                        if let Some(n) = rx.new_int(now, &hops_of(t)) {
+                            let mut echo = *t;
                             echo.echo = true;
                             self.tlm.notify = Some((n, echo));
                         }
