@@ -2,6 +2,7 @@
 //! responder halves, its congestion controller and telemetry bookkeeping,
 //! and how its packets are built.
 
+use std::borrow::Cow;
 use std::net::Ipv4Addr;
 
 /// The smallest payload per packet `EngineConfig::segment_bytes` may set.
@@ -537,14 +538,17 @@ impl Qp {
     /// newer than the last of its kind taken) holds, and then in its
     /// relative form (what the MAC covers). Anything else is counted and
     /// refused.
-    fn verified(
+    ///
+    /// Without a key the stack is lent, not copied (a TLM block is ~270
+    /// bytes and an ACK of HPCC++ inband carries one).
+    fn verified<'t>(
         &mut self,
-        t: &TlmRepr,
+        t: &'t TlmRepr,
         check: impl FnOnce(&FeedbackKey, &TlmRepr) -> bool,
         fresh: impl FnOnce(&mut Freshness) -> bool,
-    ) -> Option<TlmRepr> {
+    ) -> Option<Cow<'t, TlmRepr>> {
         let Some(key) = self.key() else {
-            return Some(*t);
+            return Some(Cow::Borrowed(t));
         };
         if !check(&key, t) {
             if t.mac.is_none() {
@@ -558,7 +562,7 @@ impl Qp {
             self.counters.feedback_replayed += 1;
             return None;
         }
-        Some(t.relative())
+        Some(Cow::Owned(t.relative()))
     }
 
     /// Whether a MAC of `fb` under the key is the one `t` carries.
@@ -856,7 +860,8 @@ impl Qp {
                 let t = p
                     .repr
                     .tlm
-                    .and_then(|t| self.verified(&t, Self::mac_matches(fb), |_| true));
+                    .as_ref()
+                    .and_then(|t| self.verified(t, Self::mac_matches(fb), |_| true));
                 if let (Some(pr), Some(t), Some(paths)) = (p.repr.probe, t, self.paths.as_mut()) {
                     let k = probe_path(pr.probe_id).unwrap_or(0);
                     if paths.answered(k, pr.probe_id) {
@@ -901,7 +906,8 @@ impl Qp {
                 let t = p
                     .repr
                     .tlm
-                    .and_then(|t| self.verified(&t, Self::mac_matches(fb), |f| f.notify(n.seq)));
+                    .as_ref()
+                    .and_then(|t| self.verified(t, Self::mac_matches(fb), |f| f.notify(n.seq)));
                 if let (Some(n), Some(_)) = (p.repr.notify, t) {
                     self.counters.notifies_received += 1;
                     let n = Notification {
