@@ -448,12 +448,23 @@ proptest! {
 /// fast path and the layered parse agree on every one.
 #[test]
 fn the_fixed_offset_parse_equals_the_layered_parse_for_every_header_bit() {
-    for op in Opcode::ALL {
+    // Each opcode without and with a TLM block (HPCC++ inband's data and
+    // ACKs carry one: three slots, one filled).
+    let tlm = {
+        let mut t = TlmRepr::empty(3);
+        t.nhop = 1;
+        t
+    };
+    for (op, tlm) in Opcode::ALL
+        .iter()
+        .flat_map(|&op| [(op, None), (op, Some(tlm))])
+    {
         let l = op.layout();
         let mut repr = PacketRepr::new(op, 0x12_3456, 0xAB_CDEF);
         if l.tlm_required {
             continue;
         }
+        repr.tlm = tlm;
         repr.reth = l.reth.then_some(RethRepr {
             va: 0x1000,
             r_key: 7,
@@ -476,7 +487,8 @@ fn the_fixed_offset_parse_equals_the_layered_parse_for_every_header_bit() {
         let mut frame = vec![0u8; repr.frame_len(payload.len())];
         repr.emit(payload, &mut frame).unwrap();
         for pad_bits in 0..4u8 {
-            for at in 0..frame.len().min(74) {
+            let headers = 74 + repr.tlm.map_or(0, |t| t.block_len());
+            for at in 0..frame.len().min(headers) {
                 for bit in 0..8 {
                     let mut buf = frame.clone();
                     buf[43] = (buf[43] & !0x30) | (pad_bits << 4);

@@ -53,9 +53,12 @@ pub struct Packet<'a> {
 
 impl<'a> Packet<'a> {
     /// Parses and verifies a frame; a bad ICRC is an error.
-    #[inline]
+    #[inline(always)]
     pub fn parse(frame: &'a [u8]) -> Result<Self, WireError> {
         if let Some(p) = Self::parse_common(frame) {
+            return Ok(p);
+        }
+        if let Some(p) = Self::parse_with_tlm(frame, None) {
             return Ok(p);
         }
         Self::parse_inner(frame, true)
@@ -63,15 +66,24 @@ impl<'a> Packet<'a> {
 
     /// The frames a connected QP exchanges most, read at fixed offsets:
     /// untagged, a 20-byte IPv4 header ending where the frame's ICRC
-    /// does, no TLM block, and an opcode with at most a RETH or an AETH
-    /// (SEND, WRITE, READ request and response, ACK). Anything else, and
+    /// does, a TLM block or none (HPCC++ inband data and their ACKs carry
+    /// one), and an opcode with at most a RETH or an AETH (SEND, WRITE,
+    /// READ request and response, ACK). Anything else, and
     /// anything this path would refuse (a bad checksum, ICRC or length),
     /// is `None`: the layered parse takes it and names the error. What it
     /// returns is what the layered parse returns (a property test holds
     /// the two to it).
     #[inline(always)]
     fn parse_common(frame: &'a [u8]) -> Option<Self> {
-        Self::parse_fixed(frame, None)
+        Self::parse_fixed::<false>(frame, None)
+    }
+
+    /// [`Packet::parse_fixed`] of a frame with a TLM block: a second
+    /// instance, tried after the first refused, so that the path of
+    /// frames without one carries no TLM code.
+    #[inline(always)]
+    fn parse_with_tlm(frame: &'a [u8], split: Option<(&'a [u8], &'a [u8])>) -> Option<Self> {
+        Self::parse_fixed::<true>(frame, split)
     }
 
     /// Parses and verifies a frame that arrives in three pieces: its
@@ -82,13 +94,18 @@ impl<'a> Packet<'a> {
     /// packet of a connected QP); `None` for anything else, or anything
     /// refused, which the caller parses from one buffer to learn why.
     pub fn parse_split(head: &'a [u8], payload: &'a [u8], tail: &'a [u8]) -> Option<Self> {
-        Self::parse_fixed(head, Some((payload, tail)))
+        let split = Some((payload, tail));
+        Self::parse_fixed::<false>(head, split).or_else(|| Self::parse_with_tlm(head, split))
     }
 
     /// The fixed-offset parse of `frame`, or with `split` of the headers
-    /// in `frame` and the payload and tail apart.
+    /// in `frame` and the payload and tail apart: of a frame without a
+    /// TLM block, or with `TLM` of one with.
     #[inline(always)]
-    fn parse_fixed(frame: &'a [u8], split: Option<(&'a [u8], &'a [u8])>) -> Option<Self> {
+    fn parse_fixed<const TLM: bool>(
+        frame: &'a [u8],
+        split: Option<(&'a [u8], &'a [u8])>,
+    ) -> Option<Self> {
         const IP: usize = ethernet::HEADER_LEN;
         const UDP: usize = IP + ipv4::HEADER_LEN;
         const BTH: usize = UDP + udp::HEADER_LEN;
@@ -117,12 +134,12 @@ impl<'a> Packet<'a> {
         {
             return None;
         }
-        // BTH: version 0, no TLM block, a plain request or response.
+        // BTH: version 0, a plain request or response, with or without a
+        // TLM block.
         let bth_bytes: &[u8; bth::HEADER_LEN] = h[BTH..EXT].try_into().ok()?;
         let bth = BthRepr::from_fixed(bth_bytes).ok()?;
         let layout = bth.opcode.layout();
-        if h[BTH + 4] & 0x20 != 0
-            || layout.tlm_required
+        if layout.tlm_required
             || layout.atomic_eth
             || layout.immdt
             || layout.ieth
@@ -133,6 +150,24 @@ impl<'a> Packet<'a> {
         {
             return None;
         }
+        // The TLM block right after BTH, when the T bit says so; it ends
+        // before the ICRC (and, apart, within the headers).
+        if (h[BTH + 4] & 0x20 != 0) != TLM {
+            return None;
+        }
+        let tlm_view = if TLM {
+            let body_end = match split {
+                None => frame.len().checked_sub(icrc::ICRC_LEN)?,
+                Some(_) => frame.len(),
+            };
+            let v = Tlm::new_checked(frame.get(EXT..body_end)?).ok()?;
+            TlmRepr::check(&v).ok()?;
+            Some(v)
+        } else {
+            None
+        };
+        let tlm_len = tlm_view.as_ref().map_or(0, |v| v.block_len());
+        let ext_at = EXT + tlm_len;
         let ext_len = usize::from(layout.reth) * reth::HEADER_LEN
             + usize::from(layout.aeth) * aeth::HEADER_LEN;
         let pad = usize::from((h[BTH + 1] >> 4) & 3);
@@ -142,15 +177,20 @@ impl<'a> Packet<'a> {
         let (end, icrc_wire, icrc_computed, apart) = match split {
             None => {
                 let end = frame.len().checked_sub(icrc::ICRC_LEN)?;
-                if end < EXT + ext_len {
+                if end < ext_at + ext_len {
                     return None;
                 }
                 let t = &frame[end..];
                 let wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-                (end, wire, icrc::compute(&frame[IP..end], 0).ok()?, None)
+                (
+                    end,
+                    wire,
+                    icrc::compute(&frame[IP..end], tlm_len).ok()?,
+                    None,
+                )
             }
             Some((payload, tail)) => {
-                if frame.len() != EXT + ext_len || !layout.payload {
+                if frame.len() != ext_at + ext_len || !layout.payload {
                     return None;
                 }
                 let (pad_bytes, t) =
@@ -159,14 +199,15 @@ impl<'a> Packet<'a> {
                     return None;
                 }
                 let wire = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-                let computed = icrc::compute_split(&frame[IP..], 0, payload, pad_bytes).ok()?;
+                let computed =
+                    icrc::compute_split(&frame[IP..], tlm_len, payload, pad_bytes).ok()?;
                 (frame.len(), wire, computed, Some(payload))
             }
         };
         if icrc_wire != icrc_computed {
             return None;
         }
-        let mut at = EXT;
+        let mut at = ext_at;
         let reth = if layout.reth {
             let r = RethRepr::parse(&Reth::new_checked(&frame[at..end]).ok()?);
             at += reth::HEADER_LEN;
@@ -191,7 +232,7 @@ impl<'a> Packet<'a> {
         } else {
             return None;
         };
-        Some(Packet {
+        let mut out = Some(Packet {
             repr: PacketRepr {
                 eth: EthernetRepr {
                     dst: MacAddr([h[0], h[1], h[2], h[3], h[4], h[5]]),
@@ -217,7 +258,13 @@ impl<'a> Packet<'a> {
             pad: pad as u8,
             icrc_wire,
             icrc_computed,
-        })
+        });
+        // A TLM block is parsed into the result where it lies, not moved
+        // there (~270 bytes); without one the result is built once.
+        if let (Some(v), Some(p)) = (&tlm_view, out.as_mut()) {
+            p.repr.tlm = Some(TlmRepr::parse(v).ok()?);
+        }
+        out
     }
 
     /// [`Packet::parse`] without its fixed-offset path: every frame goes
