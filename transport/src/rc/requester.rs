@@ -703,9 +703,18 @@ impl Requester {
     /// that READ's last PSN its responses were lost (implied NAK): returns
     /// the READ's first missing PSN, unless a request asked again for it
     /// still waits for its answer.
+    ///
+    /// The bytes the ACK takes out of flight are counted in the same walk:
+    /// those of each WR it reaches, from `una` to where the ACK ends in
+    /// it. WRs it skips count none (a completed one lies wholly before
+    /// `una`, a READ is not in `inflight`, and the walk ends at the first
+    /// WR past the ACK). When the ACK passes `tx_psn` (go-back-N left it
+    /// behind), [`Requester::advance_una`] counts them instead.
     fn ack_through(&mut self, psn: u32) -> Option<u32> {
         let mut implied_nak = None;
-        let mut new_una = self.una;
+        let (una, mtu) = (self.una, self.mtu);
+        let mut new_una = una;
+        let mut acked = 0u64;
         for e in self.sq.iter_mut() {
             if e.done {
                 continue;
@@ -719,15 +728,29 @@ impl Requester {
                 }
                 break;
             }
-            if psn_ge(psn, e.last_psn()) {
+            let whole = psn_ge(psn, e.last_psn());
+            new_una = if whole {
                 e.done = true;
-                new_una = psn_add(e.last_psn(), 1);
+                psn_add(e.last_psn(), 1)
             } else {
-                new_una = psn_add(psn, 1);
+                psn_add(psn, 1)
+            };
+            let k1 = psn_diff(una, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            let k2 = psn_diff(new_una, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            if k2 > k1 {
+                acked += bytes_of(e.len, mtu, k1, k2);
+            }
+            if !whole {
                 break;
             }
         }
-        self.advance_una(new_una);
+        if psn_gt(new_una, self.tx_psn) {
+            self.advance_una(new_una);
+        } else if psn_gt(new_una, una) {
+            debug_assert_eq!(acked, self.bytes_between(una, new_una), "ACK of {psn}");
+            self.inflight = self.inflight.saturating_sub(acked);
+            self.una = new_una;
+        }
         let (read_psn, missing) = implied_nak?;
         (!self.rd_recovery.waiting(read_psn)).then_some(missing)
     }
@@ -743,22 +766,7 @@ impl Requester {
         } else {
             new_una
         };
-        let mut acked = 0u64;
-        for e in self.sq.iter() {
-            // WRs hold ascending PSNs: none past this one is acknowledged
-            // (a deep queue is not walked to its end on every ACK).
-            if !psn_gt(acked_to, e.first_psn) {
-                break;
-            }
-            if e.is_read() {
-                continue;
-            }
-            let k1 = psn_diff(self.una, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            let k2 = psn_diff(acked_to, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            if k2 > k1 {
-                acked += bytes_of(e.len, self.mtu, k1, k2);
-            }
-        }
+        let acked = self.bytes_between(self.una, acked_to);
         self.inflight = self.inflight.saturating_sub(acked);
         self.una = new_una;
         if psn_gt(new_una, self.tx_psn) {
@@ -769,6 +777,28 @@ impl Requester {
                 .position(|e| e.contains(new_una) || psn_gt(e.first_psn, new_una))
                 .unwrap_or(self.sq.len());
         }
+    }
+
+    /// Bytes of the send queue's packets with PSNs in `[from, to)`, READs
+    /// excluded: what moving `una` from `from` to `to` takes out of flight.
+    fn bytes_between(&self, from: u32, to: u32) -> u64 {
+        let mut bytes = 0u64;
+        for e in self.sq.iter() {
+            // WRs hold ascending PSNs: none past this one is in the range
+            // (a deep queue is not walked to its end on every ACK).
+            if !psn_gt(to, e.first_psn) {
+                break;
+            }
+            if e.is_read() {
+                continue;
+            }
+            let k1 = psn_diff(from, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            let k2 = psn_diff(to, e.first_psn).clamp(0, e.npsn as i32) as u32;
+            if k2 > k1 {
+                bytes += bytes_of(e.len, self.mtu, k1, k2);
+            }
+        }
+        bytes
     }
 
     fn valid_ack_psn(&self, psn: u32) -> bool {
