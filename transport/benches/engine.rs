@@ -5,7 +5,9 @@
 //! the 16; and 16 WRITEs posted at once, as a bandwidth test's
 //! application posts them, then sent and received as a burst); and the
 //! codec pieces each
-//! packet pays (ICRC, parse). The floor under `bench write-lat`'s
+//! packet pays (ICRC, parse). `hpcc_inband_64b_write` is the first with
+//! HPCC++ inband telemetry: a TLM block on the WRITE, echoed by its ACK
+//! and fed to the controller. The floor under `bench write-lat`'s
 //! per-stage table.
 
 use std::hint::black_box;
@@ -13,20 +15,23 @@ use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use transport::mr::{Access, MrKeys, VecMemory};
-use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WrOp};
+use transport::rc::{
+    CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WrOp,
+};
 use transport::wire::{icrc, MacAddr, Packet};
 
 const BASE: u64 = 0x10_0000;
 const LEN: usize = 1 << 16;
 
-fn engine(i: u8) -> (Engine<VecMemory>, MrKeys, u32) {
+fn engine(i: u8, cc: CcMode) -> (Engine<VecMemory>, MrKeys, u32) {
     let mut mem = VecMemory::new();
     mem.add(BASE, LEN);
-    let cfg = EngineConfig::new(
+    let mut cfg = EngineConfig::new(
         MacAddr([2, 0, 0, 0, 0, i + 1]),
         Ipv4Addr::new(10, 0, 0, i + 1),
         100_000_000_000,
     );
+    cfg.cc = cc;
     let mut e = Engine::new(cfg, mem, 0);
     let mr = e.register_mr(BASE, LEN as u64, Access::ALL).unwrap();
     let q = e.create_qp(256, 0).unwrap();
@@ -47,8 +52,12 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let (mut a, ka, qa) = engine(0);
-        let (mut b, kb, qb) = engine(1);
+        Pair::with_cc(CcMode::None)
+    }
+
+    fn with_cc(cc: CcMode) -> Pair {
+        let (mut a, ka, qa) = engine(0, cc);
+        let (mut b, kb, qb) = engine(1, cc);
         let end = |e: &Engine<VecMemory>, qpn| Endpoint {
             qpn,
             psn: 0,
@@ -152,6 +161,10 @@ fn engine_write(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let mut p = Pair::new();
     g.bench_function("write_64b_with_ack", |b| {
+        b.iter(|| assert_eq!(p.write(), 1))
+    });
+    let mut p = Pair::with_cc(CcMode::HpccInband { maxhop: 5 });
+    g.bench_function("hpcc_inband_64b_write", |b| {
         b.iter(|| assert_eq!(p.write(), 1))
     });
     let mut p = Pair::new();
