@@ -51,6 +51,15 @@ pub struct Packet<'a> {
     pub icrc_computed: u32,
 }
 
+/// The T bit of an untagged frame's BTH: which instance of the
+/// fixed-offset parse may take the frame. Each refuses the other's
+/// frames by it before any other check.
+#[inline(always)]
+fn t_bit(frame: &[u8]) -> bool {
+    const AT: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + 4;
+    frame.get(AT).is_some_and(|b| b & 0x20 != 0)
+}
+
 impl<'a> Packet<'a> {
     /// Parses and verifies a frame; a bad ICRC is an error.
     #[inline(always)]
@@ -79,8 +88,9 @@ impl<'a> Packet<'a> {
     }
 
     /// [`Packet::parse_fixed`] of a frame with a TLM block: a second
-    /// instance, tried after the first refused, so that the path of
-    /// frames without one carries no TLM code.
+    /// instance, tried after the first refused (which it does first
+    /// thing for a frame with the T bit), so that the path of frames
+    /// without one carries no TLM code.
     #[inline(always)]
     fn parse_with_tlm(frame: &'a [u8], split: Option<(&'a [u8], &'a [u8])>) -> Option<Self> {
         Self::parse_fixed::<true>(frame, split)
@@ -110,6 +120,9 @@ impl<'a> Packet<'a> {
         const UDP: usize = IP + ipv4::HEADER_LEN;
         const BTH: usize = UDP + udp::HEADER_LEN;
         const EXT: usize = BTH + bth::HEADER_LEN;
+        if t_bit(frame) != TLM {
+            return None;
+        }
         let h: &[u8; EXT] = frame.first_chunk()?;
         let frame_len = match split {
             None => frame.len(),
@@ -150,11 +163,9 @@ impl<'a> Packet<'a> {
         {
             return None;
         }
-        // The TLM block right after BTH, when the T bit says so; it ends
-        // before the ICRC (and, apart, within the headers).
-        if (h[BTH + 4] & 0x20 != 0) != TLM {
-            return None;
-        }
+        // The TLM block right after BTH, when the T bit says so (checked
+        // first thing); it ends before the ICRC (and, apart, within the
+        // headers).
         let tlm_view = if TLM {
             let body_end = match split {
                 None => frame.len().checked_sub(icrc::ICRC_LEN)?,
