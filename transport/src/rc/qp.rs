@@ -1220,17 +1220,18 @@ impl Qp {
         self.rtr?;
         let n = if let Some(a) = self.resp.take_ack() {
             let mut r = self.transport(Opcode::Acknowledge, a.psn);
-            r.aeth = Some(AethRepr {
+            let aeth = AethRepr {
                 syndrome: a.syndrome,
                 msn: a.msn,
-            });
+            };
+            r.aeth = Some(aeth);
             // The newest telemetry is echoed once, by a positive ACK,
             // borrowed where it lies.
             let echo = a.syndrome == crate::wire::aeth::ACK_UNLIMITED;
+            let key = self.key();
             let Some(t) = self.tlm.last.as_mut().filter(|_| echo) else {
                 // Nothing to echo: BTH and AETH behind the template.
-                let aeth = r.aeth.as_ref()?;
-                let n = self.template.as_ref()?.emit_ack(&r.bth, aeth, ident, buf);
+                let n = self.template.as_ref()?.emit_ack(&r.bth, &aeth, ident, buf);
                 let n = n.ok()?;
                 self.counters.tx_packets += 1;
                 return Some(n);
@@ -1250,10 +1251,7 @@ impl Qp {
                 t.path_id = n;
             }
             // Tagged last, over the stack as it goes.
-            let key = self.key();
-            if let Some(t) = self.tlm.last.as_mut() {
-                tag(key, Feedback::Ack(id), t);
-            }
+            tag(key, Feedback::Ack(id), t);
             r.tlm = self.tlm.last.as_ref();
             let n = self.emit(&r, ident, 0, buf, |_| ());
             self.tlm.last = None;
