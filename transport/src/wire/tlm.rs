@@ -539,14 +539,17 @@ impl TlmRepr {
         buf[1] = (self.nhop << 4) | (self.maxhop & 0x0f);
         set_u16(buf, 2, self.path_id);
         let len = hop_len(self.compact);
-        for i in 0..usize::from(self.maxhop) {
+        let (filled, slots) = (usize::from(self.nhop), usize::from(self.maxhop));
+        for i in 0..filled.min(slots) {
             let slot = &mut buf[HEADER_LEN + i * len..HEADER_LEN + (i + 1) * len];
-            match (i < usize::from(self.nhop), self.compact) {
-                (true, false) => self.hops[i].write(slot),
-                (true, true) => self.hops[i].write_compact(slot, qlen_unit(self.sojourn)),
-                (false, _) => slot.fill(0),
+            if self.compact {
+                self.hops[i].write_compact(slot, qlen_unit(self.sojourn));
+            } else {
+                self.hops[i].write(slot);
             }
         }
+        // The empty slots in one fill, not one per slot.
+        buf[HEADER_LEN + filled.min(slots) * len..HEADER_LEN + slots * len].fill(0);
         if let Some(m) = self.mac {
             let at = block_len_of(self.maxhop, self.compact);
             buf[at..at + MAC_LEN].copy_from_slice(&m.to_be_bytes());
