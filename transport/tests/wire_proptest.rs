@@ -262,6 +262,48 @@ proptest! {
         }
     }
 
+    /// A plain frame (BTH, the RETH its opcode wants, a payload where it
+    /// may have one) from the template's plain emitter is the frame the
+    /// general emitter writes for the same headers; any frame with other
+    /// headers is refused, and a short buffer is an error, not a panic.
+    #[test]
+    fn a_templates_plain_frame_is_the_general_frame((repr, payload) in frame()) {
+        let t = FrameTemplate::new(&repr.eth, &repr.ip, &repr.udp);
+        let mut got = vec![0xA5u8; repr.frame_len(payload.len()) + 5];
+        let emitted = t.emit_plain(
+            &repr.bth,
+            repr.reth.as_ref(),
+            repr.ip.ident,
+            payload.len(),
+            &mut got,
+            |dst| dst.copy_from_slice(&payload),
+        );
+        let l = repr.bth.opcode.layout();
+        let plain = l.is_plain()
+            && repr.tlm.is_none()
+            && l.reth == repr.reth.is_some()
+            && (l.payload || payload.is_empty());
+        if !plain {
+            // Only the opcode's layout and the RETH reach emit_plain: a
+            // layout with other headers is refused.
+            if !l.is_plain() || l.reth != repr.reth.is_some() {
+                prop_assert!(emitted.is_err());
+            }
+            return Ok(());
+        }
+        let mut want = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut want).unwrap();
+        let n = emitted.unwrap();
+        prop_assert_eq!(&got[..n], &want[..]);
+        let short = t.emit_plain(&repr.bth, repr.reth.as_ref(), 0, payload.len(), &mut got[..n - 1], |_| ());
+        prop_assert!(short.is_err());
+        // A RETH the opcode does not want, or none where it wants one.
+        let other = RethRepr { va: 1, r_key: 2, dma_len: 3 };
+        let wrong = if repr.reth.is_some() { None } else { Some(&other) };
+        let refused = t.emit_plain(&repr.bth, wrong, 0, payload.len(), &mut got, |_| ());
+        prop_assert!(refused.is_err());
+    }
+
     /// A frame sent from separate buffers: the headers the template
     /// emits, the payload where it lies and the tail (pad, ICRC) are the
     /// bytes of the frame emitted into one buffer.

@@ -30,8 +30,8 @@ use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    udp, AethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet, ProbeRepr,
-    RethRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
+    udp, AethRepr, BthRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
+    ProbeRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
 
 /// A driver's offer to send payloads of at least `min` bytes from where
@@ -1022,6 +1022,14 @@ impl Qp {
     }
 
     /// BTH of a packet to the peer, no other header yet.
+    /// The BTH of a request packet.
+    #[inline(always)]
+    fn request_bth(&self, t: &TxItem) -> BthRepr {
+        let mut bth = BthRepr::new(t.opcode, self.rtr.map_or(0, |r| r.dest_qpn), t.psn);
+        bth.ack_req = t.ack_req;
+        bth
+    }
+
     fn transport<'t>(&self, op: Opcode, psn: u32) -> TransportRepr<'t> {
         let dest_qp = self.rtr.map_or(0, |r| r.dest_qpn);
         TransportRepr::new(op, dest_qp, psn)
@@ -1079,10 +1087,8 @@ impl Qp {
 
     fn request_transport(&self, t: &TxItem) -> TransportRepr<'_> {
         let mut r = self.transport(t.opcode, t.psn);
-        r.bth.ack_req = t.ack_req;
-        r.reth = t
-            .reth
-            .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len });
+        r.bth = self.request_bth(t);
+        r.reth = t.reth_repr();
         r.atomic = t.atomic;
         r.imm = t.imm;
         r.tlm = self.tlm.data.as_ref();
@@ -1178,9 +1184,23 @@ impl Qp {
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 };
-                let r = self.request_transport(&t);
-                self.req_template()
-                    .and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split))
+                let tpl = self.req_template();
+                let plain = t.atomic.is_none() && t.imm.is_none() && self.tlm.data.is_none();
+                if plain && len < split.min {
+                    // BTH and at most a RETH: no TransportRepr to build
+                    // (an opcode wanting more is refused here as the
+                    // general emitter would refuse it).
+                    let (bth, reth) = (self.request_bth(&t), t.reth_repr());
+                    tpl.and_then(|tpl| {
+                        tpl.emit_plain(&bth, reth.as_ref(), ident, len, buf, |dst| {
+                            mem.read(va, dst)
+                        })
+                        .ok()
+                    })
+                } else {
+                    let r = self.request_transport(&t);
+                    tpl.and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split))
+                }
             }
             Payload::Sges(sges) => {
                 let ok = super::sgl::check_range(sges.clone(), mrs, t.off, u64::from(t.len), false);

@@ -19,7 +19,7 @@ use super::types::{
     rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
     WrPayload,
 };
-use crate::wire::{AtomicEthRepr, Opcode};
+use crate::wire::{AtomicEthRepr, Opcode, RethRepr};
 
 /// Packets between AckReq flags, within a message or across unasked
 /// message ends (rc.md: at least every 64).
@@ -98,6 +98,15 @@ pub(crate) struct TxItem {
     pub imm: Option<u32>,
     /// A packet sent before (after go-back-N).
     pub retransmit: bool,
+}
+
+impl TxItem {
+    /// Its RETH, when it has one.
+    #[inline(always)]
+    pub fn reth_repr(&self) -> Option<RethRepr> {
+        self.reth
+            .map(|(va, r_key, dma_len)| RethRepr { va, r_key, dma_len })
+    }
 }
 
 /// The packet [`Requester::peek`] would build: the WR, its packet index

@@ -874,11 +874,7 @@ impl FrameTemplate {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
         if let Some(reth) = t.plain(payload_len) {
-            let (ext, len) = match reth {
-                Some(r) => (Ext::Reth(r), reth::HEADER_LEN),
-                None => (Ext::None, 0),
-            };
-            return self.emit_short(&t.bth, (ext, len), ident, payload_len, buf, fill);
+            return self.emit_plain_checked(&t.bth, reth, ident, payload_len, buf, fill);
         }
         t.check(payload_len)?;
         let need = self.frame_len(t, payload_len);
@@ -887,6 +883,47 @@ impl FrameTemplate {
         let frame = take_frame(buf, need)?;
         self.emit_outer(frame, need - ip_at, ident);
         t.emit_after_outer(frame, ip_at, payload_len, fill)
+    }
+
+    /// Emits a plain frame ([`Layout::is_plain`](super::Layout::is_plain)):
+    /// BTH of `bth`, the RETH its opcode wants (`reth`) and `payload_len`
+    /// bytes `fill` writes, with the IP ident `ident`, into `buf`. The
+    /// bytes [`FrameTemplate::emit_with`] writes for a [`TransportRepr`]
+    /// of just these headers, without building one, as a requester sends
+    /// most of its packets; any other layout is refused.
+    #[inline]
+    pub fn emit_plain(
+        &self,
+        bth: &BthRepr,
+        reth: Option<&RethRepr>,
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        let l = bth.opcode.layout();
+        if !l.is_plain() || l.reth != reth.is_some() || (!l.payload && payload_len > 0) {
+            return Err(WireError::HeadersMismatch(bth.opcode));
+        }
+        self.emit_plain_checked(bth, reth, ident, payload_len, buf, fill)
+    }
+
+    /// [`FrameTemplate::emit_plain`] of headers whose layout is checked.
+    #[inline(always)]
+    fn emit_plain_checked(
+        &self,
+        bth: &BthRepr,
+        reth: Option<&RethRepr>,
+        ident: u16,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize, WireError> {
+        let ext = match reth {
+            Some(r) => (Ext::Reth(r), reth::HEADER_LEN),
+            None => (Ext::None, 0),
+        };
+        self.emit_short(bth, ext, ident, payload_len, buf, fill)
     }
 
     /// A frame of BTH, at most one extension header (`ext` and its
