@@ -282,3 +282,86 @@ fn may_transmit_is_false_only_when_poll_transmit_has_nothing() {
     }
     assert_eq!(sent, 5, "a 5000 B WRITE at MTU 1024");
 }
+
+/// hpcc.md, the flow scheduler: flows with packets to send take turns,
+/// one packet each (round robin); a QP sending alone sends its packets
+/// back to back, in PSN order, each granted as it goes.
+#[test]
+fn qps_with_packets_to_send_take_turns_one_packet_each() {
+    use std::net::Ipv4Addr;
+    use transport::mr::{Access, VecMemory};
+    use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge};
+    use transport::wire::{MacAddr, Packet};
+
+    const BASE: u64 = 0x10_0000;
+    let engine = |i: u8| {
+        let mut mem = VecMemory::new();
+        mem.add(BASE, 1 << 16);
+        let cfg = EngineConfig::new(
+            MacAddr([2, 0, 0, 0, 0, i + 1]),
+            Ipv4Addr::new(10, 0, 0, i + 1),
+            100_000_000_000,
+        );
+        let mut e = Engine::new(cfg, mem, 0);
+        let keys = e.register_mr(BASE, 1 << 16, Access::ALL).unwrap();
+        let qps = [e.create_qp(64, 0).unwrap(), e.create_qp(64, 0).unwrap()];
+        (e, keys, qps)
+    };
+    let (mut a, ka, qa) = engine(0);
+    let (mut b, kb, qb) = engine(1);
+    let end = |e: &Engine<VecMemory>, qpn| Endpoint {
+        qpn,
+        psn: 0,
+        mac: e.config().mac,
+        ip: e.config().ip,
+    };
+    let p = ConnectParams::new(PathMtu::Mtu1024);
+    for k in 0..2 {
+        let (ea, eb) = (end(&a, qa[k]), end(&b, qb[k]));
+        a.connect_to(qa[k], 0, &eb, &p).unwrap();
+        b.connect_to(qb[k], 0, &ea, &p).unwrap();
+    }
+    let local = Sge {
+        lkey: ka.lkey,
+        va: BASE,
+        len: 64,
+    };
+    let wr = |id| SendWr::new(id, WrOp::Write, local, kb.rkey, BASE + 4096);
+    let mut buf = vec![0u8; 2048];
+    // (destination QP, PSN) of each frame A sends at `now` until it has
+    // none.
+    let mut sent = |a: &mut Engine<VecMemory>, now| {
+        let mut out = Vec::new();
+        while let Some(n) = a.poll_transmit(now, &mut buf) {
+            let p = Packet::parse(&buf[..n]).unwrap();
+            out.push((p.repr.bth.dest_qp, p.repr.bth.psn));
+        }
+        out
+    };
+    // Alone: four posts to the first QP go back to back.
+    for id in 0..4 {
+        a.post_send(qa[0], wr(id), 1_000).unwrap();
+    }
+    let alone: Vec<_> = (0..4).map(|k| (qb[0], k)).collect();
+    assert_eq!(sent(&mut a, 1_000), alone);
+    // Together: three posts to each QP at one time take turns.
+    for id in 0..3 {
+        a.post_send(qa[0], wr(10 + id), 2_000).unwrap();
+    }
+    for id in 0..3 {
+        a.post_send(qa[1], wr(20 + id), 2_000).unwrap();
+    }
+    let frames = sent(&mut a, 2_000);
+    assert_eq!(frames.len(), 6);
+    let order: Vec<u32> = frames.iter().map(|f| f.0).collect();
+    assert!(
+        order == [qb[0], qb[1], qb[0], qb[1], qb[0], qb[1]]
+            || order == [qb[1], qb[0], qb[1], qb[0], qb[1], qb[0]],
+        "not one packet each in turn: {order:?}"
+    );
+    for q in [qb[0], qb[1]] {
+        let psns: Vec<u32> = frames.iter().filter(|f| f.0 == q).map(|f| f.1).collect();
+        let first = if q == qb[0] { 4 } else { 0 };
+        assert_eq!(psns, vec![first, first + 1, first + 2], "QP {q}'s PSNs");
+    }
+}

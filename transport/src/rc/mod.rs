@@ -269,9 +269,10 @@ pub struct Engine<M: Memory> {
     last_hop: rx_flows::LastHop,
     /// N as last counted, and when.
     flows_counted: (u64, u16),
-    /// (QP index, time) of the last accepted post whose refresh is still
-    /// owed: posts to one QP at one time refresh it once (see
-    /// `settle_posts`).
+    /// (QP index, time) of the QP whose next packet the scheduler has
+    /// not been told yet: after accepted posts (posts to one QP at one
+    /// time refresh it once) or after a packet it sent (see
+    /// `settle_posts` and `emit_granted`).
     post_owed: Option<(usize, u64)>,
     /// A received frame in pieces put together (see
     /// `handle_packet_split`), kept for the next.
@@ -950,6 +951,26 @@ impl<M: Memory> Engine<M> {
         self.arm(i);
     }
 
+    /// [`Engine::refresh_sent`] with the scheduler's part owed, as after
+    /// posts: the next call of `poll_transmit` at the same time may then
+    /// grant the QP's next packet at once ([`Engine::grant_posted`]) when
+    /// no other flow is ready (a QP sending a burst alone), instead of
+    /// filing it and taking it out of the ready FIFO again; any other
+    /// call files it first. The same decisions either way:
+    /// [`FlowScheduler::send_now`] is filing followed by `next_send`.
+    fn refresh_sent_owing(&mut self, i: usize, now: u64) {
+        match self.post_owed {
+            None => self.post_owed = Some((i, now)),
+            Some(owed) if owed == (i, now) => {}
+            // Not reached (a grant or a send settles what is owed first).
+            Some(_) => self.refresh_next(i, now),
+        }
+        if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
+            self.queue_ctrl(i);
+        }
+        self.arm(i);
+    }
+
     /// Tells the scheduler the QP's rate and the size of its next paced
     /// packet: all a valid post changes (see [`Engine::settle_posts`]).
     fn refresh_next(&mut self, i: usize, now: u64) {
@@ -1299,7 +1320,7 @@ impl<M: Memory> Engine<M> {
         let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
         match emitted {
             Ok(Some(n)) => {
-                self.refresh_sent(i, now);
+                self.refresh_sent_owing(i, now);
                 self.counters.tx_frames += 1;
                 Some(Some(match split.apart {
                     None => TxFrame::Whole(n),
