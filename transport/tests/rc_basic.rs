@@ -283,15 +283,21 @@ fn may_transmit_is_false_only_when_poll_transmit_has_nothing() {
     assert_eq!(sent, 5, "a 5000 B WRITE at MTU 1024");
 }
 
-/// hpcc.md, the flow scheduler: flows with packets to send take turns,
-/// one packet each (round robin); a QP sending alone sends its packets
-/// back to back, in PSN order, each granted as it goes.
-#[test]
-fn qps_with_packets_to_send_take_turns_one_packet_each() {
+/// Two engines A and B at `line_rate_bps`, each with a 64 KiB region at
+/// `BASE` and two QPs, A's connected to B's pairwise; and a 64 B WRITE
+/// from A's region to B's.
+fn two_qp_engines(
+    line_rate_bps: u64,
+) -> (
+    transport::rc::Engine<transport::mr::VecMemory>,
+    [u32; 2],
+    [u32; 2],
+    impl Fn(u64) -> transport::rc::SendWr,
+) {
     use std::net::Ipv4Addr;
     use transport::mr::{Access, VecMemory};
     use transport::rc::{ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge};
-    use transport::wire::{MacAddr, Packet};
+    use transport::wire::MacAddr;
 
     const BASE: u64 = 0x10_0000;
     let engine = |i: u8| {
@@ -300,11 +306,11 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
         let cfg = EngineConfig::new(
             MacAddr([2, 0, 0, 0, 0, i + 1]),
             Ipv4Addr::new(10, 0, 0, i + 1),
-            100_000_000_000,
+            line_rate_bps,
         );
         let mut e = Engine::new(cfg, mem, 0);
         let keys = e.register_mr(BASE, 1 << 16, Access::ALL).unwrap();
-        let qps = [e.create_qp(64, 0).unwrap(), e.create_qp(64, 0).unwrap()];
+        let qps = [e.create_qp(256, 0).unwrap(), e.create_qp(256, 0).unwrap()];
         (e, keys, qps)
     };
     let (mut a, ka, qa) = engine(0);
@@ -326,24 +332,35 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
         va: BASE,
         len: 64,
     };
-    let wr = |id| SendWr::new(id, WrOp::Write, local, kb.rkey, BASE + 4096);
+    let rkey = kb.rkey;
+    let wr = move |id| SendWr::new(id, WrOp::Write, local, rkey, BASE + 4096);
+    (a, qa, qb, wr)
+}
+
+/// (destination QP, PSN) of each frame `a` sends at `now` until it has
+/// none.
+fn frames_at(a: &mut transport::rc::Engine<transport::mr::VecMemory>, now: u64) -> Vec<(u32, u32)> {
     let mut buf = vec![0u8; 2048];
-    // (destination QP, PSN) of each frame A sends at `now` until it has
-    // none.
-    let mut sent = |a: &mut Engine<VecMemory>, now| {
-        let mut out = Vec::new();
-        while let Some(n) = a.poll_transmit(now, &mut buf) {
-            let p = Packet::parse(&buf[..n]).unwrap();
-            out.push((p.repr.bth.dest_qp, p.repr.bth.psn));
-        }
-        out
-    };
+    let mut out = Vec::new();
+    while let Some(n) = a.poll_transmit(now, &mut buf) {
+        let p = transport::wire::Packet::parse(&buf[..n]).unwrap();
+        out.push((p.repr.bth.dest_qp, p.repr.bth.psn));
+    }
+    out
+}
+
+/// hpcc.md, the flow scheduler: flows with packets to send take turns,
+/// one packet each (round robin); a QP sending alone sends its packets
+/// back to back, in PSN order, each granted as it goes.
+#[test]
+fn qps_with_packets_to_send_take_turns_one_packet_each() {
+    let (mut a, qa, qb, wr) = two_qp_engines(100_000_000_000);
     // Alone: four posts to the first QP go back to back.
     for id in 0..4 {
         a.post_send(qa[0], wr(id), 1_000).unwrap();
     }
     let alone: Vec<_> = (0..4).map(|k| (qb[0], k)).collect();
-    assert_eq!(sent(&mut a, 1_000), alone);
+    assert_eq!(frames_at(&mut a, 1_000), alone);
     // Together: three posts to each QP at one time take turns.
     for id in 0..3 {
         a.post_send(qa[0], wr(10 + id), 2_000).unwrap();
@@ -351,7 +368,7 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
     for id in 0..3 {
         a.post_send(qa[1], wr(20 + id), 2_000).unwrap();
     }
-    let frames = sent(&mut a, 2_000);
+    let frames = frames_at(&mut a, 2_000);
     assert_eq!(frames.len(), 6);
     let order: Vec<u32> = frames.iter().map(|f| f.0).collect();
     assert!(
@@ -363,5 +380,41 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
         let psns: Vec<u32> = frames.iter().filter(|f| f.0 == q).map(|f| f.1).collect();
         let first = if q == qb[0] { 4 } else { 0 };
         assert_eq!(psns, vec![first, first + 1, first + 2], "QP {q}'s PSNs");
+    }
+}
+
+/// hpcc.md, the flow scheduler: credit accrues with elapsed time x R and
+/// a flow whose credit covers its packet sends it. A WR posted when the
+/// QP has earned the credit for its packet leaves at once, whatever
+/// the QP sent before and however little the engine was called since.
+#[test]
+fn a_post_leaves_at_once_when_its_qp_has_earned_the_credit() {
+    const RATE: u64 = 1_000_000_000; // 8 ns per byte
+    const BURST: u64 = 16 * 1024; // the scheduler's default credit cap
+                                  // The size of one frame on the wire.
+    let (mut a, qa, _, wr) = two_qp_engines(RATE);
+    a.post_send(qa[0], wr(0), 1_000).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let size = a.poll_transmit(1_000, &mut buf).expect("the first WRITE") as u64;
+    for t0 in [1_000u64, 1_001] {
+        // At t0, as many WRITEs as the full credit covers, sent until
+        // the last: the QP is left with less credit than a frame and
+        // nothing to send, and is not called again.
+        let (mut a, qa, _, wr) = two_qp_engines(RATE);
+        let n = BURST / size;
+        for id in 0..n {
+            a.post_send(qa[0], wr(id), t0).unwrap();
+        }
+        for _ in 0..n {
+            assert!(a.poll_transmit(t0, &mut buf).is_some());
+        }
+        let left = BURST - n * size;
+        // The moment the QP has earned a frame's credit again.
+        let t1 = t0 + (size - left) * 8;
+        a.post_send(qa[0], wr(99), t1).unwrap();
+        assert!(
+            a.poll_transmit(t1, &mut buf).is_some(),
+            "a WR posted at {t1} ns, when its QP had the credit, did not leave then (t0 {t0})"
+        );
     }
 }

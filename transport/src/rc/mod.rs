@@ -783,6 +783,12 @@ impl<M: Memory> Engine<M> {
     /// [`Engine::post_send`] of a WR given as borrowed parts.
     pub fn post_send_parts(&mut self, qpn: Qpn, wr: &WrParts<'_>, now: u64) -> Result<(), RcError> {
         let i = self.index(qpn)?;
+        // What is owed is of its own time: filed before this WR joins
+        // the queue (after a send, the QP owed may be this one, whose
+        // next packet this WR would otherwise become as of then).
+        if self.post_owed.is_some_and(|owed| owed != (i, now)) {
+            self.settle_posts();
+        }
         let qp = self.qps[i].as_mut().expect("index checked");
         if qp.state != QpState::Rts {
             return Err(RcError::WrongState {
@@ -840,15 +846,16 @@ impl<M: Memory> Engine<M> {
         if bad_local {
             self.settle_posts();
             self.refresh(i, now);
-        } else if self.post_owed != Some((i, now)) {
-            self.settle_posts();
+        } else {
+            // Anything else owed was filed above.
             self.post_owed = Some((i, now));
         }
         Ok(())
     }
 
     /// Tells the scheduler the next paced packet of the QP whose posts
-    /// are owed it. A valid post changes nothing a refresh reads but the
+    /// (or whose packet just sent, see `refresh_sent_owing`) are owed
+    /// it. A valid post changes nothing a refresh reads but the
     /// QP's next paced packet (no WR completes, no timer starts, no
     /// control packet is owed, the state stays RTS), so that is all it
     /// refreshes, and for a burst of posts to one QP at one time, as an
@@ -856,11 +863,14 @@ impl<M: Memory> Engine<M> {
     /// call whose work depends on what the refresh computes or that may
     /// free or replace the QP (`poll_transmit`, `handle_packet`,
     /// `handle_timeout`, `modify_qp`, `modify_to_err`, `reset_qp`,
-    /// `destroy_qp`, `set_qp_cc`, `set_qp_send_limits`), with the time of
-    /// the posts. Calls that skip it (queries, `post_recv`, the modifies
-    /// to INIT, RTR and RTS, which refuse a QP in RTS) neither read the
-    /// scheduler nor a QP's next packet. `poll_timeout` reports the posts
-    /// as due; `next_timer` need not, as a post starts no timer.
+    /// `destroy_qp`, `set_qp_cc`, `set_qp_send_limits`, and a post of
+    /// another QP or time, before its WR is queued), with the time owed.
+    /// Calls that skip it (queries, `post_recv`, the modifies to INIT,
+    /// RTR and RTS) neither read the scheduler nor change a QP's next
+    /// packet: the QP owed may be in RTR after sending a READ response,
+    /// and moving it to RTS gives it an empty send queue. `poll_timeout`
+    /// reports what is owed as due; `next_timer` need not, as neither a
+    /// post nor the filing owed starts a timer.
     fn settle_posts(&mut self) {
         if let Some((i, now)) = self.post_owed.take() {
             self.refresh_next(i, now);

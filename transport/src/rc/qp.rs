@@ -1021,7 +1021,6 @@ impl Qp {
         }
     }
 
-    /// BTH of a packet to the peer, no other header yet.
     /// The BTH of a request packet.
     #[inline(always)]
     fn request_bth(&self, t: &TxItem) -> BthRepr {
@@ -1030,6 +1029,7 @@ impl Qp {
         bth
     }
 
+    /// BTH of a packet to the peer, no other header yet.
     fn transport<'t>(&self, op: Opcode, psn: u32) -> TransportRepr<'t> {
         let dest_qp = self.rtr.map_or(0, |r| r.dest_qpn);
         TransportRepr::new(op, dest_qp, psn)
