@@ -969,12 +969,14 @@ impl<M: Memory> Engine<M> {
     /// call files it first. The same decisions either way:
     /// [`FlowScheduler::send_now`] is filing followed by `next_send`.
     fn refresh_sent_owing(&mut self, i: usize, now: u64) {
-        match self.post_owed {
-            None => self.post_owed = Some((i, now)),
-            Some(owed) if owed == (i, now) => {}
-            // Not reached (a grant or a send settles what is owed first).
-            Some(_) => self.refresh_next(i, now),
-        }
+        // Nothing else is owed here (a grant or a send settles it first).
+        debug_assert!(
+            self.post_owed.is_none(),
+            "owed at a send: {:?}",
+            self.post_owed
+        );
+        self.settle_posts();
+        self.post_owed = Some((i, now));
         if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
             self.queue_ctrl(i);
         }

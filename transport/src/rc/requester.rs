@@ -79,6 +79,17 @@ impl SqEntry {
         let d = psn_diff(psn, self.first_psn);
         d >= 0 && (d as u32) < self.npsn
     }
+
+    /// Payload bytes of its packets with PSNs in `[from, to)` at `mtu`.
+    fn bytes_in(&self, from: u32, to: u32, mtu: u32) -> u64 {
+        let k1 = psn_diff(from, self.first_psn).clamp(0, self.npsn as i32) as u32;
+        let k2 = psn_diff(to, self.first_psn).clamp(0, self.npsn as i32) as u32;
+        if k2 > k1 {
+            bytes_of(self.len, mtu, k1, k2)
+        } else {
+            0
+        }
+    }
 }
 
 /// The packet the requester wants to send next.
@@ -744,11 +755,7 @@ impl Requester {
             } else {
                 psn_add(psn, 1)
             };
-            let k1 = psn_diff(una, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            let k2 = psn_diff(new_una, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            if k2 > k1 {
-                acked += bytes_of(e.len, mtu, k1, k2);
-            }
+            acked += e.bytes_in(una, new_una, mtu);
             if !whole {
                 break;
             }
@@ -801,11 +808,7 @@ impl Requester {
             if e.is_read() {
                 continue;
             }
-            let k1 = psn_diff(from, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            let k2 = psn_diff(to, e.first_psn).clamp(0, e.npsn as i32) as u32;
-            if k2 > k1 {
-                bytes += bytes_of(e.len, self.mtu, k1, k2);
-            }
+            bytes += e.bytes_in(from, to, self.mtu);
         }
         bytes
     }

@@ -874,7 +874,7 @@ impl FrameTemplate {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
         if let Some(reth) = t.plain(payload_len) {
-            return self.emit_plain_checked(&t.bth, reth, ident, payload_len, buf, fill);
+            return self.emit_short(&t.bth, Ext::reth(reth), ident, payload_len, buf, fill);
         }
         t.check(payload_len)?;
         let need = self.frame_len(t, payload_len);
@@ -905,25 +905,7 @@ impl FrameTemplate {
         if !l.is_plain() || l.reth != reth.is_some() || (!l.payload && payload_len > 0) {
             return Err(WireError::HeadersMismatch(bth.opcode));
         }
-        self.emit_plain_checked(bth, reth, ident, payload_len, buf, fill)
-    }
-
-    /// [`FrameTemplate::emit_plain`] of headers whose layout is checked.
-    #[inline(always)]
-    fn emit_plain_checked(
-        &self,
-        bth: &BthRepr,
-        reth: Option<&RethRepr>,
-        ident: u16,
-        payload_len: usize,
-        buf: &mut [u8],
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<usize, WireError> {
-        let ext = match reth {
-            Some(r) => (Ext::Reth(r), reth::HEADER_LEN),
-            None => (Ext::None, 0),
-        };
-        self.emit_short(bth, ext, ident, payload_len, buf, fill)
+        self.emit_short(bth, Ext::reth(reth), ident, payload_len, buf, fill)
     }
 
     /// A frame of BTH, at most one extension header (`ext` and its
@@ -1036,4 +1018,15 @@ enum Ext<'a> {
     None,
     Reth(&'a RethRepr),
     Aeth(&'a AethRepr),
+}
+
+impl<'a> Ext<'a> {
+    /// A plain frame's header after BTH, its RETH or none, and its length.
+    #[inline(always)]
+    fn reth(reth: Option<&'a RethRepr>) -> (Ext<'a>, usize) {
+        match reth {
+            Some(r) => (Ext::Reth(r), reth::HEADER_LEN),
+            None => (Ext::None, 0),
+        }
+    }
 }
