@@ -53,6 +53,7 @@ use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
 use crate::wire::{check_vlan, MacAddr, Opcode, Packet, VlanTag, WireError};
 use qp::Qp;
 use recv::RecvQueue;
+use requester::TxItem;
 
 /// A `split_min` no payload reaches: every frame is built whole.
 const NEVER_SPLIT: usize = usize::MAX;
@@ -1260,8 +1261,8 @@ impl<M: Memory> Engine<M> {
         split_min: usize,
     ) -> Option<TxFrame> {
         let split_min = split_min.max(1);
-        if let Some(i) = self.grant_posted(now) {
-            if let Some(frame) = self.emit_granted(i, now, buf, split_min) {
+        if let Some((i, peeked)) = self.grant_posted(now) {
+            if let Some(frame) = self.emit_granted(i, now, buf, split_min, peeked) {
                 return frame;
             }
         }
@@ -1285,7 +1286,7 @@ impl<M: Memory> Engine<M> {
         }
         while let Some(send) = self.sched.next_send(now) {
             let i = self.flow_qp[send.flow.0 as usize] as usize;
-            if let Some(frame) = self.emit_granted(i, now, buf, split_min) {
+            if let Some(frame) = self.emit_granted(i, now, buf, split_min, None) {
                 return frame;
             }
         }
@@ -1298,30 +1299,33 @@ impl<M: Memory> Engine<M> {
     /// ([`FlowScheduler::send_now`]),
     /// the same decision filing it and asking for the next send would
     /// make, without the bookkeeping. `None` leaves the posts owed, to be
-    /// filed as usual.
-    fn grant_posted(&mut self, now: u64) -> Option<usize> {
+    /// filed as usual. With the QP, the request the scheduler sized, if
+    /// the packet is one: the emit takes it rather than asking again.
+    fn grant_posted(&mut self, now: u64) -> Option<(usize, Option<TxItem>)> {
         let (i, t) = self.post_owed?;
         if t != now || !self.ctrl.is_empty() {
             return None;
         }
         let qp = self.qps[i].as_ref()?;
-        let size = qp.next_paced_size(&self.cfg)?;
+        let (size, peeked) = qp.next_paced_item(&self.cfg)?;
         if !self.sched.send_now(qp.flow, qp.cc.rate_bps(), size, now) {
             return None;
         }
         self.post_owed = None;
-        Some(i)
+        Some((i, peeked))
     }
 
     /// Builds the paced packet the scheduler granted QP `i`: `Some` of
     /// what `poll_transmit_split` returns, or `None` when the QP had none
     /// to build after all (the caller asks the scheduler again).
+    /// `peeked`: the request [`Engine::grant_posted`] sized, if any.
     fn emit_granted(
         &mut self,
         i: usize,
         now: u64,
         buf: &mut [u8],
         split_min: usize,
+        peeked: Option<TxItem>,
     ) -> Option<Option<TxFrame>> {
         let qp = self.qps[i].as_mut()?;
         self.ip_ident = self.ip_ident.wrapping_add(1);
@@ -1329,7 +1333,8 @@ impl<M: Memory> Engine<M> {
             min: split_min,
             apart: None,
         };
-        let emitted = qp.emit_paced(now, self.ip_ident, &self.mrs, &self.mem, buf, &mut split);
+        let (mrs, mem) = (&self.mrs, &self.mem);
+        let emitted = qp.emit_paced(now, self.ip_ident, mrs, mem, buf, &mut split, peeked);
         match emitted {
             Ok(Some(n)) => {
                 self.refresh_sent_owing(i, now);

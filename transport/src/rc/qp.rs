@@ -1099,28 +1099,59 @@ impl Qp {
     /// then requests), if any.
     #[inline]
     pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
+        // The requester's gates, without building the packet.
+        let sized = self.next_paced(cfg, |q| {
+            let (opcode, len, retransmit) = q.req.peek_frame(q.cc.window_bytes())?;
+            q.path_hold(retransmit)?;
+            Some((opcode, len, ()))
+        });
+        sized.map(|(size, _)| size)
+    }
+
+    /// [`Qp::next_paced_size`] and, when the packet is a request, the
+    /// request itself: what [`Qp::emit_paced`] would peek again when it
+    /// is built at once, in the same call, with nothing changed between.
+    #[inline]
+    pub fn next_paced_item(&self, cfg: &EngineConfig) -> Option<(u32, Option<TxItem>)> {
+        self.next_paced(cfg, |q| q.peek().map(|t| (t.opcode, t.len, t)))
+    }
+
+    /// The size of the next paced packet and, for a request, what
+    /// `request` (the requester's gates) returns with its opcode and
+    /// payload length.
+    #[inline(always)]
+    fn next_paced<T>(
+        &self,
+        cfg: &EngineConfig,
+        request: impl FnOnce(&Self) -> Option<(Opcode, u32, T)>,
+    ) -> Option<(u32, Option<T>)> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return None;
         }
         // Sized from the opcode alone: no headers are built per packet here.
         let tag = cfg.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
         if let Some(r) = self.resp.peek_response() {
-            return Some((tag + frame_len_of(r.opcode, 0, r.len as usize)) as u32);
+            let size = tag + frame_len_of(r.opcode, 0, r.len as usize);
+            return Some((size as u32, None));
         }
         if !self.state.sends() {
             return None;
         }
-        // The requester's gates, without building the packet.
-        let (opcode, len, retransmit) = self.req.peek_frame(self.cc.window_bytes())?;
-        self.path_hold(retransmit)?;
+        let (opcode, len, t) = request(self)?;
         let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
-        Some((tag + frame_len_of(opcode, tlm, len as usize)) as u32)
+        Some((
+            (tag + frame_len_of(opcode, tlm, len as usize)) as u32,
+            Some(t),
+        ))
     }
 
     /// Builds the next paced packet into `buf`.
     /// Memory is re-checked against the regions before it is read (a region
     /// may have been deregistered since the request was accepted); a failed
     /// check is returned as the status to fail the QP with.
+    /// `peeked` is the request [`Qp::next_paced_item`] returned in the
+    /// same call, if it did; otherwise the requester is asked again.
+    #[allow(clippy::too_many_arguments)]
     pub fn emit_paced(
         &mut self,
         now: u64,
@@ -1129,6 +1160,7 @@ impl Qp {
         mem: &impl Memory,
         buf: &mut [u8],
         split: &mut Split,
+        peeked: Option<TxItem>,
     ) -> Result<Option<usize>, WcStatus> {
         if self.state == QpState::Err || self.rtr.is_none() {
             return Ok(None);
@@ -1162,7 +1194,7 @@ impl Qp {
             self.counters.tx_bytes += u64::from(r.len);
             return Ok(Some(n));
         }
-        let Some(t) = self.peek() else {
+        let Some(t) = peeked.or_else(|| self.peek()) else {
             return Ok(None);
         };
         self.stamp_int_token(t.psn);
