@@ -3,7 +3,8 @@
 //! built and handled and its completion taken (and the same with ACKs
 //! coalesced: 15 unsignaled WRITEs, then a signaled one whose ACK covers
 //! the 16; and 16 WRITEs posted at once, as a bandwidth test's
-//! application posts them, then sent and received as a burst); and the
+//! application posts them, then sent and received as a burst; and 16 to
+//! each of 8 QPs, round robin, as `bench write-bw -q 8` posts); and the
 //! codec pieces each
 //! packet pays (ICRC, parse). `hpcc_inband_64b_write` is the first with
 //! HPCC++ inband telemetry: a TLM block on the WRITE, echoed by its ACK
@@ -156,6 +157,90 @@ impl Pair {
     }
 }
 
+/// Two engines with [`QPS`] connected QP pairs: A writes to B on all of
+/// them, as `bench write-bw -q 8` does.
+struct Many {
+    a: Engine<VecMemory>,
+    b: Engine<VecMemory>,
+    qps: Vec<u32>,
+    wr: SendWr,
+    buf: Vec<u8>,
+    /// A round's frames, made once.
+    frames: Vec<[u8; 256]>,
+    now: u64,
+}
+
+/// QPs of [`Many`], and WRITEs posted to each per round.
+const QPS: usize = 8;
+const PER_QP: usize = 16;
+
+impl Many {
+    fn new() -> Many {
+        let (mut a, ka, _) = engine(0, CcMode::None);
+        let (mut b, kb, _) = engine(1, CcMode::None);
+        let end = |e: &Engine<VecMemory>, qpn| Endpoint {
+            qpn,
+            psn: 0,
+            mac: e.config().mac,
+            ip: e.config().ip,
+        };
+        let p = ConnectParams::new(PathMtu::Mtu1024);
+        let mut qps = Vec::new();
+        for _ in 0..QPS {
+            let qa = a.create_qp(256, 0).unwrap();
+            let qb = b.create_qp(256, 0).unwrap();
+            let (ea, eb) = (end(&a, qa), end(&b, qb));
+            a.connect_to(qa, 0, &eb, &p).unwrap();
+            b.connect_to(qb, 0, &ea, &p).unwrap();
+            qps.push(qa);
+        }
+        let local = Sge {
+            lkey: ka.lkey,
+            va: BASE,
+            len: 64,
+        };
+        Many {
+            a,
+            b,
+            qps,
+            wr: SendWr::new(1, WrOp::Write, local, kb.rkey, BASE + 4096),
+            buf: vec![0; 2048],
+            frames: vec![[0; 256]; QPS * PER_QP],
+            now: 0,
+        }
+    }
+
+    /// [`PER_QP`] WRITEs posted to each QP, round robin (each QP's last
+    /// signaled), all sent, received as one burst, and the ACKs back;
+    /// returns the completion count.
+    fn round(&mut self) -> usize {
+        self.now += 10_000;
+        let now = self.now;
+        for k in 0..PER_QP {
+            for &q in &self.qps {
+                let mut wr = self.wr;
+                wr.signaled = k == PER_QP - 1;
+                self.a.post_send(q, wr, now).unwrap();
+            }
+        }
+        let mut lens = [0usize; QPS * PER_QP];
+        for (f, l) in self.frames.iter_mut().zip(lens.iter_mut()) {
+            *l = self.a.poll_transmit(now, f).expect("a WRITE");
+        }
+        for (f, &l) in self.frames.iter().zip(lens.iter()) {
+            self.b.handle_packet(now, &f[..l]);
+        }
+        while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
+            self.a.handle_packet(now, &self.buf[..n]);
+        }
+        let mut done = 0;
+        while self.a.poll_completion().is_some() {
+            done += 1;
+        }
+        done
+    }
+}
+
 fn engine_write(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.throughput(Throughput::Elements(1));
@@ -180,6 +265,11 @@ fn engine_write(c: &mut Criterion) {
     g.throughput(Throughput::Elements(16));
     g.bench_function("write_64b_burst_of_16", |b| {
         b.iter(|| assert_eq!(p.write_burst(), 1))
+    });
+    let mut m = Many::new();
+    g.throughput(Throughput::Elements((QPS * PER_QP) as u64));
+    g.bench_function("write_64b_8_qps_bursts_of_16", |b| {
+        b.iter(|| assert_eq!(m.round(), QPS))
     });
     g.finish();
 }

@@ -381,6 +381,34 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
         let first = if q == qb[0] { 4 } else { 0 };
         assert_eq!(psns, vec![first, first + 1, first + 2], "QP {q}'s PSNs");
     }
+    // Posted in turn (each post but the first two behind an unsent WR of
+    // its QP), and one sent between posts: the same turns, nothing lost.
+    for id in 0..3 {
+        a.post_send(qa[0], wr(30 + id), 3_000).unwrap();
+        a.post_send(qa[1], wr(40 + id), 3_000).unwrap();
+    }
+    let mut buf = vec![0u8; 2048];
+    let n = a.poll_transmit(3_000, &mut buf).expect("the first");
+    let p = transport::wire::Packet::parse(&buf[..n]).unwrap();
+    let mut frames = vec![(p.repr.bth.dest_qp, p.repr.bth.psn)];
+    a.post_send(qa[0], wr(33), 3_000).unwrap();
+    a.post_send(qa[1], wr(43), 4_000).unwrap();
+    frames.extend(frames_at(&mut a, 4_000));
+    let order: Vec<u32> = frames.iter().map(|f| f.0).collect();
+    assert_eq!(order.len(), 8, "frames: {frames:?}");
+    for q in [qb[0], qb[1]] {
+        let psns: Vec<u32> = frames.iter().filter(|f| f.0 == q).map(|f| f.1).collect();
+        let first = if q == qb[0] { 7 } else { 3 };
+        assert_eq!(
+            psns,
+            (first..first + 4).collect::<Vec<_>>(),
+            "QP {q}'s PSNs"
+        );
+    }
+    assert!(
+        order.windows(2).all(|w| w[0] != w[1]),
+        "not one packet each in turn: {order:?}"
+    );
 }
 
 /// hpcc.md, the flow scheduler: credit accrues with elapsed time x R and

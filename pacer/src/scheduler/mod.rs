@@ -303,11 +303,7 @@ impl FlowScheduler {
     /// it, the rate (credit earned so far booked at the old one), as the
     /// filing would change it.
     pub fn send_now(&mut self, id: FlowId, rate_bps: u64, bytes: u32, now: u64) -> bool {
-        match self.flow(id) {
-            Some(f) if f.pending.is_none() && f.at == Where::Untracked => {}
-            _ => return false,
-        }
-        if !self.ready.is_empty() {
+        if !self.may_send_now(id) {
             return false;
         }
         self.accrue(id.0, now);
@@ -323,6 +319,17 @@ impl FlowScheduler {
         // of any filed later.
         self.advance(now);
         true
+    }
+
+    /// The part of [`FlowScheduler::send_now`]'s test that needs neither
+    /// the packet nor the time: no flow is ready and the flow has no
+    /// packet filed. When false, `send_now` refuses whatever the packet,
+    /// so a caller need not size it first.
+    pub fn may_send_now(&self, id: FlowId) -> bool {
+        let idle = self
+            .flow(id)
+            .is_some_and(|f| f.pending.is_none() && f.at == Where::Untracked);
+        idle && self.ready.is_empty()
     }
 
     /// Whether a flow may be eligible at `now` (flows due by then join

@@ -784,10 +784,14 @@ impl<M: Memory> Engine<M> {
     /// [`Engine::post_send`] of a WR given as borrowed parts.
     pub fn post_send_parts(&mut self, qpn: Qpn, wr: &WrParts<'_>, now: u64) -> Result<(), RcError> {
         let i = self.index(qpn)?;
+        // A WR queued behind one not yet sent leaves the QP's next paced
+        // packet (the first unsent WR's) as it is: nothing is owed for
+        // it, and what is owed stays so (it is not this WR's).
+        let behind = self.qps[i].as_ref().is_some_and(|q| q.req.has_unsent());
         // What is owed is of its own time: filed before this WR joins
         // the queue (after a send, the QP owed may be this one, whose
         // next packet this WR would otherwise become as of then).
-        if self.post_owed.is_some_and(|owed| owed != (i, now)) {
+        if !behind && self.post_owed.is_some_and(|owed| owed != (i, now)) {
             self.settle_posts();
         }
         let qp = self.qps[i].as_mut().expect("index checked");
@@ -847,7 +851,7 @@ impl<M: Memory> Engine<M> {
         if bad_local {
             self.settle_posts();
             self.refresh(i, now);
-        } else {
+        } else if !behind {
             // Anything else owed was filed above.
             self.post_owed = Some((i, now));
         }
@@ -865,7 +869,9 @@ impl<M: Memory> Engine<M> {
     /// free or replace the QP (`poll_transmit`, `handle_packet`,
     /// `handle_timeout`, `modify_qp`, `modify_to_err`, `reset_qp`,
     /// `destroy_qp`, `set_qp_cc`, `set_qp_send_limits`, and a post of
-    /// another QP or time, before its WR is queued), with the time owed.
+    /// another QP or time that will change its QP's next packet, before
+    /// its WR is queued), with the time owed. A post behind unsent WRs
+    /// changes no QP's next packet, so it owes and settles nothing.
     /// Calls that skip it (queries, `post_recv`, the modifies to INIT,
     /// RTR and RTS) neither read the scheduler nor change a QP's next
     /// packet: the QP owed may be in RTR after sending a READ response,
@@ -1307,6 +1313,9 @@ impl<M: Memory> Engine<M> {
             return None;
         }
         let qp = self.qps[i].as_ref()?;
+        if !self.sched.may_send_now(qp.flow) {
+            return None; // refused whatever the packet: not sized
+        }
         let (size, peeked) = qp.next_paced_item(&self.cfg)?;
         if !self.sched.send_now(qp.flow, qp.cc.rate_bps(), size, now) {
             return None;

@@ -361,6 +361,12 @@ impl Requester {
         self.sq.len() >= self.cap
     }
 
+    /// Whether a WR is queued that was not sent yet (or is being sent
+    /// again): the next packet is its, whatever is posted behind it.
+    pub fn has_unsent(&self) -> bool {
+        self.tx_idx < self.sq.len()
+    }
+
     /// snd_nxt for congestion control: the next new PSN to transmit.
     pub fn snd_nxt(&self) -> u32 {
         self.hi
