@@ -975,6 +975,9 @@ impl<M: Memory> Engine<M> {
     /// filing it and taking it out of the ready FIFO again; any other
     /// call files it first. The same decisions either way:
     /// [`FlowScheduler::send_now`] is filing followed by `next_send`.
+    /// A QP left with nothing to send (a ping-pong's WRITE, a burst's
+    /// last) is filed at once as having no packet, which needs none of
+    /// the requester's gates.
     fn refresh_sent_owing(&mut self, i: usize, now: u64) {
         // Nothing else is owed here (a grant or a send settles it first).
         debug_assert!(
@@ -983,7 +986,16 @@ impl<M: Memory> Engine<M> {
             self.post_owed
         );
         self.settle_posts();
-        self.post_owed = Some((i, now));
+        match self.qps[i].as_ref() {
+            // Nothing left to send: the filing is of no packet, at once
+            // (no gates to ask; a no-op unless the rate changed).
+            Some(qp) if !qp.may_have_paced() => {
+                debug_assert_eq!(qp.next_paced_size(&self.cfg), None);
+                let rate = qp.cc.rate_bps();
+                self.sched.set_rate_and_next(qp.flow, rate, None, now);
+            }
+            _ => self.post_owed = Some((i, now)),
+        }
         if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
             self.queue_ctrl(i);
         }

@@ -1108,6 +1108,14 @@ impl Qp {
         sized.map(|(size, _)| size)
     }
 
+    /// Whether the QP may have a paced packet: when not (no response
+    /// waits, every WR was sent), [`Qp::next_paced_size`] is `None`
+    /// without the requester's gates asked.
+    #[inline]
+    pub fn may_have_paced(&self) -> bool {
+        self.resp.has_response() || self.req.has_unsent()
+    }
+
     /// [`Qp::next_paced_size`] and, when the packet is a request, the
     /// request itself: what [`Qp::emit_paced`] would peek again when it
     /// is built at once, in the same call, with nothing changed between.
