@@ -1,6 +1,7 @@
 //! CPU per small message in the engine alone (no DPDK, no pipeline, one
 //! thread): a 64 B RDMA WRITE posted, built, received and placed, its ACK
-//! built and handled and its completion taken (and the same with ACKs
+//! built and handled and its completion taken (and the same posted
+//! inline, as a latency test posts it; and the same with ACKs
 //! coalesced: 15 unsignaled WRITEs, then a signaled one whose ACK covers
 //! the 16; and 16 WRITEs posted at once, as a bandwidth test's
 //! application posts them, then sent and received as a burst; and 16 to
@@ -17,7 +18,8 @@ use std::net::Ipv4Addr;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use transport::mr::{Access, MrKeys, VecMemory};
 use transport::rc::{
-    CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WrOp,
+    CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, SendWr, Sge, WrOp, WrParts,
+    WrPayload,
 };
 use transport::wire::{icrc, MacAddr, Packet};
 
@@ -90,6 +92,29 @@ impl Pair {
         self.now += 1_000;
         let now = self.now;
         self.a.post_send(self.qa, self.wr, now).unwrap();
+        let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
+        self.b.handle_packet(now, &self.buf[..n]);
+        let n = self.b.poll_transmit(now, &mut self.buf).expect("its ACK");
+        self.a.handle_packet(now, &self.buf[..n]);
+        let mut done = 0;
+        while self.a.poll_completion().is_some() {
+            done += 1;
+        }
+        done
+    }
+
+    /// [`Pair::write`] of a WRITE whose 64 bytes are posted inline, as
+    /// `bench write-lat` and perftest's ib_write_lat post them.
+    fn write_inline(&mut self) -> usize {
+        self.now += 1_000;
+        let now = self.now;
+        let head = WrParts::of(&self.wr).head;
+        let bytes = [7u8; 64];
+        let wr = WrParts {
+            head,
+            payload: WrPayload::Inline(&bytes),
+        };
+        self.a.post_send_parts(self.qa, &wr, now).unwrap();
         let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
         self.b.handle_packet(now, &self.buf[..n]);
         let n = self.b.poll_transmit(now, &mut self.buf).expect("its ACK");
@@ -247,6 +272,10 @@ fn engine_write(c: &mut Criterion) {
     let mut p = Pair::new();
     g.bench_function("write_64b_with_ack", |b| {
         b.iter(|| assert_eq!(p.write(), 1))
+    });
+    let mut p = Pair::new();
+    g.bench_function("write_64b_inline_with_ack", |b| {
+        b.iter(|| assert_eq!(p.write_inline(), 1))
     });
     let mut p = Pair::with_cc(CcMode::HpccInband { maxhop: 5 });
     g.bench_function("hpcc_inband_64b_write", |b| {

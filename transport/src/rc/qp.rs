@@ -1073,6 +1073,31 @@ impl Qp {
             .ok()
     }
 
+    /// The request `t` whose payload `fill` writes, whole, behind
+    /// [`Qp::req_template`]. A plain one (BTH and at most a RETH: no TLM,
+    /// immediate or atomic) is emitted without a `TransportRepr` built or
+    /// its nine optional headers checked; an opcode wanting more is
+    /// refused there as the general emitter would refuse it.
+    #[inline(always)]
+    fn emit_request(
+        &self,
+        t: &TxItem,
+        ident: u16,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<usize> {
+        let len = t.len as usize;
+        if t.atomic.is_none() && t.imm.is_none() && self.tlm.data.is_none() {
+            let (bth, reth) = (self.request_bth(t), t.reth_repr());
+            let tpl = self.req_template()?;
+            return tpl
+                .emit_plain(&bth, reth.as_ref(), ident, len, buf, fill)
+                .ok();
+        }
+        let r = self.request_transport(t);
+        self.emit_req(&r, ident, len, buf, fill)
+    }
+
     fn response_transport(&self, r: &RespItem) -> TransportRepr<'static> {
         let mut t = self.transport(r.opcode, r.psn);
         if r.opcode.layout().aeth {
@@ -1133,7 +1158,7 @@ impl Qp {
         cfg: &EngineConfig,
         request: impl FnOnce(&Self) -> Option<(Opcode, u32, T)>,
     ) -> Option<(u32, Option<T>)> {
-        if self.state == QpState::Err || self.rtr.is_none() {
+        if self.state == QpState::Err || self.rtr.is_none() || !self.may_have_paced() {
             return None;
         }
         // Sized from the opcode alone: no headers are built per packet here.
@@ -1215,8 +1240,7 @@ impl Qp {
                 let Some(bytes) = d.get(off..off + len) else {
                     return Ok(None);
                 };
-                let r = self.request_transport(&t);
-                self.emit_req(&r, ident, len, buf, |dst| dst.copy_from_slice(bytes))
+                self.emit_request(&t, ident, buf, |dst| dst.copy_from_slice(bytes))
             }
             Payload::One(s) => {
                 let Ok(va) = super::sgl::one_range(s, mrs, t.off, u64::from(t.len), false) else {
@@ -1224,21 +1248,11 @@ impl Qp {
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 };
-                let tpl = self.req_template();
-                let plain = t.atomic.is_none() && t.imm.is_none() && self.tlm.data.is_none();
-                if plain && len < split.min {
-                    // BTH and at most a RETH: no TransportRepr to build
-                    // (an opcode wanting more is refused here as the
-                    // general emitter would refuse it).
-                    let (bth, reth) = (self.request_bth(&t), t.reth_repr());
-                    tpl.and_then(|tpl| {
-                        tpl.emit_plain(&bth, reth.as_ref(), ident, len, buf, |dst| {
-                            mem.read(va, dst)
-                        })
-                        .ok()
-                    })
+                if len < split.min {
+                    self.emit_request(&t, ident, buf, |dst| mem.read(va, dst))
                 } else {
                     let r = self.request_transport(&t);
+                    let tpl = self.req_template();
                     tpl.and_then(|tpl| emit_from(tpl, &r, ident, (va, len), mem, buf, split))
                 }
             }
@@ -1249,8 +1263,7 @@ impl Qp {
                     self.req.fail_tx(WcStatus::LocProtErr);
                     return Ok(None);
                 }
-                let r = self.request_transport(&t);
-                self.emit_req(&r, ident, len, buf, |dst| {
+                self.emit_request(&t, ident, buf, |dst| {
                     super::sgl::read_range(sges, mrs, mem, t.off, dst)
                 })
             }
