@@ -990,7 +990,9 @@ impl<M: Memory> Engine<M> {
             // Nothing left to send: the filing is of no packet, at once
             // (no gates to ask; a no-op unless the rate changed).
             Some(qp) if !qp.may_have_paced() => {
-                debug_assert_eq!(qp.next_paced_size(&self.cfg), None);
+                // What `next_paced` skips: no response, no request.
+                debug_assert!(qp.resp.peek_response().is_none());
+                debug_assert!(qp.req.peek_frame(u64::MAX).is_none());
                 let rate = qp.cc.rate_bps();
                 self.sched.set_rate_and_next(qp.flow, rate, None, now);
             }
@@ -1384,6 +1386,14 @@ impl<M: Memory> Engine<M> {
     /// packet owed, posts not yet filed, or a flow the scheduler may let
     /// send. When not, it has none; a pipeline asks before it takes a
     /// buffer to build in.
+    ///
+    /// Unless a control packet or a filing is owed, this moves the
+    /// scheduler's clock to `now` (flows due by then join its ready
+    /// FIFO), as `poll_transmit` would. A post to an idle QP made after
+    /// that, at the same time, is then granted behind those flows rather
+    /// than at once (both are round-robin orders; the first is the order
+    /// in which they became eligible). The pipeline makes all of a
+    /// pass's posts before it asks, so its order does not depend on it.
     pub fn may_transmit(&mut self, now: u64) -> bool {
         !self.ctrl.is_empty() || self.post_owed.is_some() || self.sched.has_ready(now)
     }

@@ -732,13 +732,13 @@ impl Responder {
         Verdict::Duplicate
     }
 
-    /// The next response packet, if any.
     /// Whether a READ response or atomic ACK waits to be sent: when not,
     /// [`Responder::peek_response`] is `None`.
     pub fn has_response(&self) -> bool {
         !self.jobs.is_empty()
     }
 
+    /// The next response packet, if any.
     pub fn peek_response(&self) -> Option<RespItem> {
         let j = self.jobs.front()?;
         if j.atomic.is_some() {
