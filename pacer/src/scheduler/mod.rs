@@ -303,9 +303,14 @@ impl FlowScheduler {
     /// it, the rate (credit earned so far booked at the old one), as the
     /// filing would change it.
     pub fn send_now(&mut self, id: FlowId, rate_bps: u64, bytes: u32, now: u64) -> bool {
-        if !self.may_send_now(id) {
-            return false;
-        }
+        self.may_send_now(id) && self.send_now_unasked(id, rate_bps, bytes, now)
+    }
+
+    /// [`FlowScheduler::send_now`] after [`FlowScheduler::may_send_now`]
+    /// said true, with nothing done to the scheduler since: the rest of
+    /// the test (window, credit), not the first part again.
+    pub fn send_now_unasked(&mut self, id: FlowId, rate_bps: u64, bytes: u32, now: u64) -> bool {
+        debug_assert!(self.may_send_now(id));
         self.accrue(id.0, now);
         let f = &mut self.flows[id.0 as usize];
         f.rate_bps = rate_bps;

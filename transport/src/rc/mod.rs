@@ -1331,7 +1331,10 @@ impl<M: Memory> Engine<M> {
             return None; // refused whatever the packet: not sized
         }
         let (size, peeked) = qp.next_paced_item(&self.cfg)?;
-        if !self.sched.send_now(qp.flow, qp.cc.rate_bps(), size, now) {
+        if !self
+            .sched
+            .send_now_unasked(qp.flow, qp.cc.rate_bps(), size, now)
+        {
             return None;
         }
         self.post_owed = None;
