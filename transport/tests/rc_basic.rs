@@ -411,6 +411,38 @@ fn qps_with_packets_to_send_take_turns_one_packet_each() {
     );
 }
 
+/// A pipeline asks `may_transmit` before it builds; asking changes
+/// nothing the engine decides. QP 0 waits for credit with a WR unsent
+/// and gets another posted behind it when the credit is due; QP 1, idle,
+/// is posted to at that same time. The frames and their order are the
+/// same whether or not `may_transmit` was asked between the two posts.
+#[test]
+fn asking_may_transmit_changes_no_decision() {
+    let run = |ask: bool| {
+        let (mut a, qa, _, wr) = two_qp_engines(1_000_000_000);
+        let mut buf = vec![0u8; 2048];
+        // QP 0 sends until its credit is spent; its last WR waits.
+        let mut id = 0;
+        loop {
+            a.post_send(qa[0], wr(id), 1_000).unwrap();
+            id += 1;
+            if a.poll_transmit(1_000, &mut buf).is_none() {
+                break;
+            }
+        }
+        let due = a.poll_timeout().expect("the WR waiting for credit");
+        a.post_send(qa[0], wr(100), due).unwrap();
+        if ask {
+            assert!(a.may_transmit(due));
+        }
+        a.post_send(qa[1], wr(200), due).unwrap();
+        frames_at(&mut a, due)
+    };
+    let (plain, asked) = (run(false), run(true));
+    assert!(plain.len() >= 2, "frames: {plain:?}");
+    assert_eq!(plain, asked);
+}
+
 /// hpcc.md, the flow scheduler: credit accrues with elapsed time x R and
 /// a flow whose credit covers its packet sends it. A WR posted when the
 /// QP has earned the credit for its packet leaves at once, whatever

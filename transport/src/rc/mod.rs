@@ -275,6 +275,14 @@ pub struct Engine<M: Memory> {
     /// time refresh it once) or after a packet it sent (see
     /// `settle_posts` and `emit_granted`).
     post_owed: Option<(usize, u64)>,
+    /// The time of the last accepted post or paced send not yet followed
+    /// by a call that settles what is owed: `may_transmit` and
+    /// `poll_timeout` report work then, without moving the scheduler's
+    /// clock, whether or not it left a filing owed (a post behind an
+    /// unsent WR, or a send that left its QP nothing, owes none), so
+    /// that their answers, and what the scheduler decides after them,
+    /// do not depend on which.
+    owed_since: Option<u64>,
     /// A received frame in pieces put together (see
     /// `handle_packet_split`), kept for the next.
     rx_whole: Vec<u8>,
@@ -301,6 +309,7 @@ impl<M: Memory> Engine<M> {
             last_hop: rx_flows::LastHop::new(cfg.hpcc.t_ns, cfg.hpcc.eta),
             flows_counted: (0, 0),
             post_owed: None,
+            owed_since: None,
             rx_whole: Vec::new(),
         }
     }
@@ -851,9 +860,12 @@ impl<M: Memory> Engine<M> {
         if bad_local {
             self.settle_posts();
             self.refresh(i, now);
-        } else if !behind {
-            // Anything else owed was filed above.
-            self.post_owed = Some((i, now));
+        } else {
+            if !behind {
+                // Anything else owed was filed above.
+                self.post_owed = Some((i, now));
+            }
+            self.owed_since = Some(now);
         }
         Ok(())
     }
@@ -879,6 +891,7 @@ impl<M: Memory> Engine<M> {
     /// reports what is owed as due; `next_timer` need not, as neither a
     /// post nor the filing owed starts a timer.
     fn settle_posts(&mut self) {
+        self.owed_since = None;
         if let Some((i, now)) = self.post_owed.take() {
             self.refresh_next(i, now);
         }
@@ -998,6 +1011,7 @@ impl<M: Memory> Engine<M> {
             }
             _ => self.post_owed = Some((i, now)),
         }
+        self.owed_since = Some(now);
         if self.qps[i].as_ref().is_some_and(Qp::has_ctrl) {
             self.queue_ctrl(i);
         }
@@ -1338,6 +1352,7 @@ impl<M: Memory> Engine<M> {
             return None;
         }
         self.post_owed = None;
+        self.owed_since = None;
         Some((i, peeked))
     }
 
@@ -1388,24 +1403,18 @@ impl<M: Memory> Engine<M> {
     /// Whether `poll_transmit` at `now` may have a frame: a control
     /// packet owed, posts not yet filed, or a flow the scheduler may let
     /// send. When not, it has none; a pipeline asks before it takes a
-    /// buffer to build in.
-    ///
-    /// Unless a control packet or a filing is owed, this moves the
-    /// scheduler's clock to `now` (flows due by then join its ready
-    /// FIFO), as `poll_transmit` would. A post to an idle QP made after
-    /// that, at the same time, is then granted behind those flows rather
-    /// than at once (both are round-robin orders; the first is the order
-    /// in which they became eligible). The pipeline makes all of a
-    /// pass's posts before it asks, so its order does not depend on it.
+    /// buffer to build in. Unless a control packet waits or a post or
+    /// send is unsettled, it moves the scheduler's clock to `now` (flows
+    /// due by then join its ready FIFO), as `poll_transmit` would.
     pub fn may_transmit(&mut self, now: u64) -> bool {
-        !self.ctrl.is_empty() || self.post_owed.is_some() || self.sched.has_ready(now)
+        !self.ctrl.is_empty() || self.owed_since.is_some() || self.sched.has_ready(now)
     }
 
     /// The earliest time `handle_timeout` (or `poll_transmit`, for paced
     /// packets) has work.
     pub fn poll_timeout(&self) -> Option<u64> {
         let qp = self.timers.peek().map(|r| r.0 .0);
-        let posted = self.post_owed.map(|(_, t)| t);
+        let posted = self.owed_since;
         qp.into_iter()
             .chain(self.sched.next_wakeup())
             .chain(posted)
