@@ -41,6 +41,52 @@ fn engine(i: u8, cc: CcMode) -> (Engine<VecMemory>, MrKeys, u32) {
     (e, mr, q)
 }
 
+/// Connects QP `qa` of `a` with QP `qb` of `b` (PSNs from 0, MTU 1024).
+fn connect(a: &mut Engine<VecMemory>, qa: u32, b: &mut Engine<VecMemory>, qb: u32) {
+    let end = |e: &Engine<VecMemory>, qpn| Endpoint {
+        qpn,
+        psn: 0,
+        mac: e.config().mac,
+        ip: e.config().ip,
+    };
+    let p = ConnectParams::new(PathMtu::Mtu1024);
+    let (ea, eb) = (end(a, qa), end(b, qb));
+    a.connect_to(qa, 0, &eb, &p).unwrap();
+    b.connect_to(qb, 0, &ea, &p).unwrap();
+}
+
+/// The completions `e` has, taken; how many.
+fn completions(e: &mut Engine<VecMemory>) -> usize {
+    let mut done = 0;
+    while e.poll_completion().is_some() {
+        done += 1;
+    }
+    done
+}
+
+/// The WRITEs `a` has posted, one per frame of `frames`, sent at `now`
+/// into them (their lengths into `lens`) and received by `b` as one
+/// burst; then `b`'s ACKs back to `a`. Returns `a`'s completion count.
+fn send_burst(
+    a: &mut Engine<VecMemory>,
+    b: &mut Engine<VecMemory>,
+    frames: &mut [[u8; 256]],
+    lens: &mut [usize],
+    buf: &mut [u8],
+    now: u64,
+) -> usize {
+    for (f, l) in frames.iter_mut().zip(lens.iter_mut()) {
+        *l = a.poll_transmit(now, f).expect("a WRITE");
+    }
+    for (f, &l) in frames.iter().zip(lens.iter()) {
+        b.handle_packet(now, &f[..l]);
+    }
+    while let Some(n) = b.poll_transmit(now, buf) {
+        a.handle_packet(now, &buf[..n]);
+    }
+    completions(a)
+}
+
 /// Two connected engines: A writes to B.
 struct Pair {
     a: Engine<VecMemory>,
@@ -61,16 +107,7 @@ impl Pair {
     fn with_cc(cc: CcMode) -> Pair {
         let (mut a, ka, qa) = engine(0, cc);
         let (mut b, kb, qb) = engine(1, cc);
-        let end = |e: &Engine<VecMemory>, qpn| Endpoint {
-            qpn,
-            psn: 0,
-            mac: e.config().mac,
-            ip: e.config().ip,
-        };
-        let p = ConnectParams::new(PathMtu::Mtu1024);
-        let (ea, eb) = (end(&a, qa), end(&b, qb));
-        a.connect_to(qa, 0, &eb, &p).unwrap();
-        b.connect_to(qb, 0, &ea, &p).unwrap();
+        connect(&mut a, qa, &mut b, qb);
         let local = Sge {
             lkey: ka.lkey,
             va: BASE,
@@ -92,15 +129,17 @@ impl Pair {
         self.now += 1_000;
         let now = self.now;
         self.a.post_send(self.qa, self.wr, now).unwrap();
+        self.there_and_back(now)
+    }
+
+    /// The WRITE posted sent there at `now` and its ACK back; returns
+    /// the completion count.
+    fn there_and_back(&mut self, now: u64) -> usize {
         let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
         self.b.handle_packet(now, &self.buf[..n]);
         let n = self.b.poll_transmit(now, &mut self.buf).expect("its ACK");
         self.a.handle_packet(now, &self.buf[..n]);
-        let mut done = 0;
-        while self.a.poll_completion().is_some() {
-            done += 1;
-        }
-        done
+        completions(&mut self.a)
     }
 
     /// [`Pair::write`] of a WRITE whose 64 bytes are posted inline, as
@@ -115,15 +154,7 @@ impl Pair {
             payload: WrPayload::Inline(&bytes),
         };
         self.a.post_send_parts(self.qa, &wr, now).unwrap();
-        let n = self.a.poll_transmit(now, &mut self.buf).expect("the WRITE");
-        self.b.handle_packet(now, &self.buf[..n]);
-        let n = self.b.poll_transmit(now, &mut self.buf).expect("its ACK");
-        self.a.handle_packet(now, &self.buf[..n]);
-        let mut done = 0;
-        while self.a.poll_completion().is_some() {
-            done += 1;
-        }
-        done
+        self.there_and_back(now)
     }
 
     /// One WRITE there, signaled every 16th (ACKs coalesced: B answers
@@ -139,11 +170,7 @@ impl Pair {
         if let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
             self.a.handle_packet(now, &self.buf[..n]);
         }
-        let mut done = 0;
-        while self.a.poll_completion().is_some() {
-            done += 1;
-        }
-        done
+        completions(&mut self.a)
     }
 
     /// 16 WRITEs posted at once (the last signaled), sent, received as
@@ -157,20 +184,8 @@ impl Pair {
             self.a.post_send(self.qa, wr, now).unwrap();
         }
         let mut lens = [0usize; 16];
-        for (f, l) in self.frames.iter_mut().zip(lens.iter_mut()) {
-            *l = self.a.poll_transmit(now, f).expect("a WRITE");
-        }
-        for (f, &l) in self.frames.iter().zip(lens.iter()) {
-            self.b.handle_packet(now, &f[..l]);
-        }
-        while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
-            self.a.handle_packet(now, &self.buf[..n]);
-        }
-        let mut done = 0;
-        while self.a.poll_completion().is_some() {
-            done += 1;
-        }
-        done
+        let (a, b) = (&mut self.a, &mut self.b);
+        send_burst(a, b, &mut self.frames, &mut lens, &mut self.buf, now)
     }
 
     /// The WRITE frame of one post (without sending it on).
@@ -203,20 +218,11 @@ impl Many {
     fn new() -> Many {
         let (mut a, ka, _) = engine(0, CcMode::None);
         let (mut b, kb, _) = engine(1, CcMode::None);
-        let end = |e: &Engine<VecMemory>, qpn| Endpoint {
-            qpn,
-            psn: 0,
-            mac: e.config().mac,
-            ip: e.config().ip,
-        };
-        let p = ConnectParams::new(PathMtu::Mtu1024);
         let mut qps = Vec::new();
         for _ in 0..QPS {
             let qa = a.create_qp(256, 0).unwrap();
             let qb = b.create_qp(256, 0).unwrap();
-            let (ea, eb) = (end(&a, qa), end(&b, qb));
-            a.connect_to(qa, 0, &eb, &p).unwrap();
-            b.connect_to(qb, 0, &ea, &p).unwrap();
+            connect(&mut a, qa, &mut b, qb);
             qps.push(qa);
         }
         let local = Sge {
@@ -249,20 +255,8 @@ impl Many {
             }
         }
         let mut lens = [0usize; QPS * PER_QP];
-        for (f, l) in self.frames.iter_mut().zip(lens.iter_mut()) {
-            *l = self.a.poll_transmit(now, f).expect("a WRITE");
-        }
-        for (f, &l) in self.frames.iter().zip(lens.iter()) {
-            self.b.handle_packet(now, &f[..l]);
-        }
-        while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
-            self.a.handle_packet(now, &self.buf[..n]);
-        }
-        let mut done = 0;
-        while self.a.poll_completion().is_some() {
-            done += 1;
-        }
-        done
+        let (a, b) = (&mut self.a, &mut self.b);
+        send_burst(a, b, &mut self.frames, &mut lens, &mut self.buf, now)
     }
 }
 
