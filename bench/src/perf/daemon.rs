@@ -121,24 +121,40 @@ pub fn ensure(a: &PerfArgs) -> Result<Option<Daemon>, String> {
     Ok(Some(Daemon(child, placement.map(|(_, dp)| dp.id))))
 }
 
-/// The daemon's busy time and message count so far (`busy_ns`,
-/// `wqes_posted` of its service counters), to say what a run cost the
-/// dataplane per message; `None` when it does not answer.
-pub fn busy(a: &PerfArgs) -> Option<(u64, u64)> {
+/// What a run cost the daemon so far: its busy nanoseconds, the WRs
+/// posted to it and its passes (`busy_ns`, `wqes_posted`, `passes` of
+/// its service counters); `None` when it does not answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Busy {
+    pub ns: u64,
+    pub wrs: u64,
+    pub passes: u64,
+}
+
+/// The daemon's [`Busy`] counters now.
+pub fn busy(a: &PerfArgs) -> Option<Busy> {
     let s = dataplane::service::query_stats(&a.socket).ok()?.service?;
-    Some((s.busy_ns, s.wqes_posted))
+    Some(Busy {
+        ns: s.busy_ns,
+        wrs: s.wqes_posted,
+        passes: s.passes,
+    })
 }
 
 /// The line `busy` before and after a run of `secs` gives: the
-/// dataplane's busy nanoseconds per posted WR and the share of the run it
-/// was busy.
-pub fn busy_line(before: (u64, u64), after: (u64, u64), secs: f64) -> Option<String> {
-    let ns = after.0.checked_sub(before.0)?;
-    let msgs = after.1.checked_sub(before.1).filter(|&m| m > 0)?;
+/// dataplane's busy nanoseconds per posted WR, the share of the run it
+/// was busy, and its passes per WR (below 1, the WRs a pass handles
+/// together: each pass pays a fixed cost, an RX poll of every port and a
+/// look at every doorbell).
+pub fn busy_line(before: Busy, after: Busy, secs: f64) -> Option<String> {
+    let ns = after.ns.checked_sub(before.ns)?;
+    let msgs = after.wrs.checked_sub(before.wrs).filter(|&m| m > 0)?;
+    let passes = after.passes.checked_sub(before.passes)?;
     Some(format!(
-        " daemon: {:.0} ns busy per WR ({:.0}% of the run's {:.3} s)",
+        " daemon: {:.0} ns busy per WR ({:.0}% of the run's {:.3} s), {:.2} passes per WR",
         ns as f64 / msgs as f64,
         100.0 * ns as f64 / 1e9 / secs.max(1e-9),
-        secs
+        secs,
+        passes as f64 / msgs as f64
     ))
 }
