@@ -33,6 +33,9 @@ pub(super) struct CqRt {
     pub block: (u64, u64),
     /// QPs that complete into it (it cannot be destroyed while any do).
     pub qps: usize,
+    /// CQEs were written since its flag was last looked at
+    /// ([`Cqs::wake_owed`]).
+    pub wake_owed: bool,
 }
 
 /// CQs by slot; a freed slot is taken by the next CQ created.
@@ -40,6 +43,8 @@ pub(super) struct CqRt {
 pub(super) struct Cqs {
     slots: Vec<Option<CqRt>>,
     free: Vec<usize>,
+    /// Slots of the CQs that owe a look at their wake-up flag.
+    owed: Vec<usize>,
 }
 
 impl Cqs {
@@ -76,11 +81,42 @@ impl Cqs {
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
+
+    /// Notes that CQEs were written into the ring of the CQ in `slot`:
+    /// its application is woken, if it asked, at the next
+    /// [`Cqs::wake_owed`].
+    pub fn owe_wake(&mut self, slot: usize) {
+        if let Some(q) = self.get_mut(slot) {
+            if !std::mem::replace(&mut q.wake_owed, true) {
+                self.owed.push(slot);
+            }
+        }
+    }
+
+    /// Signals the eventfd of every CQ written since the last call whose
+    /// application armed it. Once per pass, not per CQE: the look at the
+    /// flag is an atomic swap, which on x86 waits until every store
+    /// before it has reached the cache, among them the CQE and the data
+    /// just placed, whose lines the applications' cores hold while they
+    /// poll them. Made at the end of the pass, the stores have gone by
+    /// then and the swap costs its own line only. It stays after the
+    /// CQEs it covers (the mirror of the application's arming, see
+    /// `Producer::take_armed`), so no wake-up is lost; the pass ends with
+    /// it, before the dataplane may rest.
+    pub fn wake_owed(&mut self) {
+        let Cqs { slots, owed, .. } = self;
+        for slot in owed.drain(..) {
+            if let Some(q) = slots.get_mut(slot).and_then(Option::as_mut) {
+                if std::mem::take(&mut q.wake_owed) {
+                    wake(q);
+                }
+            }
+        }
+    }
 }
 
-/// Moves held-back CQEs into the ring while it has room, publishing the
-/// batch with one index store; signals the application's eventfd if it
-/// asked to be woken.
+/// Moves held-back CQEs into the ring while it has room; true when it
+/// wrote any (the caller then owes the CQ a wake-up, [`Cqs::owe_wake`]).
 pub(super) fn drain_backlog(
     q: &mut CqRt,
     counters: &mut ServiceCounters,
@@ -106,12 +142,12 @@ pub(super) fn drain_backlog(
     }
     q.backlog.drain(..n);
     counters.cqes_delivered += n as u64;
-    wake(q);
     true
 }
 
 /// Writes `c` into the ring at once when nothing is held back and the
-/// ring has room; false (nothing written) otherwise.
+/// ring has room (the caller then owes the CQ a wake-up,
+/// [`Cqs::owe_wake`]); false (nothing written) otherwise.
 pub(super) fn write_now(
     q: &mut CqRt,
     c: &abi::Cqe,
@@ -126,7 +162,6 @@ pub(super) fn write_now(
         record_published(t, host, c);
     }
     counters.cqes_delivered += 1;
-    wake(q);
     true
 }
 

@@ -623,6 +623,7 @@ impl Service {
             moved |= nic.poll(now, &mut apps);
             moved |= apps.drain_pending();
         }
+        self.cqs.wake_owed();
         self.busy_since = moved.then_some(now);
         moved
     }
@@ -658,6 +659,7 @@ impl Service {
         let (nic, mut apps) = self.host_apps(h);
         apps.route(nic.engine_mut());
         apps.drain_pending();
+        self.cqs.wake_owed();
     }
 
     /// Counters of every port, engine and QP, and of the service.
@@ -1135,6 +1137,7 @@ impl Apps<'_> {
         };
         let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
         if cqs::write_now(q, &c, self.counters, trace) {
+            self.cqs.owe_wake(slot);
             return;
         }
         if q.backlog.is_empty() {
@@ -1168,11 +1171,17 @@ impl Apps<'_> {
         let mut moved = false;
         let mut i = 0;
         while i < self.pending.len() {
-            let drained = match self.cqs.get_mut(self.pending[i]) {
+            let slot = self.pending[i];
+            let drained = match self.cqs.get_mut(slot) {
                 Some(q) => {
                     let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
-                    moved |= cqs::drain_backlog(q, self.counters, trace);
-                    q.backlog.is_empty()
+                    let wrote = cqs::drain_backlog(q, self.counters, trace);
+                    let drained = q.backlog.is_empty();
+                    if wrote {
+                        moved = true;
+                        self.cqs.owe_wake(slot);
+                    }
+                    drained
                 }
                 None => true,
             };

@@ -592,6 +592,7 @@ impl Service {
             backlog: VecDeque::new(),
             block: (off, bytes),
             qps: 0,
+            wake_owed: false,
         });
         self.app(conn).cqs.insert(cq, slot);
         Ok((
