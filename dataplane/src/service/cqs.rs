@@ -94,15 +94,17 @@ impl Cqs {
     }
 
     /// Signals the eventfd of every CQ written since the last call whose
-    /// application armed it. Once per pass, not per CQE: the look at the
-    /// flag is an atomic swap, which on x86 waits until every store
-    /// before it has reached the cache, among them the CQE and the data
-    /// just placed, whose lines the applications' cores hold while they
-    /// poll them. Made at the end of the pass, the stores have gone by
-    /// then and the swap costs its own line only. It stays after the
-    /// CQEs it covers (the mirror of the application's arming, see
-    /// `Producer::take_armed`), so no wake-up is lost; the pass ends with
-    /// it, before the dataplane may rest.
+    /// application armed it. Once per CQ and pass, not once per CQE: the
+    /// look at the flag is an atomic swap, which on x86 also waits until
+    /// every store before it has reached the cache (among them CQEs
+    /// whose lines the application's core holds while it polls), so a
+    /// pass that writes 16 CQEs into one ring now pays for one swap
+    /// instead of 16. It stays after the CQEs it covers (the mirror of
+    /// the application's arming, see `Producer::take_armed`), so no
+    /// wake-up is lost; the pass ends with it, before the dataplane may
+    /// rest. An application asleep on a CQ of one host of a lcore that
+    /// serves several is woken after every host's pipeline of the pass
+    /// ran, not right after its CQE.
     pub fn wake_owed(&mut self) {
         let Cqs { slots, owed, .. } = self;
         for slot in owed.drain(..) {
