@@ -342,7 +342,8 @@ struct Host {
     driver: String,
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
-    /// The QPs whose rings the pass reads (the others are parked).
+    /// The QPs whose rings the pass reads, each once (the others are
+    /// parked; a QP removed from `qps` leaves it too).
     active: Vec<Qpn>,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
@@ -839,7 +840,13 @@ impl nic::Host<AppMemory> for Apps<'_> {
     /// Takes WQEs from the send and receive rings of this host's QPs and
     /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
-        self.wake_rung();
+        // Every QP of the host is either watched (once in `active`) or
+        // parked: a host watching as many QPs as it has has none parked,
+        // and no bell to look at (bells ring only for parked rings).
+        debug_assert!(self.active.len() <= self.qps.len());
+        if self.active.len() < self.qps.len() {
+            self.wake_rung();
+        }
         let mut moved = self.receive_doorbells(engine);
         while let Some(e) = engine.poll_event() {
             self.raise(e);
