@@ -44,22 +44,24 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
     }
     for &size in &sizes {
         let started = Instant::now();
+        let before = conn.is_local().then(|| daemon::busy(a)).flatten();
         if test.is_latency() {
             let r = lat::run(test, a, &mut conn, size, a.iterations(test), started, None)?;
             report::lat_row(a, &r);
             json.lat(&r);
         } else {
-            let before = conn.is_local().then(|| daemon::busy(a)).flatten();
             let r = bw::run(test, a, &mut conn, size, a.iterations(test), started)?;
             report::bw_row(a, &r);
-            let secs = started.elapsed().as_secs_f64();
-            if let Some(line) = before
-                .zip(daemon::busy(a))
-                .and_then(|(b, e)| daemon::busy_line(b, e, secs))
-            {
-                println!("{line}");
-            }
             json.bw(&r);
+        }
+        // What the run cost the daemon, when this process drives both
+        // ends (the daemon's counters then hold only this run's WRs).
+        let secs = started.elapsed().as_secs_f64();
+        if let Some(line) = before
+            .zip(daemon::busy(a))
+            .and_then(|(b, e)| daemon::busy_line(b, e, secs))
+        {
+            println!("{line}");
         }
     }
     if a.breakdown {
