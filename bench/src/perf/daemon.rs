@@ -121,9 +121,9 @@ pub fn ensure(a: &PerfArgs) -> Result<Option<Daemon>, String> {
     Ok(Some(Daemon(child, placement.map(|(_, dp)| dp.id))))
 }
 
-/// What a run cost the daemon so far: its busy nanoseconds, the WRs
+/// What the daemon has spent so far: its busy nanoseconds, the WRs
 /// posted to it and its passes (`busy_ns`, `wqes_posted`, `passes` of
-/// its service counters); `None` when it does not answer.
+/// its service counters, summed over its lcores).
 #[derive(Clone, Copy, Debug)]
 pub struct Busy {
     pub ns: u64,
@@ -131,7 +131,7 @@ pub struct Busy {
     pub passes: u64,
 }
 
-/// The daemon's [`Busy`] counters now.
+/// The daemon's [`Busy`] counters now; `None` when it does not answer.
 pub fn busy(a: &PerfArgs) -> Option<Busy> {
     let s = dataplane::service::query_stats(&a.socket).ok()?.service?;
     Some(Busy {
@@ -143,9 +143,10 @@ pub fn busy(a: &PerfArgs) -> Option<Busy> {
 
 /// The line `busy` before and after a run of `secs` gives: the
 /// dataplane's busy nanoseconds per posted WR, the share of the run it
-/// was busy, and its passes per WR (below 1, the WRs a pass handles
-/// together: each pass pays a fixed cost, an RX poll of every port and a
-/// look at every doorbell).
+/// was busy (over 100% with several lcores: their times add up), and
+/// its passes per WR, idle ones included (the inverse, when above 1, is
+/// about how many WRs a pass handles: each pass pays a fixed cost, an RX
+/// poll of every port and a look at every watched ring).
 pub fn busy_line(before: Busy, after: Busy, secs: f64) -> Option<String> {
     let ns = after.ns.checked_sub(before.ns)?;
     let msgs = after.wrs.checked_sub(before.wrs).filter(|&m| m > 0)?;

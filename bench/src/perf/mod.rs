@@ -43,8 +43,10 @@ pub fn run(test: Test, a: &PerfArgs) -> Result<(), String> {
         report::bw_header(a);
     }
     for &size in &sizes {
-        let started = Instant::now();
+        // Asked before the run's clock starts: a resting daemon takes up
+        // to a few ms to answer.
         let before = conn.is_local().then(|| daemon::busy(a)).flatten();
+        let started = Instant::now();
         if test.is_latency() {
             let r = lat::run(test, a, &mut conn, size, a.iterations(test), started, None)?;
             report::lat_row(a, &r);

@@ -82,10 +82,47 @@ impl Cqs {
         self.slots.len() - self.free.len()
     }
 
+    /// Writes `c` into the ring of the CQ in `slot` at once when nothing
+    /// is held back and the ring has room, and owes the CQ a wake-up
+    /// ([`Cqs::owe_wake`]); false (nothing written) otherwise.
+    pub fn write_now(
+        &mut self,
+        slot: usize,
+        c: &abi::Cqe,
+        counters: &mut ServiceCounters,
+        trace: Option<(&mut trace::Trace, usize)>,
+    ) -> bool {
+        let written = self
+            .get_mut(slot)
+            .is_some_and(|q| write_now(q, c, counters, trace));
+        if written {
+            self.owe_wake(slot);
+        }
+        written
+    }
+
+    /// Moves the CQEs held back for the CQ in `slot` into its ring while
+    /// it has room, and owes the CQ a wake-up when it wrote any; whether
+    /// it did.
+    pub fn drain_backlog(
+        &mut self,
+        slot: usize,
+        counters: &mut ServiceCounters,
+        trace: Option<(&mut trace::Trace, usize)>,
+    ) -> bool {
+        let wrote = self
+            .get_mut(slot)
+            .is_some_and(|q| drain_backlog(q, counters, trace));
+        if wrote {
+            self.owe_wake(slot);
+        }
+        wrote
+    }
+
     /// Notes that CQEs were written into the ring of the CQ in `slot`:
     /// its application is woken, if it asked, at the next
     /// [`Cqs::wake_owed`].
-    pub fn owe_wake(&mut self, slot: usize) {
+    fn owe_wake(&mut self, slot: usize) {
         if let Some(q) = self.get_mut(slot) {
             if !std::mem::replace(&mut q.wake_owed, true) {
                 self.owed.push(slot);
@@ -118,8 +155,8 @@ impl Cqs {
 }
 
 /// Moves held-back CQEs into the ring while it has room; true when it
-/// wrote any (the caller then owes the CQ a wake-up, [`Cqs::owe_wake`]).
-pub(super) fn drain_backlog(
+/// wrote any.
+fn drain_backlog(
     q: &mut CqRt,
     counters: &mut ServiceCounters,
     trace: Option<(&mut trace::Trace, usize)>,
@@ -148,9 +185,8 @@ pub(super) fn drain_backlog(
 }
 
 /// Writes `c` into the ring at once when nothing is held back and the
-/// ring has room (the caller then owes the CQ a wake-up,
-/// [`Cqs::owe_wake`]); false (nothing written) otherwise.
-pub(super) fn write_now(
+/// ring has room; false (nothing written) otherwise.
+fn write_now(
     q: &mut CqRt,
     c: &abi::Cqe,
     counters: &mut ServiceCounters,

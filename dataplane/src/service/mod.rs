@@ -342,9 +342,11 @@ struct Host {
     driver: String,
     /// QPs of applications on this host.
     qps: QpTable<QpRt>,
-    /// The QPs whose rings the pass reads, each once (the others are
-    /// parked; a QP removed from `qps` leaves it too).
+    /// The QPs whose rings the pass reads (the others are parked).
     active: Vec<Qpn>,
+    /// QPs of `qps` parked (broken ones included): while none is, no
+    /// bell can matter and the pass does not look at them.
+    parked: usize,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
 }
@@ -353,8 +355,17 @@ impl Host {
     /// Removes QP `qpn` from the table and from the watched QPs (a QPN
     /// the engine hands out again must not be watched twice).
     fn forget_qp(&mut self, qpn: Qpn) -> Option<QpRt> {
-        self.active.retain(|&q| q != qpn);
-        self.qps.remove(&qpn)
+        self.forget_qps(&[qpn]).pop().flatten()
+    }
+
+    /// [`Host::forget_qp`] of each of `qpns`, in one pass over the
+    /// watched QPs.
+    fn forget_qps(&mut self, qpns: &[Qpn]) -> Vec<Option<QpRt>> {
+        let gone: Vec<Option<QpRt>> = qpns.iter().map(|q| self.qps.remove(q)).collect();
+        self.parked -= gone.iter().flatten().filter(|rt| rt.parked).count();
+        let qps = &self.qps;
+        self.active.retain(|q| qps.get(q).is_some());
+        gone
     }
 
     fn port(&self) -> Option<&Port> {
@@ -501,6 +512,7 @@ impl Service {
             driver,
             qps: QpTable::default(),
             active: Vec::new(),
+            parked: 0,
             srqs: FxHashMap::default(),
         })
     }
@@ -635,6 +647,7 @@ impl Service {
             nic,
             qps,
             active,
+            parked,
             srqs,
             index,
             ..
@@ -642,6 +655,7 @@ impl Service {
         let apps = Apps {
             qps,
             active,
+            parked,
             local: h,
             srqs,
             apps: &mut self.apps,
@@ -699,10 +713,8 @@ impl Service {
         for qpn in &app.qps {
             let _ = host.nic.engine_mut().modify_to_err(*qpn);
             let _ = host.nic.engine_mut().destroy_qp(*qpn);
-            host.qps.remove(qpn);
         }
-        let Host { qps, active, .. } = host;
-        active.retain(|q| qps.get(q).is_some());
+        host.forget_qps(&app.qps);
         for srq in &app.srqs {
             let _ = host.nic.engine_mut().destroy_srq(*srq);
             host.srqs.remove(srq);
@@ -823,6 +835,8 @@ struct Apps<'a> {
     qps: &'a mut QpTable<QpRt>,
     /// The QPs the pass reads the rings of.
     active: &'a mut Vec<Qpn>,
+    /// How many of `qps` are parked ([`Host::parked`]).
+    parked: &'a mut usize,
     /// The host's index among this lcore's hosts (`App::host`).
     local: usize,
     srqs: &'a mut FxHashMap<u32, SrqRt>,
@@ -840,11 +854,9 @@ impl nic::Host<AppMemory> for Apps<'_> {
     /// Takes WQEs from the send and receive rings of this host's QPs and
     /// from its SRQs' rings into the engine.
     fn doorbells(&mut self, engine: &mut Engine<AppMemory>, now: u64) -> bool {
-        // Every QP of the host is either watched (once in `active`) or
-        // parked: a host watching as many QPs as it has has none parked,
-        // and no bell to look at (bells ring only for parked rings).
-        debug_assert!(self.active.len() <= self.qps.len());
-        if self.active.len() < self.qps.len() {
+        // Bells ring only for parked rings: with none parked, no bell
+        // can matter.
+        if *self.parked > 0 {
             self.wake_rung();
         }
         let mut moved = self.receive_doorbells(engine);
@@ -971,7 +983,7 @@ impl Apps<'_> {
     /// this host rang (a bell of a QP that is not the ringer's, or not
     /// parked, changes nothing).
     fn wake_rung(&mut self) {
-        let (qps, active) = (&mut *self.qps, &mut *self.active);
+        let (qps, active, parked) = (&mut *self.qps, &mut *self.active, &mut *self.parked);
         for (&conn, app) in self.apps.iter() {
             if app.host != self.local {
                 continue;
@@ -980,6 +992,7 @@ impl Apps<'_> {
                 if let Some(rt) = qps.get_mut(&qpn) {
                     if rt.app == conn && rt.parked && !rt.broken {
                         rt.parked = false;
+                        *parked -= 1;
                         rt.idle = 0;
                         active.push(qpn);
                     }
@@ -993,13 +1006,13 @@ impl Apps<'_> {
     /// doorbell and checked once more, so that a WQE written meanwhile
     /// is not missed.
     fn park_idle(&mut self) {
-        let qps = &mut *self.qps;
+        let (qps, parked) = (&mut *self.qps, &mut *self.parked);
         self.active.retain(|qpn| {
             let Some(rt) = qps.get_mut(qpn) else {
                 return false;
             };
             if rt.broken {
-                rt.parked = true;
+                park(rt, parked);
                 return false;
             }
             if std::mem::take(&mut rt.busy) {
@@ -1017,7 +1030,7 @@ impl Apps<'_> {
                 None => true,
             };
             if sq_empty && rq_empty {
-                rt.parked = true;
+                park(rt, parked);
                 false
             } else {
                 rt.idle = 0;
@@ -1139,14 +1152,13 @@ impl Apps<'_> {
     /// behind the others, and `drain_pending` moves it when the
     /// application has read.
     fn push_cqe(&mut self, engine: &mut Engine<AppMemory>, slot: usize, c: abi::Cqe) {
+        let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+        if self.cqs.write_now(slot, &c, self.counters, trace) {
+            return;
+        }
         let Some(q) = self.cqs.get_mut(slot) else {
             return;
         };
-        let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
-        if cqs::write_now(q, &c, self.counters, trace) {
-            self.cqs.owe_wake(slot);
-            return;
-        }
         if q.backlog.is_empty() {
             self.pending.push(slot);
         }
@@ -1179,19 +1191,9 @@ impl Apps<'_> {
         let mut i = 0;
         while i < self.pending.len() {
             let slot = self.pending[i];
-            let drained = match self.cqs.get_mut(slot) {
-                Some(q) => {
-                    let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
-                    let wrote = cqs::drain_backlog(q, self.counters, trace);
-                    let drained = q.backlog.is_empty();
-                    if wrote {
-                        moved = true;
-                        self.cqs.owe_wake(slot);
-                    }
-                    drained
-                }
-                None => true,
-            };
+            let trace = self.trace.as_deref_mut().map(|t| (t, self.host));
+            moved |= self.cqs.drain_backlog(slot, self.counters, trace);
+            let drained = self.cqs.get(slot).is_none_or(|q| q.backlog.is_empty());
             if drained {
                 self.pending.swap_remove(i);
             } else {
@@ -1199,6 +1201,13 @@ impl Apps<'_> {
             }
         }
         moved
+    }
+}
+
+/// Marks a watched QP parked, counted once in its host's `parked`.
+fn park(rt: &mut QpRt, parked: &mut usize) {
+    if !std::mem::replace(&mut rt.parked, true) {
+        *parked += 1;
     }
 }
 
