@@ -84,7 +84,7 @@ impl Cqs {
 
     /// Writes `c` into the ring of the CQ in `slot` at once when nothing
     /// is held back and the ring has room, and owes the CQ a wake-up
-    /// ([`Cqs::owe_wake`]); false (nothing written) otherwise.
+    /// ([`Cqs::wake_owed`]); false (nothing written) otherwise.
     pub fn write_now(
         &mut self,
         slot: usize,
@@ -92,13 +92,7 @@ impl Cqs {
         counters: &mut ServiceCounters,
         trace: Option<(&mut trace::Trace, usize)>,
     ) -> bool {
-        let written = self
-            .get_mut(slot)
-            .is_some_and(|q| write_now(q, c, counters, trace));
-        if written {
-            self.owe_wake(slot);
-        }
-        written
+        self.owing_wake(slot, |q| write_now(q, c, counters, trace))
     }
 
     /// Moves the CQEs held back for the CQ in `slot` into its ring while
@@ -110,24 +104,24 @@ impl Cqs {
         counters: &mut ServiceCounters,
         trace: Option<(&mut trace::Trace, usize)>,
     ) -> bool {
-        let wrote = self
-            .get_mut(slot)
-            .is_some_and(|q| drain_backlog(q, counters, trace));
-        if wrote {
-            self.owe_wake(slot);
-        }
-        wrote
+        self.owing_wake(slot, |q| drain_backlog(q, counters, trace))
     }
 
-    /// Notes that CQEs were written into the ring of the CQ in `slot`:
-    /// its application is woken, if it asked, at the next
-    /// [`Cqs::wake_owed`].
-    fn owe_wake(&mut self, slot: usize) {
-        if let Some(q) = self.get_mut(slot) {
-            if !std::mem::replace(&mut q.wake_owed, true) {
-                self.owed.push(slot);
-            }
+    /// Runs `write` on the CQ in `slot`; when it wrote, owes the CQ a
+    /// look at its wake-up flag at the next [`Cqs::wake_owed`]. Whether
+    /// it wrote.
+    fn owing_wake(&mut self, slot: usize, write: impl FnOnce(&mut CqRt) -> bool) -> bool {
+        let Cqs { slots, owed, .. } = self;
+        let Some(q) = slots.get_mut(slot).and_then(Option::as_mut) else {
+            return false;
+        };
+        if !write(q) {
+            return false;
         }
+        if !std::mem::replace(&mut q.wake_owed, true) {
+            owed.push(slot);
+        }
+        true
     }
 
     /// Signals the eventfd of every CQ written since the last call whose
