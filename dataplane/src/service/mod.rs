@@ -268,9 +268,10 @@ struct QpRt {
     /// Not watched: its rings are read again once the application rings
     /// its doorbell (see [`PARK_AFTER`]).
     parked: bool,
-    /// Its rings had entries this pass.
+    /// Its rings had entries since the last look of [`PARK_EVERY`].
     busy: bool,
-    /// Passes in a row its rings were empty.
+    /// Looks in a row (one every [`PARK_EVERY`] passes) that found its
+    /// rings empty all along.
     idle: u32,
 }
 
@@ -278,6 +279,10 @@ struct QpRt {
 /// stops reading them: the QP is parked (its rings ask the application
 /// for a doorbell) and costs the pass nothing until the bell rings.
 const PARK_AFTER: u32 = 256;
+
+/// Passes between two looks for QPs to park: a look walks every watched
+/// QP, which a busy pass need not pay for each time.
+const PARK_EVERY: u32 = 16;
 
 /// A receive ring in an application's segment, and its block.
 struct RqRt {
@@ -347,6 +352,8 @@ struct Host {
     /// QPs of `qps` parked (broken ones included): while none is, no
     /// bell can matter and the pass does not look at them.
     parked: usize,
+    /// Passes of the host's doorbells so far (for [`PARK_EVERY`]).
+    passes: u32,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
 }
@@ -513,6 +520,7 @@ impl Service {
             qps: QpTable::default(),
             active: Vec::new(),
             parked: 0,
+            passes: 0,
             srqs: FxHashMap::default(),
         })
     }
@@ -648,6 +656,7 @@ impl Service {
             qps,
             active,
             parked,
+            passes,
             srqs,
             index,
             ..
@@ -656,6 +665,7 @@ impl Service {
             qps,
             active,
             parked,
+            passes,
             local: h,
             srqs,
             apps: &mut self.apps,
@@ -837,6 +847,8 @@ struct Apps<'a> {
     active: &'a mut Vec<Qpn>,
     /// How many of `qps` are parked ([`Host::parked`]).
     parked: &'a mut usize,
+    /// [`Host::passes`].
+    passes: &'a mut u32,
     /// The host's index among this lcore's hosts (`App::host`).
     local: usize,
     srqs: &'a mut FxHashMap<u32, SrqRt>,
@@ -859,15 +871,15 @@ impl nic::Host<AppMemory> for Apps<'_> {
         if *self.parked > 0 {
             self.wake_rung();
         }
-        let mut moved = self.receive_doorbells(engine);
-        while let Some(e) = engine.poll_event() {
-            self.raise(e);
-        }
+        // One look at each watched QP: its receive ring, then its send
+        // ring.
+        let mut moved = false;
         let mut errors: Vec<(usize, abi::Cqe)> = Vec::new();
         for &qpn in self.active.iter() {
             let Some(rt) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            moved |= take_recv_wqes(qpn, rt, engine, self.counters, &mut errors);
             if rt.broken || rt.sq_paused {
                 continue;
             }
@@ -943,7 +955,14 @@ impl nic::Host<AppMemory> for Apps<'_> {
                 }
             }
         }
-        self.park_idle();
+        moved |= self.srq_doorbells(engine);
+        while let Some(e) = engine.poll_event() {
+            self.raise(e);
+        }
+        *self.passes = self.passes.wrapping_add(1);
+        if *self.passes % PARK_EVERY == 0 {
+            self.park_idle();
+        }
         if !errors.is_empty() {
             // Completions the engine already has (flushes of older WRs)
             // go first: a QP's completions stay in post order.
@@ -1020,7 +1039,7 @@ impl Apps<'_> {
                 return true;
             }
             rt.idle += 1;
-            if rt.idle < PARK_AFTER {
+            if rt.idle < PARK_AFTER / PARK_EVERY {
                 return true;
             }
             let seg = &*rt.seg;
@@ -1064,53 +1083,9 @@ impl Apps<'_> {
         }
     }
 
-    /// Takes receive WQEs from the QPs' own receive rings (once the QP is
-    /// out of RESET) and from the SRQs' rings.
-    fn receive_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
+    /// Takes receive WQEs from the SRQs' rings.
+    fn srq_doorbells(&mut self, engine: &mut Engine<AppMemory>) -> bool {
         let mut moved = false;
-        let mut errors: Vec<(usize, abi::Cqe)> = Vec::new();
-        for &qpn in self.active.iter() {
-            let Some(rt) = self.qps.get_mut(&qpn) else {
-                continue;
-            };
-            let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
-                continue;
-            };
-            // A QP still in RESET refuses the post: the WQE waits in the ring.
-            let mut bad = None;
-            let r = drain_recv(&rt.seg, rq, self.counters, |w| match w.to_wr() {
-                Ok(wr) => engine.post_recv(qpn, wr).map(|()| true),
-                Err(_) => {
-                    // A malformed receive WQE fails by name and stops the
-                    // QP, as a NIC does.
-                    bad = Some(w.wr_id);
-                    Ok(false)
-                }
-            });
-            if let Some(wr_id) = bad {
-                self.counters.wqe_errors += 1;
-                let _ = engine.modify_to_err(qpn);
-                let c = Cqe {
-                    wr_id,
-                    qpn,
-                    status: WcStatus::LocQpOpErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                };
-                errors.push((rt.recv_cq, abi::Cqe::from_rc(&c)));
-            }
-            match r {
-                Some(m) => {
-                    moved |= m;
-                    rt.busy |= m;
-                }
-                None => {
-                    rt.broken = true;
-                    let _ = engine.modify_to_err(qpn);
-                }
-            }
-        }
         for (&srq, rt) in self.srqs.iter_mut() {
             if rt.broken {
                 continue;
@@ -1129,12 +1104,6 @@ impl Apps<'_> {
             match r {
                 Some(m) => moved |= m,
                 None => rt.broken = true,
-            }
-        }
-        if !errors.is_empty() {
-            self.route(engine);
-            for (cq, c) in errors {
-                self.push_cqe(engine, cq, c);
             }
         }
         moved
@@ -1250,6 +1219,54 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
 /// says whether a consumed WQE was posted or refused as malformed, and
 /// stops after a malformed one), counting them; returns whether any moved,
 /// `None` (counted) when the ring's producer index was scribbled.
+/// Takes receive WQEs from the own receive ring of QP `qpn` (once the QP
+/// is out of RESET: until then they wait in the ring); a malformed one
+/// fails by name in `errors` and stops the QP, as a NIC does. Returns
+/// whether any was taken.
+fn take_recv_wqes(
+    qpn: Qpn,
+    rt: &mut QpRt,
+    engine: &mut Engine<AppMemory>,
+    counters: &mut ServiceCounters,
+    errors: &mut Vec<(usize, abi::Cqe)>,
+) -> bool {
+    let Some(rq) = rt.rq.as_mut().filter(|_| !rt.broken) else {
+        return false;
+    };
+    let mut bad = None;
+    let r = drain_recv(&rt.seg, rq, counters, |w| match w.to_wr() {
+        Ok(wr) => engine.post_recv(qpn, wr).map(|()| true),
+        Err(_) => {
+            bad = Some(w.wr_id);
+            Ok(false)
+        }
+    });
+    if let Some(wr_id) = bad {
+        counters.wqe_errors += 1;
+        let _ = engine.modify_to_err(qpn);
+        let c = Cqe {
+            wr_id,
+            qpn,
+            status: WcStatus::LocQpOpErr,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm: None,
+        };
+        errors.push((rt.recv_cq, abi::Cqe::from_rc(&c)));
+    }
+    match r {
+        Some(m) => {
+            rt.busy |= m;
+            m
+        }
+        None => {
+            rt.broken = true;
+            let _ = engine.modify_to_err(qpn);
+            false
+        }
+    }
+}
+
 fn drain_recv(
     seg: &Segment,
     rq: &mut RqRt,
