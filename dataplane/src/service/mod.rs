@@ -268,21 +268,25 @@ struct QpRt {
     /// Not watched: its rings are read again once the application rings
     /// its doorbell (see [`PARK_AFTER`]).
     parked: bool,
-    /// Its rings had entries since the last look of [`PARK_EVERY`].
+    /// Its rings had entries since `park_idle`'s last look (one every
+    /// [`PARK_EVERY`] passes).
     busy: bool,
     /// Looks in a row (one every [`PARK_EVERY`] passes) that found its
     /// rings empty all along.
     idle: u32,
 }
 
-/// Passes in a row with both rings of a QP empty after which the pass
-/// stops reading them: the QP is parked (its rings ask the application
-/// for a doorbell) and costs the pass nothing until the bell rings.
+/// About how many passes in a row with both rings of a QP empty after
+/// which the pass stops reading them (counted in looks of [`PARK_EVERY`]
+/// passes, so 241-271): the QP is parked (its rings ask the application
+/// for a doorbell, and are checked once more) and costs the pass nothing
+/// until the bell rings.
 const PARK_AFTER: u32 = 256;
 
 /// Passes between two looks for QPs to park: a look walks every watched
 /// QP, which a busy pass need not pay for each time.
 const PARK_EVERY: u32 = 16;
+const _: () = assert!(PARK_AFTER % PARK_EVERY == 0);
 
 /// A receive ring in an application's segment, and its block.
 struct RqRt {
@@ -839,7 +843,8 @@ pub fn serve(
 }
 
 /// The application side of one host's pipeline: it takes WQEs from the
-/// SQ rings of the host's QPs (the doorbells) and routes completions into
+/// send and receive rings of the host's QPs and its SRQs' rings (the
+/// doorbells) and routes completions into
 /// the owners' CQ rings, in batches, one index store each.
 struct Apps<'a> {
     qps: &'a mut QpTable<QpRt>,
@@ -1020,8 +1025,8 @@ impl Apps<'_> {
         }
     }
 
-    /// Stops watching QPs whose rings stayed empty for [`PARK_AFTER`]
-    /// passes (and those destroyed or broken): each ring is asked for a
+    /// Stops watching QPs whose rings stayed empty for about
+    /// [`PARK_AFTER`] passes (and those destroyed or broken): each ring is asked for a
     /// doorbell and checked once more, so that a WQE written meanwhile
     /// is not missed.
     fn park_idle(&mut self) {
@@ -1214,15 +1219,12 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
     }
 }
 
-/// Moves receive WQEs from a ring into the engine with `post` while it
-/// takes them (a full receive queue leaves the rest in the ring; `post`
-/// says whether a consumed WQE was posted or refused as malformed, and
-/// stops after a malformed one), counting them; returns whether any moved,
-/// `None` (counted) when the ring's producer index was scribbled.
 /// Takes receive WQEs from the own receive ring of QP `qpn` (once the QP
 /// is out of RESET: until then they wait in the ring); a malformed one
-/// fails by name in `errors` and stops the QP, as a NIC does. Returns
-/// whether any was taken.
+/// fails by name in `errors` and stops the QP, as a NIC does, and a
+/// scribbled ring index breaks the QP (moved to ERR, its rings no longer
+/// read). A broken QP, or one without a ring of its own (an SRQ's), is
+/// left alone. Returns whether any WQE was taken.
 fn take_recv_wqes(
     qpn: Qpn,
     rt: &mut QpRt,
@@ -1267,6 +1269,11 @@ fn take_recv_wqes(
     }
 }
 
+/// Moves receive WQEs from a ring into the engine with `post` while it
+/// takes them (a full receive queue leaves the rest in the ring; `post`
+/// says whether a consumed WQE was posted or refused as malformed, and
+/// stops after a malformed one), counting them; returns whether any moved,
+/// `None` (counted) when the ring's producer index was scribbled.
 fn drain_recv(
     seg: &Segment,
     rq: &mut RqRt,
