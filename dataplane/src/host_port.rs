@@ -66,6 +66,14 @@ impl FramePort for DpdkLink {
         each!(self, p => p.alloc())
     }
 
+    fn recycle(&mut self, frames: &mut Vec<Mbuf>) {
+        each!(self, p => p.recycle(frames))
+    }
+
+    fn buffers_held(&self) -> usize {
+        each!(self, p => p.buffers_held())
+    }
+
     fn tx_ready(&self, now: u64) -> usize {
         each!(self, p => p.tx_ready(now))
     }

@@ -6,13 +6,16 @@
 //! lies (zero-copy TX): a chain of headers, a segment pointing into
 //! external memory and the tail, which reads back as the frame, keeps the
 //! memory alive until the chain is freed, and joins into one buffer.
+//! And mbufs fetched and freed in bulk: all or none from the pool, every
+//! one back (chains with their external memory too), more than a bulk
+//! call's worth at once.
 //! One EAL per process (harness = false).
 
 mod loopback_util;
 
 use std::sync::Arc;
 
-use dataplane::dpdk::{ExtMemory, Mempool};
+use dataplane::dpdk::{ExtMemory, Mbuf, Mempool, BULK};
 
 fn main() {
     let eal = loopback_util::eal("mbuf-fields", &[]);
@@ -49,6 +52,7 @@ fn main() {
     drop(m);
     assert_eq!(pool.in_use(), 0, "the mbuf went back");
     external_payload(&pool);
+    bulk(&pool);
     drop(pool);
     drop(eal);
     println!("mbuf_fields: append, trim, data and tailroom agree with DPDK's accessors");
@@ -107,4 +111,37 @@ fn external_payload(pool: &Mempool) {
     drop(m);
     assert!(alive.upgrade().is_none(), "freed with the chain");
     assert_eq!(pool.in_use(), 0);
+}
+
+/// `alloc_bulk` takes all it is asked for or nothing; `free_bulk` returns
+/// every mbuf it is given, in calls of at most [`BULK`].
+fn bulk(pool: &Mempool) {
+    let mut v = Vec::new();
+    assert!(pool.alloc_bulk(&mut v, BULK));
+    assert_eq!(v.len(), BULK);
+    assert_eq!(pool.in_use() as usize, BULK);
+    assert!(v.iter().all(|m| m.dpdk_lengths().1 == 0), "fresh mbufs");
+    let left = 63 - BULK;
+    assert!(left < BULK, "the pool of 63 has fewer than a bulk left");
+    assert!(!pool.alloc_bulk(&mut v, BULK), "all or none");
+    assert_eq!(v.len(), BULK, "nothing added by a refusal");
+    assert_eq!(pool.in_use() as usize, BULK, "nothing taken by a refusal");
+    // More than one call's worth, a chain over external memory among them.
+    for _ in 0..8 {
+        v.push(pool.alloc().expect("an mbuf"));
+    }
+    let memory: Arc<Vec<u8>> = Arc::new(vec![9; 512]);
+    let alive = Arc::downgrade(&memory);
+    // SAFETY: the Vec's bytes live as long as the Arc the ExtMemory keeps.
+    let ext = unsafe { ExtMemory::new(memory.as_ptr(), 512, memory.clone()) };
+    let mut m = pool.alloc().expect("an mbuf");
+    m.append(42).expect("headers");
+    assert!(m.chain_external(&ext, &memory[..256], b"icrc"));
+    v.push(m);
+    drop((memory, ext));
+    assert!(v.len() > BULK);
+    Mbuf::free_bulk(&mut v);
+    assert!(v.is_empty());
+    assert_eq!(pool.in_use(), 0, "every mbuf and segment went back");
+    assert!(alive.upgrade().is_none(), "the chain's memory let go");
 }

@@ -428,6 +428,14 @@ impl<P: FramePort> FramePort for FaultInjector<P> {
         self.inner.alloc()
     }
 
+    fn recycle(&mut self, frames: &mut Vec<P::Frame>) {
+        self.inner.recycle(frames)
+    }
+
+    fn buffers_held(&self) -> usize {
+        self.inner.buffers_held()
+    }
+
     fn tx_ready(&self, now: u64) -> usize {
         if self.tx_due.is_empty() {
             self.inner.tx_ready(now)

@@ -265,7 +265,10 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// Port buffers the pipeline holds (a spare kept for the next frame,
     /// frames waiting for the port).
     pub fn buffers_held(&self) -> usize {
-        self.tx.len() + self.looped.len() + usize::from(self.spare.is_some())
+        self.tx.len()
+            + self.looped.len()
+            + usize::from(self.spare.is_some())
+            + self.port.buffers_held()
     }
 
     /// The next time this NIC has work without new input: an engine timer
@@ -323,7 +326,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             stamp_all(host, Stage::Received, &self.rx);
         }
         let mut rx = std::mem::take(&mut self.rx);
-        for f in rx.drain(..) {
+        for f in &rx {
             // One look at the EtherType sorts ARP and MAC control out.
             let ethertype = EthernetFrame::new_checked(f.as_ref()).map_or(0, |e| e.ethertype());
             if ethertype == arp::ETHERTYPE_ARP {
@@ -339,10 +342,12 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
                     None => self.engine.handle_packet(now, f.as_ref()),
                 }
                 if tracing {
-                    stamp_all(host, Stage::Handled, &[&f]);
+                    stamp_all(host, Stage::Handled, &[f]);
                 }
             }
         }
+        // Done with: back to the port (to their pool in one call).
+        self.port.recycle(&mut rx);
         self.rx = rx;
         true
     }

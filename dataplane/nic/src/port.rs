@@ -104,6 +104,20 @@ pub trait FramePort {
     /// An empty frame buffer, or `None` when the port has none left.
     fn alloc(&mut self) -> Option<Self::Frame>;
 
+    /// Takes back the frames the pipeline is done with (received and
+    /// handled), leaving `frames` empty. By default they are dropped one
+    /// by one; a port whose buffers come from a pool may return them in
+    /// one call.
+    fn recycle(&mut self, frames: &mut Vec<Self::Frame>) {
+        frames.clear();
+    }
+
+    /// Buffers the port holds for frames it has not been asked for yet
+    /// (fresh ones fetched in bulk); counted as the pipeline's.
+    fn buffers_held(&self) -> usize {
+        0
+    }
+
     /// How many frames `tx_burst` would take at `now` (a link that
     /// serializes one frame at a time takes one when it is free). Frames
     /// are built only when they can leave.

@@ -168,6 +168,14 @@ impl<P: FramePort> FramePort for Tap<P> {
         self.inner.alloc()
     }
 
+    fn recycle(&mut self, frames: &mut Vec<P::Frame>) {
+        self.inner.recycle(frames)
+    }
+
+    fn buffers_held(&self) -> usize {
+        self.inner.buffers_held()
+    }
+
     fn tx_ready(&self, now: u64) -> usize {
         self.inner.tx_ready(now)
     }

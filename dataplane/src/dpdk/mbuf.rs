@@ -1,6 +1,7 @@
 //! Mempools and owned mbufs.
 
 use std::ffi::CString;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use dpdk_sys::{rte_mbuf, rte_mempool};
@@ -59,6 +60,28 @@ impl Mempool {
         NonNull::new(m).map(|ptr| Mbuf { ptr })
     }
 
+    /// Appends `n` (at most [`BULK`]) fresh, empty mbufs to `out`, all or
+    /// none (one trip to the pool's cache for all of them); whether it did.
+    pub fn alloc_bulk(&self, out: &mut Vec<Mbuf>, n: usize) -> bool {
+        let n = n.min(BULK);
+        let mut raw = [MaybeUninit::<*mut rte_mbuf>::uninit(); BULK];
+        // SAFETY: the pool is valid for our lifetime; `raw` has room for
+        // the n pointers DPDK writes (all of them, or none on failure).
+        let r = unsafe {
+            dpdk_sys::rnic_pktmbuf_alloc_bulk(self.ptr.as_ptr(), raw.as_mut_ptr().cast(), n as u32)
+        };
+        if r != 0 {
+            return false;
+        }
+        for m in &raw[..n] {
+            // SAFETY: on success DPDK wrote n mbufs, now ours alone.
+            if let Some(ptr) = NonNull::new(unsafe { m.assume_init() }) {
+                out.push(Mbuf { ptr });
+            }
+        }
+        true
+    }
+
     /// Mbufs taken from the pool and not yet returned.
     pub fn in_use(&self) -> u32 {
         // SAFETY: the pool is valid.
@@ -92,7 +115,27 @@ pub struct Mbuf {
 // non-EAL thread goes to the shared ring).
 unsafe impl Send for Mbuf {}
 
+/// Most mbufs fetched or freed in one bulk call.
+pub const BULK: usize = 32;
+
 impl Mbuf {
+    /// Frees every mbuf of `frames`, leaving it empty, up to [`BULK`] per
+    /// call into DPDK (each returned to its own pool, chains and attached
+    /// buffers too, as [`Drop`] does one by one).
+    pub fn free_bulk(frames: &mut Vec<Mbuf>) {
+        let mut raw = [MaybeUninit::<*mut rte_mbuf>::uninit(); BULK];
+        while !frames.is_empty() {
+            let n = frames.len().min(BULK);
+            let at = frames.len() - n;
+            for (slot, m) in raw.iter_mut().zip(frames.drain(at..)) {
+                slot.write(m.into_raw());
+            }
+            // SAFETY: raw[..n] hold mbufs we owned and gave up above; DPDK
+            // frees each exactly once.
+            unsafe { dpdk_sys::rte_pktmbuf_free_bulk(raw.as_mut_ptr().cast(), n as u32) };
+        }
+    }
+
     /// Takes ownership of a raw mbuf from an RX burst.
     ///
     /// # Safety

@@ -12,7 +12,7 @@ pub mod port;
 
 pub use eal::{rdtsc, Eal, LcoreGuard, TscClock};
 pub use extbuf::ExtMemory;
-pub use mbuf::{Mbuf, Mempool};
+pub use mbuf::{Mbuf, Mempool, BULK};
 pub use port::{ring_pair, Port, PortStats, RxHalf, TxHalf};
 
 /// An error from DPDK, with what was being done and `rte_errno`'s text.

@@ -19,6 +19,7 @@ use dpdk_sys::{rte_eth_conf, rte_eth_stats, rte_mbuf, rte_ring};
 use nic::{Frame, FramePort, TooSmall};
 use transport::wire::MacAddr;
 
+use super::mbuf::BULK;
 use super::{DpdkError, Eal, Mbuf, Mempool};
 
 /// Most mbufs per burst.
@@ -52,6 +53,9 @@ impl Drop for Device {
 /// lcore that holds it.
 #[derive(Debug)]
 pub struct Port {
+    /// Fresh mbufs fetched in bulk for the frames to build (dropped
+    /// before `dev`, which keeps their pool alive).
+    stash: Vec<Mbuf>,
     dev: Arc<Device>,
     mac: MacAddr,
     mtu: u32,
@@ -184,6 +188,7 @@ impl Port {
             dpdk_sys::rte_eth_dev_get_mtu(id, &mut mtu);
         }
         Ok(Port {
+            stash: Vec::with_capacity(BULK),
             dev,
             mac: MacAddr(mac.addr_bytes),
             mtu: u32::from(mtu),
@@ -274,7 +279,8 @@ fn rx_queues(
         // fills the first n with mbufs it hands over to us.
         let n = unsafe { dpdk_sys::rnic_rx_burst(id, q, raw.as_mut_ptr().cast(), want) };
         for m in &raw[..usize::from(n.min(want))] {
-            // SAFETY: the driver wrote the first n pointers (n <= want).
+            // SAFETY: the driver wrote raw[..n]; the slice is capped at
+            // want <= BURST.
             let m = unsafe { m.assume_init() };
             if let Some(p) = NonNull::new(m) {
                 // SAFETY: the driver gave us this mbuf; we are its only owner.
@@ -342,8 +348,25 @@ impl FramePort for Port {
         tx_queue(self.id, frames)
     }
 
+    /// From the stash, refilled [`BULK`] at a time; one by one when the
+    /// pool has fewer left.
     fn alloc(&mut self) -> Option<Mbuf> {
+        if let Some(m) = self.stash.pop() {
+            return Some(m);
+        }
+        if self.dev.pool.alloc_bulk(&mut self.stash, BULK) {
+            return self.stash.pop();
+        }
         self.dev.pool.alloc()
+    }
+
+    /// To their pool in one call per [`BULK`].
+    fn recycle(&mut self, frames: &mut Vec<Mbuf>) {
+        Mbuf::free_bulk(frames);
+    }
+
+    fn buffers_held(&self) -> usize {
+        self.stash.len()
     }
 
     fn tx_ready(&self, _now: u64) -> usize {
