@@ -99,14 +99,7 @@ fn external_payload(pool: &Mempool) {
     drop(m);
     assert_eq!(pool.in_use(), 0, "every segment went back");
     // Freed as a chain, the last reference frees the memory.
-    let memory: Arc<Vec<u8>> = Arc::new(vec![5; 512]);
-    let alive = Arc::downgrade(&memory);
-    // SAFETY: as above.
-    let ext = unsafe { ExtMemory::new(memory.as_ptr(), 512, memory.clone()) };
-    let mut m = pool.alloc().expect("an mbuf");
-    m.append(42).expect("headers");
-    assert!(m.chain_external(&ext, &memory[..256], b"icrc"));
-    drop((memory, ext));
+    let (m, alive) = chained(pool, 5);
     assert!(alive.upgrade().is_some());
     drop(m);
     assert!(alive.upgrade().is_none(), "freed with the chain");
@@ -130,18 +123,25 @@ fn bulk(pool: &Mempool) {
     for _ in 0..8 {
         v.push(pool.alloc().expect("an mbuf"));
     }
-    let memory: Arc<Vec<u8>> = Arc::new(vec![9; 512]);
+    let (m, alive) = chained(pool, 9);
+    v.push(m);
+    assert!(v.len() > BULK);
+    Mbuf::free_bulk(&mut v);
+    assert!(v.is_empty());
+    assert_eq!(pool.in_use(), 0, "every mbuf and segment went back");
+    assert!(alive.upgrade().is_none(), "the chain's memory let go");
+}
+
+/// An mbuf of 42 header bytes chained to 256 bytes of external memory
+/// filled with `fill` and a tail, that memory's only owner now the chain,
+/// and a weak reference that tells when the chain let it go.
+fn chained(pool: &Mempool, fill: u8) -> (Mbuf, std::sync::Weak<Vec<u8>>) {
+    let memory: Arc<Vec<u8>> = Arc::new(vec![fill; 512]);
     let alive = Arc::downgrade(&memory);
     // SAFETY: the Vec's bytes live as long as the Arc the ExtMemory keeps.
     let ext = unsafe { ExtMemory::new(memory.as_ptr(), 512, memory.clone()) };
     let mut m = pool.alloc().expect("an mbuf");
     m.append(42).expect("headers");
     assert!(m.chain_external(&ext, &memory[..256], b"icrc"));
-    v.push(m);
-    drop((memory, ext));
-    assert!(v.len() > BULK);
-    Mbuf::free_bulk(&mut v);
-    assert!(v.is_empty());
-    assert_eq!(pool.in_use(), 0, "every mbuf and segment went back");
-    assert!(alive.upgrade().is_none(), "the chain's memory let go");
+    (m, alive)
 }

@@ -263,7 +263,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     }
 
     /// Port buffers the pipeline holds (a spare kept for the next frame,
-    /// frames waiting for the port).
+    /// frames waiting for the port, fresh ones the port keeps for it).
     pub fn buffers_held(&self) -> usize {
         self.tx.len()
             + self.looped.len()
