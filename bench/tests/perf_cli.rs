@@ -184,7 +184,7 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
     assert!(t.contains("Outstand reads  : 4"), "{t}");
     assert!(row(&t, 65536)[1] > 0.0);
 
-    // --compare prints the two ratio lines.
+    // --compare prints its ratio lines and the median of ours alone.
     let t = ok(&bench(
         &[
             "read-lat",
@@ -197,7 +197,7 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
         ],
         sock,
     ));
-    assert_ratio_lines(&t, &["ours/dpdk-echo", "ours/udp"]);
+    assert_summary_lines(&t, &["ratio ours/dpdk-echo", "ratio ours/udp", "ours rtt"]);
     // A bandwidth test's --compare adds the forwarding packet rate and the
     // per-byte floor.
     let t = ok(&bench(
@@ -212,13 +212,14 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
         ],
         sock,
     ));
-    assert_ratio_lines(
+    assert_summary_lines(
         &t,
         &[
-            "ours/dpdk-fwd",
-            "ours/dpdk-fwd-pps",
-            "ours/byte-floor",
-            "ours/udp",
+            "ratio ours/dpdk-fwd",
+            "ratio ours/dpdk-fwd-pps",
+            "ratio ours/byte-floor",
+            "ratio ours/udp",
+            "ours msg rate",
         ],
     );
 
@@ -308,16 +309,16 @@ fn bad_flags_are_refused_by_name() {
     );
 }
 
-/// Every named `ratio NAME median=...` line is printed, over 10 rounds,
-/// with a positive median.
-fn assert_ratio_lines(t: &str, names: &[&str]) {
+/// Every named `NAME median=...` summary line (a `ratio ...` or one of
+/// ours alone) is printed, over 10 rounds, with a positive median.
+fn assert_summary_lines(t: &str, names: &[&str]) {
     for name in names {
         let line = t
             .lines()
-            .find(|l| l.starts_with(&format!("ratio {name} median=")))
+            .find(|l| l.starts_with(&format!("{name} median=")))
             .unwrap_or_else(|| panic!("no {name} line in:\n{t}"));
         assert!(line.ends_with("rounds=10"), "{line}");
-        let median: f64 = line["ratio ".len() + name.len() + " median=".len()..]
+        let median: f64 = line[name.len() + " median=".len()..]
             .split_whitespace()
             .next()
             .and_then(|m| m.parse().ok())

@@ -115,6 +115,7 @@ fn compare(
     if test.is_latency() {
         let iters = a.iterations(test).clamp(1, 1000);
         let (mut r_dpdk, mut r_udp, mut r_xcore) = (Vec::new(), Vec::new(), Vec::new());
+        let mut rtts = Vec::new();
         let mut xcore = xcore::CrossCore::new(size, daemon_cpu);
         println!(
             " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback, the cross-core floor (a helper thread moving each message between two buffers: doorbell, copy, marker, no protocol)",
@@ -129,6 +130,7 @@ fn compare(
             r_dpdk.push(ours / echo);
             r_udp.push(ours / u);
             r_xcore.push(ours / x);
+            rtts.push(ours / 1e3);
             println!(
                 "   round {round:>2}: ours rtt {:.2} us  dpdk-echo {:.2} us  udp {:.2} us  xcore {:.2} us",
                 ours / 1e3,
@@ -142,6 +144,7 @@ fn compare(
             report::Ratio::of("ours/udp", &r_udp),
             report::Ratio::of("ours/xcore", &r_xcore),
         ];
+        println!("{}", report::Ratio::of("ours rtt", &rtts).as_figure("us"));
         for r in &ratios {
             println!("{r}");
         }
@@ -153,6 +156,7 @@ fn compare(
     let mut bytes_floor = baseline::ByteFloor::new(size, conn.mtu);
     let (mut r_fwd, mut r_pps, mut r_floor, mut r_udp) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut rates = Vec::new();
     println!(
         " compare: {} rounds of {iters} messages of {size} B, interleaved: ours, raw DPDK forwarding of the same frames over {}, the per-byte floor (copy + ICRC each side, one core), kernel UDP over loopback",
         a.rounds, conn.backend
@@ -168,6 +172,7 @@ fn compare(
         r_pps.push(ours_pps / fwd_pps);
         r_floor.push(r.avg_bps / floor_bps);
         r_udp.push(r.avg_bps / u);
+        rates.push(r.msg_rate / 1e6);
         println!(
             "   round {round:>2}: ours {:.3} Gb/s {:.3} Mpps  dpdk-forward {:.3} Gb/s {:.3} Mpps  byte-floor {:.3} Gb/s  udp {:.3} Gb/s",
             r.avg_bps / 1e9,
@@ -184,6 +189,10 @@ fn compare(
         report::Ratio::of("ours/byte-floor", &r_floor),
         report::Ratio::of("ours/udp", &r_udp),
     ];
+    println!(
+        "{}",
+        report::Ratio::of("ours msg rate", &rates).as_figure("M/s")
+    );
     for r in &ratios {
         println!("{r}");
     }

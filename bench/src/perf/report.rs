@@ -176,6 +176,15 @@ impl Ratio {
             rounds: s.len(),
         }
     }
+
+    /// The same summary of plain figures in `unit` (ours alone, not a
+    /// ratio): `NAME median=M min=A max=B UNIT rounds=N`.
+    pub fn as_figure(&self, unit: &str) -> String {
+        format!(
+            "{} median={:.3} min={:.3} max={:.3} {unit} rounds={}",
+            self.name, self.median, self.min, self.max, self.rounds
+        )
+    }
 }
 
 impl std::fmt::Display for Ratio {
