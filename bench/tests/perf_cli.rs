@@ -197,7 +197,15 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
         ],
         sock,
     ));
-    assert_summary_lines(&t, &["ratio ours/dpdk-echo", "ratio ours/udp", "ours rtt"]);
+    assert_summary_lines(
+        &t,
+        &[
+            "ratio ours/dpdk-echo",
+            "ratio ours/udp",
+            "ratio floors/dpdk-echo",
+            "ours rtt",
+        ],
+    );
     // A bandwidth test's --compare adds the forwarding packet rate and the
     // per-byte floor.
     let t = ok(&bench(

@@ -8,6 +8,9 @@
 //!   (MTU-sized, or one frame of a small message) one way.
 //! - [`ByteFloor`]: the per-byte work a copying NIC cannot avoid (a copy
 //!   and an ICRC on each side of every frame), in a loop on this core.
+//! - [`IcrcFloor`]: the ICRC work one round trip of a latency test
+//!   cannot avoid (each frame's ICRC computed by its sender and checked
+//!   by its receiver), in a loop on this core.
 //! - [`Udp`]: what users have without RDMA: two kernel UDP sockets on
 //!   127.0.0.1, busy-polled (non-blocking) from one thread; ping-pong for
 //!   latency, a stream for bandwidth.
@@ -270,6 +273,77 @@ impl ByteFloor {
     }
 }
 
+/// The ICRC work on the path of one latency round trip: every frame of
+/// the round trip's messages has its ICRC computed by its sender and
+/// checked by its receiver, which no RoCE NIC may skip (rxe drops a frame
+/// whose ICRC is wrong). ACKs are left out (off a round trip's path), as
+/// is everything else a frame needs: with the cross-core floor and the
+/// DPDK echo it bounds from below what any dataplane on another core
+/// than the application can reach here.
+pub struct IcrcFloor {
+    packet: Vec<u8>,
+    /// Bytes each ICRC of one round trip covers (the IPv4 packet up to
+    /// the ICRC), each computed once by the sender and once by the
+    /// receiver.
+    covered: Vec<usize>,
+}
+
+/// IPv4 + UDP + BTH: the bytes every RoCEv2 packet's ICRC covers.
+const IP_TO_BTH_END: usize = 20 + 8 + 12;
+const RETH: usize = 16;
+const AETH: usize = 4;
+
+impl IcrcFloor {
+    /// The round trip of `test` with messages of `size` bytes at `mtu`:
+    /// two WRITEs (one each way; the first packet carries a RETH) for a
+    /// WRITE ping-pong, a READ request and its response packets (AETH on
+    /// the first and last) for a READ.
+    pub fn new(read: bool, size: u32, mtu: u32) -> IcrcFloor {
+        let mtu = mtu.max(1) as usize;
+        let size = size as usize;
+        let packets = size.div_ceil(mtu).max(1);
+        let padded = |p: usize| p + (4 - p % 4) % 4;
+        let mut covered = Vec::new();
+        for k in 0..packets {
+            let p = padded((size - k * mtu).min(mtu));
+            let (first, last) = (k == 0, k + 1 == packets);
+            if read {
+                let aeth = if first || last { AETH } else { 0 };
+                covered.push(IP_TO_BTH_END + aeth + p);
+            } else {
+                let reth = if first { RETH } else { 0 };
+                // One message each way.
+                covered.extend([IP_TO_BTH_END + reth + p; 2]);
+            }
+        }
+        if read {
+            covered.push(IP_TO_BTH_END + RETH);
+        }
+        let mut packet = vec![0u8; covered.iter().copied().max().unwrap_or(0)];
+        packet[0] = 0x45; // IPv4, 20-byte header
+        IcrcFloor { packet, covered }
+    }
+
+    /// Nanoseconds of ICRC work per round trip, over `iters` round trips.
+    pub fn round_trip_ns(&mut self, iters: u32) -> Result<f64, String> {
+        use transport::wire::icrc;
+        let iters = iters.max(1);
+        let mut acc = 0u32;
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            for &n in &self.covered {
+                // Computed by the sender, checked by the receiver.
+                for _ in 0..2 {
+                    let p = std::hint::black_box(&self.packet[..n]);
+                    acc ^= icrc::compute(p, 0).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        std::hint::black_box(acc);
+        Ok(t0.elapsed().as_nanos() as f64 / f64::from(iters))
+    }
+}
+
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -402,6 +476,28 @@ mod tests {
             assert!(f.bps(mtu, 1 << 16).unwrap() > 0.0);
             assert_eq!(f.dst, f.src, "size {size} mtu {mtu}");
         }
+    }
+
+    #[test]
+    fn the_icrc_floor_covers_each_packet_of_the_round_trip() {
+        // A WRITE ping-pong: one 64 B WRITE each way, IPv4 + UDP + BTH +
+        // RETH + payload.
+        assert_eq!(IcrcFloor::new(false, 64, 1024).covered, vec![120, 120]);
+        // Padded to four bytes; only the first packet has a RETH.
+        assert_eq!(
+            IcrcFloor::new(false, 1025, 1024).covered,
+            vec![1080, 1080, 44, 44]
+        );
+        // A READ: the response packets (AETH on the first and last),
+        // then the request (RETH, no payload).
+        assert_eq!(IcrcFloor::new(true, 64, 1024).covered, vec![108, 56]);
+        assert_eq!(
+            IcrcFloor::new(true, 2049, 1024).covered,
+            vec![1068, 1064, 48, 56]
+        );
+        let mut f = IcrcFloor::new(true, 2049, 1024);
+        assert_eq!(f.packet.len(), 1068);
+        assert!(f.round_trip_ns(10).unwrap() > 0.0);
     }
 
     #[test]

@@ -117,8 +117,10 @@ fn compare(
         let (mut r_dpdk, mut r_udp, mut r_xcore) = (Vec::new(), Vec::new(), Vec::new());
         let mut rtts = Vec::new();
         let mut xcore = xcore::CrossCore::new(size, daemon_cpu);
+        let mut icrc = baseline::IcrcFloor::new(test.is_read(), size, conn.mtu);
+        let mut r_floors = Vec::new();
         println!(
-            " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback, the cross-core floor (a helper thread moving each message between two buffers: doorbell, copy, marker, no protocol)",
+            " compare: {} rounds of {iters} iterations at {size} B, interleaved: ours, raw DPDK echo over {}, kernel UDP over loopback, the cross-core floor (a helper thread moving each message between two buffers: doorbell, copy, marker, no protocol), the ICRCs of a round trip's frames (each computed and checked, one core); floors = echo + xcore + icrc, the least a dataplane on another core than the application can take here",
             a.rounds, conn.backend
         );
         for round in 0..a.rounds {
@@ -127,22 +129,26 @@ fn compare(
             let echo = floor.echo_rtt_ns(size, conn.mtu, iters)?;
             let u = udp.ping_pong_rtt_ns(size, iters)?;
             let x = xcore.rtt_ns(iters)?;
+            let crc = icrc.round_trip_ns(iters as u32)?;
             r_dpdk.push(ours / echo);
             r_udp.push(ours / u);
             r_xcore.push(ours / x);
+            r_floors.push((echo + x + crc) / echo);
             rtts.push(ours / 1e3);
             println!(
-                "   round {round:>2}: ours rtt {:.2} us  dpdk-echo {:.2} us  udp {:.2} us  xcore {:.2} us",
+                "   round {round:>2}: ours rtt {:.2} us  dpdk-echo {:.2} us  udp {:.2} us  xcore {:.2} us  icrc {:.3} us",
                 ours / 1e3,
                 echo / 1e3,
                 u / 1e3,
-                x / 1e3
+                x / 1e3,
+                crc / 1e3
             );
         }
         let ratios = vec![
             report::Ratio::of("ours/dpdk-echo", &r_dpdk),
             report::Ratio::of("ours/udp", &r_udp),
             report::Ratio::of("ours/xcore", &r_xcore),
+            report::Ratio::of("floors/dpdk-echo", &r_floors),
         ];
         println!("{}", report::Ratio::of("ours rtt", &rtts).as_figure("us"));
         for r in &ratios {
