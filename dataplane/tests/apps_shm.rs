@@ -852,4 +852,41 @@ fn main() {
         assert!(text.contains(host), "{host}: {text}");
     }
     println!("ok: two dataplane lcores serve a pair across them, one snapshot of both");
+    drop(d2);
+
+    // 6. The control thread does not share the pinned lcore's CPU (where
+    // it would wait for the spinning lcore's time slice before each
+    // reply), when the process has another.
+    let this = nix::unistd::Pid::from_raw(0);
+    let mine = nix::sched::sched_getaffinity(this).unwrap();
+    let allowed: Vec<usize> = (0..nix::sched::CpuSet::count())
+        .filter(|&c| mine.is_set(c).unwrap_or(false))
+        .collect();
+    if let [.., last] = allowed[..] {
+        if allowed.len() < 2 {
+            println!("skipped: the control thread's CPUs (one CPU here)");
+            return;
+        }
+        let d3 = start_daemon_with("apps-shm-pin", &format!(", \"--lcores=0@({last})\""), "");
+        let cpus_of = |name: &str| -> Vec<usize> {
+            let tasks = format!("/proc/{}/task", d3.child.id());
+            let tid = std::fs::read_dir(&tasks)
+                .unwrap()
+                .flatten()
+                .find(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name)
+                })
+                .unwrap_or_else(|| panic!("no {name} thread in {tasks}"));
+            let tid: i32 = tid.file_name().to_str().unwrap().parse().unwrap();
+            let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).unwrap();
+            (0..nix::sched::CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .collect()
+        };
+        assert_eq!(cpus_of("dataplane"), [last], "the main lcore's CPU");
+        let control = cpus_of("rnic-control");
+        let expect: Vec<usize> = allowed.iter().copied().filter(|&c| c != last).collect();
+        assert_eq!(control, expect, "the control thread's CPUs");
+        println!("ok: the control thread runs on CPUs {control:?}, the lcore alone on CPU {last}");
+    }
 }

@@ -81,6 +81,7 @@ fn serve(
     socket: Option<PathBuf>,
     stats: Option<&std::path::Path>,
     cpus: &[usize],
+    allowed: Option<&nix::sched::CpuSet>,
 ) -> Result<(), String> {
     use dataplane::service::{HostSpec, Service};
     use dataplane::stats::Snapshot;
@@ -143,7 +144,7 @@ fn serve(
     // Each lcore leaves its part of the counters here; the file holds
     // them all.
     let parts: Mutex<Vec<Option<Snapshot>>> = Mutex::new(vec![None; shards.len()]);
-    dataplane::service::serve(&mut shards, &stop, cpus, |k, svc| {
+    dataplane::service::serve(&mut shards, &stop, cpus, allowed, |k, svc| {
         if let Some(path) = stats {
             let mut parts = parts.lock().unwrap_or_else(|p| p.into_inner());
             parts[k] = Some(svc.snapshot());
@@ -442,6 +443,9 @@ fn main() -> ExitCode {
         .file_prefix
         .unwrap_or_else(|| format!("rnic-{}", std::process::id()));
     args.push(format!("--file-prefix={prefix}"));
+    // The CPUs the process may use, before the EAL pins this thread (its
+    // main lcore): the control thread's are those no lcore takes.
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok();
     let eal = match Eal::init(&args) {
         Ok(e) => e,
         Err(e) => {
@@ -463,6 +467,7 @@ fn main() -> ExitCode {
                 cli.socket.clone(),
                 cli.stats.as_deref(),
                 &cpus,
+                allowed.as_ref(),
             )
         }
         Plan::Loopback {

@@ -98,10 +98,12 @@ impl Control {
     /// Binds `path` (replacing a stale socket file nobody listens on) and
     /// starts the thread, with a link for each of the lcores that
     /// `devices` (every device in the daemon's order, with the lcore that
-    /// serves it) names.
+    /// serves it) names. The thread runs on `cpus` when given (see
+    /// [`super::control_cpus`]).
     pub fn spawn(
         path: &Path,
         devices: Vec<(String, usize)>,
+        cpus: Option<nix::sched::CpuSet>,
     ) -> std::io::Result<(Control, Vec<ShardLink>)> {
         if path.exists() {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -139,7 +141,15 @@ impl Control {
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("rnic-control".into())
-            .spawn(move || run(poll, listener, router, rep_rx, stop2))?;
+            .spawn(move || {
+                if let Some(set) = cpus {
+                    let this = nix::unistd::Pid::from_raw(0);
+                    if let Err(e) = nix::sched::sched_setaffinity(this, &set) {
+                        eprintln!("dataplane: the control thread stays on the lcore's CPUs: {e}");
+                    }
+                }
+                run(poll, listener, router, rep_rx, stop2)
+            })?;
         let control = Control {
             waker,
             stop,

@@ -228,6 +228,16 @@ impl ServiceCounters {
 /// Passes without work before the loop starts to give the CPU away.
 const IDLE_PASSES: u32 = 20_000;
 
+/// Whether pass `pass`, after `idle` idle passes in a row, looks at the
+/// control requests. They are rare: a busy lcore looks every 64 passes.
+/// A resting one (past [`IDLE_PASSES`], a sleep between passes) looks
+/// after every rest, so that a request waits at most one sleep, not 64:
+/// an application's setup (a QP created, modified to RTR and RTS) is a
+/// chain of requests to an idle lcore.
+fn looks_at_control(pass: u32, idle: u32) -> bool {
+    pass % 64 == 0 || idle > IDLE_PASSES
+}
+
 /// Drivers that read a frame's bytes in software, segment by segment (or
 /// hand the mbufs to a peer port that does), so that a payload segment
 /// pointing into an application's memory needs no DMA mapping: these get
@@ -557,7 +567,7 @@ impl Service {
         stop: &AtomicBool,
         every: impl Fn(&Service) + Sync,
     ) -> std::io::Result<()> {
-        serve(std::slice::from_mut(self), stop, &[], |_, s| every(s))
+        serve(std::slice::from_mut(self), stop, &[], None, |_, s| every(s))
     }
 
     /// One lcore's loop until `stop` is set: its control requests, then
@@ -571,8 +581,7 @@ impl Service {
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
             pass = pass.wrapping_add(1);
-            // Control requests are rare: look every 64 passes.
-            if pass % 64 == 0 {
+            if looks_at_control(pass, idle) {
                 while let Ok(m) = link.requests.try_recv() {
                     busy = true;
                     self.on_control(link, m);
@@ -758,23 +767,57 @@ fn lcore_of(i: usize, lcores: usize) -> usize {
     i % lcores.max(1)
 }
 
+/// The CPUs of the control thread: those of `allowed` (the process's
+/// CPUs, read before the EAL pinned the calling thread, its main lcore)
+/// that no lcore spins on: not the calling thread's CPUs (`main`) nor
+/// `cpus` (the other lcores'). `None` when no CPU is left (the lcore
+/// floats over all of them, or pins every one): the control thread then
+/// runs where it is put. On a CPU of a spinning lcore it would wait for
+/// the lcore's time slice (about 1 ms) before each reply.
+pub fn control_cpus(
+    allowed: &nix::sched::CpuSet,
+    main: &nix::sched::CpuSet,
+    cpus: &[usize],
+) -> Option<nix::sched::CpuSet> {
+    let mut left = nix::sched::CpuSet::new();
+    let mut any = false;
+    for cpu in 0..nix::sched::CpuSet::count() {
+        let free = allowed.is_set(cpu).unwrap_or(false)
+            && !main.is_set(cpu).unwrap_or(false)
+            && !cpus.contains(&cpu);
+        if free && left.set(cpu).is_ok() {
+            any = true;
+        }
+    }
+    any.then_some(left)
+}
+
 /// Serves until `stop` is set with `shards` (from [`Service::shards`]):
 /// the control thread routes each application's requests to the service
 /// of the device it opened; the calling thread runs the first service and
 /// a thread of its own (a DPDK lcore) each of the others. With more than
 /// one, service `k` runs on CPU `cpus[k % cpus.len()]` when CPUs are
-/// given. `every(k, service)` sees each every 200 ms, on its thread.
+/// given. The control thread runs on the CPUs of `allowed` (the process's,
+/// from before the EAL pinned this thread) that no lcore takes, if any
+/// ([`control_cpus`]). `every(k, service)` sees each every 200 ms, on its
+/// thread.
 pub fn serve(
     shards: &mut [Service],
     stop: &AtomicBool,
     cpus: &[usize],
+    allowed: Option<&nix::sched::CpuSet>,
     every: impl Fn(usize, &Service) + Sync,
 ) -> std::io::Result<()> {
     let Some(first) = shards.first() else {
         return Ok(());
     };
     let socket = first.cfg.socket.clone();
-    let (control, links) = Control::spawn(&socket, Service::placement(shards))?;
+    let this = nix::unistd::Pid::from_raw(0);
+    let lcore_cpus = if shards.len() > 1 { cpus } else { &[] };
+    let control_set = allowed
+        .zip(nix::sched::sched_getaffinity(this).ok())
+        .and_then(|(allowed, main)| control_cpus(allowed, &main, lcore_cpus));
+    let (control, links) = Control::spawn(&socket, Service::placement(shards), control_set)?;
     let lcores = shards.len();
     let pin = move |k: usize| -> std::io::Result<()> {
         if lcores < 2 || cpus.is_empty() {
@@ -1298,4 +1341,53 @@ fn drain_recv(
     }
     counters.recv_wqes_posted += taken;
     Some(taken > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_lcore_looks_at_control_requests_every_64_passes() {
+        let looked: Vec<u32> = (1..=256).filter(|&p| looks_at_control(p, 0)).collect();
+        assert_eq!(looked, [64, 128, 192, 256]);
+        // Idle, not yet resting: the same.
+        assert!(!looks_at_control(65, IDLE_PASSES));
+    }
+
+    fn set(cpus: &[usize]) -> nix::sched::CpuSet {
+        let mut s = nix::sched::CpuSet::new();
+        for &c in cpus {
+            s.set(c).unwrap();
+        }
+        s
+    }
+
+    fn members(s: Option<nix::sched::CpuSet>) -> Option<Vec<usize>> {
+        s.map(|s| (0..64).filter(|&c| s.is_set(c).unwrap()).collect())
+    }
+
+    #[test]
+    fn the_control_thread_runs_where_no_lcore_spins() {
+        // One lcore pinned to CPU 1 of two: the control thread gets CPU 0.
+        let cc = |allowed: &[usize], main: &[usize], cpus: &[usize]| {
+            members(control_cpus(&set(allowed), &set(main), cpus))
+        };
+        assert_eq!(cc(&[0, 1], &[1], &[]), Some(vec![0]));
+        // Lcores on CPUs 1 and 2 of four: 0 and 3 are left.
+        assert_eq!(cc(&[0, 1, 2, 3], &[1], &[1, 2]), Some(vec![0, 3]));
+        // A CPU the process may not use is not given.
+        assert_eq!(cc(&[1, 2, 3], &[1], &[1, 2]), Some(vec![3]));
+        // An lcore floating over every CPU, or lcores on all of them:
+        // none is left, and the control thread stays where it is put.
+        assert_eq!(cc(&[0, 1], &[0, 1], &[]), None);
+        assert_eq!(cc(&[0, 1], &[1], &[1, 0]), None);
+    }
+
+    #[test]
+    fn a_resting_lcore_looks_after_every_rest() {
+        for pass in 1..=256 {
+            assert!(looks_at_control(pass, IDLE_PASSES + 1), "pass {pass}");
+        }
+    }
 }
