@@ -186,6 +186,10 @@ pub struct Snapshot {
     pub at_ns: u64,
     pub ports: Vec<PortEntry>,
     pub qps: Vec<QpEntry>,
+    /// QPs left out of `qps` (a reply over the control socket lists at
+    /// most [`Snapshot::LISTED_QPS`]; the hosts' totals count them all).
+    #[serde(default)]
+    pub qps_omitted: u64,
     #[serde(default)]
     pub switch_ports: Vec<SwitchPortEntry>,
     /// The application service's counters, when the daemon serves apps.
@@ -203,6 +207,7 @@ impl Snapshot {
             all.at_ns = all.at_ns.max(p.at_ns);
             all.ports.extend(p.ports);
             all.qps.extend(p.qps);
+            all.qps_omitted += p.qps_omitted;
             all.switch_ports.extend(p.switch_ports);
             if let Some(c) = p.service {
                 all.service.get_or_insert_with(Default::default).add(&c);
@@ -211,6 +216,21 @@ impl Snapshot {
         all.ports.sort_by_key(|e| e.host);
         all.qps.sort_by_key(|e| (e.host, e.qpn));
         all
+    }
+
+    /// QPs a snapshot sent over the control socket lists, so that the
+    /// reply stays well within a message's limit (up to ~740 bytes of
+    /// JSON each; `verbs::proto::MAX_MESSAGE` is 1 MiB).
+    pub const LISTED_QPS: usize = 512;
+
+    /// Keeps the first `max` QPs (in host and QPN order) and counts the
+    /// rest in `qps_omitted`.
+    pub fn limit_qps(&mut self, max: usize) {
+        self.qps.sort_by_key(|e| (e.host, e.qpn));
+        if self.qps.len() > max {
+            self.qps_omitted += (self.qps.len() - max) as u64;
+            self.qps.truncate(max);
+        }
     }
 
     /// Adds a host: its port's counters, its pipeline's and fault
@@ -496,6 +516,14 @@ impl Snapshot {
                 q.rate_bps
             );
         }
+        if self.qps_omitted > 0 {
+            let _ = writeln!(
+                s,
+                "({} more QPs not listed: a reply lists the first {}; the totals above count them)",
+                self.qps_omitted,
+                self.qps.len()
+            );
+        }
         if let Some(c) = &self.service {
             let _ = writeln!(
                 s,
@@ -546,6 +574,67 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn qp(host: usize, qpn: Qpn) -> QpEntry {
+        QpEntry {
+            host,
+            qpn,
+            state: "RTS".into(),
+            tx_packets: u64::MAX,
+            tx_bytes: u64::MAX,
+            rx_packets: u64::MAX,
+            rx_bytes: u64::MAX,
+            retransmitted: u64::MAX,
+            naks_sent: [u64::MAX; 4],
+            naks_received: [u64::MAX; 4],
+            timeouts: u64::MAX,
+            duplicates: u64::MAX,
+            out_of_order: u64::MAX,
+            icrc_drops: u64::MAX,
+            window_bytes: u64::MAX,
+            rate_bps: u64::MAX,
+            cc: "hpcc".into(),
+            feedback_forged: u64::MAX,
+            feedback_replayed: u64::MAX,
+            feedback_unkeyed: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn a_reply_lists_at_most_the_first_qps_and_counts_the_rest() {
+        // Two lcores' parts of 10 000 QPs each, every counter at its
+        // widest: the merged reply fits a control message.
+        let part = |host: usize| {
+            let mut s = Snapshot {
+                qps: (0..10_000).rev().map(|q| qp(host, q)).collect(),
+                ..Snapshot::default()
+            };
+            s.limit_qps(Snapshot::LISTED_QPS);
+            s
+        };
+        let mut all = Snapshot::merge(vec![part(1), part(0)]);
+        assert_eq!(all.qps_omitted, 2 * (10_000 - Snapshot::LISTED_QPS as u64));
+        all.limit_qps(Snapshot::LISTED_QPS);
+        assert_eq!(all.qps.len(), Snapshot::LISTED_QPS);
+        assert_eq!(all.qps_omitted, 20_000 - Snapshot::LISTED_QPS as u64);
+        // The lowest QPNs of the first host, in order.
+        assert!(all
+            .qps
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.host == 0 && e.qpn == i as Qpn));
+        let json = serde_json::to_string(&all).unwrap();
+        assert!(
+            json.len() < verbs::proto::MAX_MESSAGE / 2,
+            "{} bytes",
+            json.len()
+        );
+        let table = all.table();
+        assert!(
+            table.contains("(19488 more QPs not listed: a reply lists the first 512;"),
+            "{table}"
+        );
+    }
 
     #[test]
     fn snapshots_round_trip_through_the_file() {

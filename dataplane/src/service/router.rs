@@ -185,7 +185,9 @@ impl Router {
                         r => return Err(bad(&r)),
                     }
                 }
-                let json = serde_json::to_string(&Snapshot::merge(parts))
+                let mut all = Snapshot::merge(parts);
+                all.limit_qps(Snapshot::LISTED_QPS);
+                let json = serde_json::to_string(&all)
                     .map_err(|e| ErrorReply::new(ErrorKind::Malformed, e.to_string()))?;
                 Ok(Reply::Stats { json })
             }
