@@ -36,7 +36,8 @@ const CLOCK_EVERY: u32 = 64;
 /// messages each completion stands for.
 struct Signals {
     every: u64,
-    qpns: Vec<u32>,
+    /// Each QP's index by its QPN (a completion names the QPN).
+    index: std::collections::HashMap<u32, usize>,
     /// Per QP: WRs still to post, WRs posted since its last signaled
     /// one, and the sizes of its signaled groups not completed yet.
     left: Vec<u64>,
@@ -57,7 +58,7 @@ impl Signals {
             left,
             since: vec![0; qpns.len()],
             groups: vec![VecDeque::new(); qpns.len()],
-            qpns,
+            index: qpns.iter().enumerate().map(|(i, &q)| (q, i)).collect(),
         }
     }
 
@@ -86,8 +87,8 @@ impl Signals {
 
     /// The messages a completion of QP `qpn` stands for.
     fn completed(&mut self, qpn: u32) -> u64 {
-        let q = self.qpns.iter().position(|&x| x == qpn);
-        q.and_then(|q| self.groups[q].pop_front()).unwrap_or(1)
+        let q = self.index.get(&qpn);
+        q.and_then(|&q| self.groups[q].pop_front()).unwrap_or(1)
     }
 
     /// The next QP from `q` on with WRs left to post.
