@@ -20,7 +20,9 @@
 //! 4. SIGTERM stops the daemon cleanly;
 //! 5. a daemon with two dataplane lcores (a device each) serves a pair
 //!    across them, lists its devices in order and reports both hosts'
-//!    counters and the apps of both lcores in one snapshot.
+//!    counters and the apps of both lcores in one snapshot;
+//! 6. a daemon whose lcore is pinned runs its control thread on the
+//!    process's other CPUs (when it has any).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -858,10 +860,7 @@ fn main() {
     // it would wait for the spinning lcore's time slice before each
     // reply), when the process has another.
     let this = nix::unistd::Pid::from_raw(0);
-    let mine = nix::sched::sched_getaffinity(this).unwrap();
-    let allowed: Vec<usize> = (0..nix::sched::CpuSet::count())
-        .filter(|&c| mine.is_set(c).unwrap_or(false))
-        .collect();
+    let allowed = dataplane::service::cpus_in(&nix::sched::sched_getaffinity(this).unwrap());
     if let [.., last] = allowed[..] {
         if allowed.len() < 2 {
             println!("skipped: the control thread's CPUs (one CPU here)");
@@ -879,10 +878,11 @@ fn main() {
                 .unwrap_or_else(|| panic!("no {name} thread in {tasks}"));
             let tid: i32 = tid.file_name().to_str().unwrap().parse().unwrap();
             let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).unwrap();
-            (0..nix::sched::CpuSet::count())
-                .filter(|&c| set.is_set(c).unwrap_or(false))
-                .collect()
+            dataplane::service::cpus_in(&set)
         };
+        // A reply means the control thread runs: it named itself and
+        // chose its CPUs before it served the socket.
+        verbs::list_devices(&d3.socket).expect("the pinned daemon answers");
         assert_eq!(cpus_of("dataplane"), [last], "the main lcore's CPU");
         let control = cpus_of("rnic-control");
         let expect: Vec<usize> = allowed.iter().copied().filter(|&c| c != last).collect();

@@ -128,11 +128,16 @@ fn main() {
     assert!(auth.tlm_relative > 0);
     // Every response that reached its sender was taken: none refused for
     // its token; the few the run's end caught on their way back are
-    // neither taken nor refused.
+    // neither taken nor refused. A packet sent again (see below) passes
+    // the switch again and is answered again; the QP takes one response
+    // per packet and switch, so the second is stale: at most one per
+    // retransmission (a loaded CI machine's run: 253 retransmitted,
+    // 21 854 taken and 253 stale of 22 107).
     assert!(auth.int_responses > 0);
     assert!(auth.int_responses_taken <= auth.int_responses);
+    assert!(auth.int_responses_stale <= auth.retransmitted, "{auth:?}");
     assert!(
-        auth.int_responses_taken * 100 >= auth.int_responses * 99,
+        (auth.int_responses_taken + auth.int_responses_stale) * 100 >= auth.int_responses * 99,
         "{auth:?}"
     );
     // No feedback forged or unkeyed. A request sent again (this run is

@@ -289,9 +289,12 @@ pub struct IcrcFloor {
 }
 
 /// IPv4 + UDP + BTH: the bytes every RoCEv2 packet's ICRC covers.
-const IP_TO_BTH_END: usize = 20 + 8 + 12;
-const RETH: usize = 16;
-const AETH: usize = 4;
+const IP_TO_BTH_END: usize = {
+    use transport::wire::{bth, ipv4, udp};
+    ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN
+};
+const RETH: usize = transport::wire::reth::HEADER_LEN;
+const AETH: usize = transport::wire::aeth::HEADER_LEN;
 
 impl IcrcFloor {
     /// The round trip of `test` with messages of `size` bytes at `mtu`:
@@ -302,10 +305,10 @@ impl IcrcFloor {
         let mtu = mtu.max(1) as usize;
         let size = size as usize;
         let packets = size.div_ceil(mtu).max(1);
-        let padded = |p: usize| p + (4 - p % 4) % 4;
         let mut covered = Vec::new();
         for k in 0..packets {
-            let p = padded((size - k * mtu).min(mtu));
+            // The payload with its pad.
+            let p = (size - k * mtu).min(mtu).next_multiple_of(4);
             let (first, last) = (k == 0, k + 1 == packets);
             if read {
                 let aeth = if first || last { AETH } else { 0 };

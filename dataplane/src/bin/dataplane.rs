@@ -47,7 +47,8 @@ struct Cli {
     /// `2-3` or `0,2`) instead of floating over every online CPU, so that
     /// it has a core of its own; refused when the config's EAL arguments
     /// name lcores themselves. With several lcores (`--lcores`), lcore k
-    /// runs on the k-th CPU of the list (wrapping around).
+    /// runs on the k-th CPU of the list (wrapping around). The control
+    /// thread then runs on the process's other CPUs, if it has any.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
     /// Dataplane lcores for --serve, each running its share of the

@@ -287,10 +287,11 @@ struct QpRt {
 }
 
 /// About how many passes in a row with both rings of a QP empty after
-/// which the pass stops reading them (counted in looks of [`PARK_EVERY`]
-/// passes, so 241-271): the QP is parked (its rings ask the application
-/// for a doorbell, and are checked once more) and costs the pass nothing
-/// until the bell rings.
+/// which the pass stops reading them, while few QPs are watched (counted
+/// in looks of [`PARK_EVERY`] passes, so 241-271; with more watched,
+/// fewer: [`park_looks`]): the QP is parked (its rings ask the
+/// application for a doorbell, and are checked once more) and costs the
+/// pass nothing until the bell rings.
 const PARK_AFTER: u32 = 256;
 
 /// Passes between two looks for QPs to park: a look walks every watched
@@ -783,6 +784,13 @@ fn lcore_of(i: usize, lcores: usize) -> usize {
     i % lcores.max(1)
 }
 
+/// The CPUs of `set`, in order.
+pub fn cpus_in(set: &nix::sched::CpuSet) -> Vec<usize> {
+    (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect()
+}
+
 /// The CPUs of the control thread: those of `allowed` (the process's
 /// CPUs, read before the EAL pinned the calling thread, its main lcore)
 /// that no lcore spins on: not the calling thread's CPUs (`main`) nor
@@ -1084,10 +1092,11 @@ impl Apps<'_> {
         }
     }
 
-    /// Stops watching QPs whose rings stayed empty for about
-    /// [`PARK_AFTER`] passes (and those destroyed or broken): each ring is asked for a
-    /// doorbell and checked once more, so that a WQE written meanwhile
-    /// is not missed.
+    /// Stops watching QPs whose rings stayed empty for
+    /// [`park_looks`] looks in a row (about [`PARK_AFTER`] passes while
+    /// few are watched), and those destroyed or broken: each ring is
+    /// asked for a doorbell and checked once more, so that a WQE written
+    /// meanwhile is not missed.
     fn park_idle(&mut self) {
         let (qps, parked) = (&mut *self.qps, &mut *self.parked);
         let looks = park_looks(self.active.len());
@@ -1380,15 +1389,11 @@ mod tests {
         s
     }
 
-    fn members(s: Option<nix::sched::CpuSet>) -> Option<Vec<usize>> {
-        s.map(|s| (0..64).filter(|&c| s.is_set(c).unwrap()).collect())
-    }
-
     #[test]
     fn the_control_thread_runs_where_no_lcore_spins() {
         // One lcore pinned to CPU 1 of two: the control thread gets CPU 0.
         let cc = |allowed: &[usize], main: &[usize], cpus: &[usize]| {
-            members(control_cpus(&set(allowed), &set(main), cpus))
+            control_cpus(&set(allowed), &set(main), cpus).map(|s| cpus_in(&s))
         };
         assert_eq!(cc(&[0, 1], &[1], &[]), Some(vec![0]));
         // Lcores on CPUs 1 and 2 of four: 0 and 3 are left.

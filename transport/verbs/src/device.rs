@@ -327,7 +327,9 @@ impl Device {
         }
     }
 
-    /// Every counter of the daemon (ports, engines, QPs), as JSON.
+    /// Every counter of the daemon (ports, engines, QPs), as JSON: at
+    /// most the first 512 QPs are listed one by one (`qps_omitted`
+    /// counts the rest; the hosts' totals count them all).
     pub fn stats(&self) -> Result<String> {
         match self.inner.call(Request::Stats)?.0 {
             Reply::Stats { json } => Ok(json),
