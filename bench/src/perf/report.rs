@@ -180,8 +180,13 @@ impl Ratio {
     /// The same summary of plain figures in `unit` (ours alone, not a
     /// ratio): `NAME median=M min=A max=B UNIT rounds=N`.
     pub fn as_figure(&self, unit: &str) -> String {
+        self.line("", &format!(" {unit}"))
+    }
+
+    /// `PREFIXNAME median=M min=A max=B[UNIT] rounds=N`.
+    fn line(&self, prefix: &str, unit: &str) -> String {
         format!(
-            "{} median={:.3} min={:.3} max={:.3} {unit} rounds={}",
+            "{prefix}{} median={:.3} min={:.3} max={:.3}{unit} rounds={}",
             self.name, self.median, self.min, self.max, self.rounds
         )
     }
@@ -189,11 +194,7 @@ impl Ratio {
 
 impl std::fmt::Display for Ratio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ratio {} median={:.3} min={:.3} max={:.3} rounds={}",
-            self.name, self.median, self.min, self.max, self.rounds
-        )
+        f.write_str(&self.line("ratio ", ""))
     }
 }
 

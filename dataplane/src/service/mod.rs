@@ -805,10 +805,8 @@ pub fn control_cpus(
 ) -> Option<nix::sched::CpuSet> {
     let mut left = nix::sched::CpuSet::new();
     let mut any = false;
-    for cpu in 0..nix::sched::CpuSet::count() {
-        let free = allowed.is_set(cpu).unwrap_or(false)
-            && !main.is_set(cpu).unwrap_or(false)
-            && !cpus.contains(&cpu);
+    for cpu in cpus_in(allowed) {
+        let free = !main.is_set(cpu).unwrap_or(false) && !cpus.contains(&cpu);
         if free && left.set(cpu).is_ok() {
             any = true;
         }
