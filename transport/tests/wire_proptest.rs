@@ -6,8 +6,9 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 use transport::wire::{
-    AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, FrameTemplate, HopRecord, Ipv4Repr, MacAddr,
-    NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, UdpRepr, VlanTag,
+    icrc, AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, FrameTemplate, HopRecord, Ipv4Repr,
+    MacAddr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, UdpRepr,
+    VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -582,6 +583,29 @@ proptest! {
         data in prop::collection::vec(any::<u8>(), 0..80)
     ) {
         prop_assert_eq!(transport::wire::ipv4::checksum(&data), checksum_by_halves(&data));
+    }
+
+    /// wire.md "ICRC": hashed where it lies in its frame, an IPv4 packet
+    /// gives the ICRC of its masked copy, whatever comes before it and
+    /// however long it is.
+    #[test]
+    fn the_icrc_in_the_frame_is_the_icrc_of_the_masked_copy(
+        mut frame in prop::collection::vec(any::<u8>(), 0..1600),
+        ip_at in 0usize..40,
+        len in 0usize..1600,
+        tlm_len in prop::sample::select(vec![0usize, 0, 0, 4, 36]),
+        options in any::<bool>(),
+    ) {
+        if let Some(b) = frame.get_mut(ip_at) {
+            *b = if options { 0x46 } else { 0x45 };
+        }
+        let end = ip_at + len;
+        let copied = frame.get(ip_at..end).map(|ip| icrc::compute(ip, tlm_len));
+        let in_frame = icrc::compute_in_frame(&frame, ip_at, end, tlm_len);
+        match copied {
+            Some(c) => prop_assert_eq!(in_frame, c),
+            None => prop_assert!(in_frame.is_err()),
+        }
     }
 }
 

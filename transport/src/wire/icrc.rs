@@ -5,6 +5,11 @@
 //! `FF x 8 | IPv4 header (TOS, TTL, checksum = FF) | UDP header (checksum = FF)
 //! | BTH (byte 4 = FF) | TLM (all FF) | ext headers | payload | pad`;
 //! the four wire bytes are the CRC in little-endian order.
+//!
+//! Two ways to get it: hash a masked copy ([`compute`], [`compute_split`]),
+//! or hash the packet where it lies in its frame and fold the masked bytes
+//! into the CRC's initial state ([`compute_in_frame`], what the send and
+//! receive paths use: no copy, one pass over the bytes).
 
 use std::cell::RefCell;
 use std::sync::LazyLock;
@@ -50,6 +55,143 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
         bth_at,
         tlm_len,
     ))
+}
+
+/// [`compute`] of the IPv4 packet at `frame[ip_at..end]`, hashed where it
+/// lies when it can be: no masked copy is made. The eight bytes before the
+/// IP header (the Ethernet header's tail) stand in for the eight ones and
+/// the variant fields keep their values; both are accounted for in the
+/// CRC's initial state instead (a CRC is linear, so changing byte `p` of
+/// the input by `d` changes the result as changing the initial state by
+/// `d` run `p` bytes backwards does: see [`Unmask`]). Taken for packets
+/// of at least [`IN_PLACE_MIN`] bytes with a 20-byte IP header and no TLM
+/// block; any other packet is computed as [`compute`] does.
+pub fn compute_in_frame(
+    frame: &[u8],
+    ip_at: usize,
+    end: usize,
+    tlm_len: usize,
+) -> Result<u32, WireError> {
+    let ip = frame
+        .get(ip_at..end)
+        .ok_or(WireError::Truncated(Layer::Icrc))?;
+    if tlm_len != 0 || ip_at < ONES_8 || ip.len() < IN_PLACE_MIN || ip[0] != 0x45 {
+        return compute(ip, tlm_len);
+    }
+    let input = &frame[ip_at - ONES_8..end];
+    let raw_init = UNMASK.initial_state(input);
+    let mut h = crc32fast::Hasher::new_with_initial(!raw_init);
+    h.update(input);
+    Ok(h.finalize())
+}
+
+/// The shortest IP packet [`compute_in_frame`] hashes in place: from here
+/// on (with the eight bytes before it, 128) crc32fast folds four blocks at
+/// once, and the copy it saves is worth the table lookups it costs.
+pub const IN_PLACE_MIN: usize = 120;
+
+/// CRC-32's polynomial, bit-reflected.
+const POLY: u32 = 0xEDB8_8320;
+
+/// Where, in an in-place ICRC input (the eight bytes before the IP header,
+/// then a 20-byte IPv4 header, UDP, BTH), a byte must read as 0xFF: the
+/// eight stand-ins for the ones, TOS, TTL, the header checksum, the UDP
+/// checksum and BTH byte 4.
+const UNMASKED_AT: [usize; 15] = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    ONES_8 + 1,
+    ONES_8 + 8,
+    ONES_8 + 10,
+    ONES_8 + 11,
+    ONES_8 + 20 + 6,
+    ONES_8 + 20 + 7,
+    ONES_8 + 28 + 4,
+];
+
+/// For each position of [`UNMASKED_AT`], the change of the raw CRC
+/// register's initial state that has the effect of changing that input
+/// byte by `d` (the table's index): `d` placed in the register's low byte
+/// and run backwards through as many byte steps as the position.
+struct Unmask {
+    at: [[u32; 256]; UNMASKED_AT.len()],
+}
+
+static UNMASK: LazyLock<Box<Unmask>> = LazyLock::new(Unmask::new);
+
+impl Unmask {
+    fn new() -> Box<Unmask> {
+        // The byte step's table; its entries' top bytes are all distinct,
+        // which makes the step invertible.
+        let mut step = [0u32; 256];
+        for (i, e) in step.iter_mut().enumerate() {
+            let mut c = i as u32;
+            for _ in 0..8 {
+                c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+            }
+            *e = c;
+        }
+        let mut by_top = [0u8; 256];
+        for (i, e) in step.iter().enumerate() {
+            by_top[(e >> 24) as usize] = i as u8;
+        }
+        // One byte step backwards: the state before `(s >> 8) ^ step[s & 0xFF]`.
+        let back = |y: u32| {
+            let i = by_top[(y >> 24) as usize];
+            ((y ^ step[usize::from(i)]) << 8) | u32::from(i)
+        };
+        let mut u = Box::new(Unmask {
+            at: [[0; 256]; UNMASKED_AT.len()],
+        });
+        let mut cur: [u32; 256] = std::array::from_fn(|d| d as u32);
+        let mut pos = 0;
+        for (k, &p) in UNMASKED_AT.iter().enumerate() {
+            while pos < p {
+                cur.iter_mut().for_each(|s| *s = back(*s));
+                pos += 1;
+            }
+            u.at[k] = cur;
+        }
+        u
+    }
+
+    /// The raw register's initial state that makes `input` (its first
+    /// bytes laid out as [`UNMASKED_AT`] says) hash as if those bytes
+    /// were all 0xFF, from the standard initial state. The eight leading
+    /// bytes are a path's source MAC and EtherType, the same frame after
+    /// frame: their share is kept for the last eight seen.
+    #[inline]
+    fn initial_state(&self, input: &[u8]) -> u32 {
+        let (lead, rest) = self.at.split_at(ONES_8);
+        let key = u64::from_le_bytes(input[..ONES_8].try_into().unwrap_or([0; ONES_8]));
+        let mut s = match LAST_LEAD.get() {
+            Some((k, share)) if k == key => share,
+            _ => {
+                let mut share = u32::MAX;
+                for (t, &b) in lead.iter().zip(&input[..ONES_8]) {
+                    share ^= t[usize::from(b ^ 0xFF)];
+                }
+                LAST_LEAD.set(Some((key, share)));
+                share
+            }
+        };
+        for (t, &p) in rest.iter().zip(&UNMASKED_AT[ONES_8..]) {
+            s ^= t[usize::from(input[p] ^ 0xFF)];
+        }
+        s
+    }
+}
+
+thread_local! {
+    /// The last eight bytes before an IP header hashed in place and their
+    /// share of the initial state ([`Unmask::initial_state`]).
+    static LAST_LEAD: std::cell::Cell<Option<(u64, u32)>> = const { std::cell::Cell::new(None) };
 }
 
 /// [`compute`] of a packet whose payload lies apart from its headers (a
@@ -220,6 +362,60 @@ mod tests {
         let mut g = f.to_vec();
         g[20 + 8 + 12] ^= 0x55; // inside the 4 bytes treated as TLM
         assert_eq!(compute(&g, 4).unwrap(), a);
+    }
+
+    /// Hashed where it lies, a packet gives the CRC of its masked copy,
+    /// whatever the eight bytes before it and the variant fields hold.
+    #[test]
+    fn in_frame_path_agrees_with_the_masked_copy() {
+        let mut frame: Vec<u8> = (0..1600u32).map(|i| (i * 13 + 5) as u8).collect();
+        frame[14] = 0x45;
+        for len in [44, 119, 120, 121, 128, 300, 1400] {
+            let want = compute(&frame[14..14 + len], 0).unwrap();
+            assert_eq!(
+                compute_in_frame(&frame, 14, 14 + len, 0).unwrap(),
+                want,
+                "len {len}"
+            );
+            let mut g = frame.clone();
+            for at in [
+                6,
+                9,
+                13,
+                14 + 1,
+                14 + 8,
+                14 + 10,
+                14 + 11,
+                14 + 26,
+                14 + 27,
+                14 + 32,
+            ] {
+                g[at] ^= 0x5A;
+            }
+            assert_eq!(
+                compute_in_frame(&g, 14, 14 + len, 0).unwrap(),
+                want,
+                "len {len}"
+            );
+            let mut h = frame.clone();
+            h[14 + 33] ^= 1; // BTH byte 5 is invariant
+            assert_ne!(
+                compute_in_frame(&h, 14, 14 + len, 0).unwrap(),
+                want,
+                "len {len}"
+            );
+        }
+        // With a TLM block, IP options or too few bytes before the IP
+        // header, the masked copy is made.
+        assert_eq!(
+            compute_in_frame(&frame, 14, 14 + 300, 4).unwrap(),
+            compute(&frame[14..14 + 300], 4).unwrap()
+        );
+        assert_eq!(
+            compute_in_frame(&frame[8..], 6, 6 + 300, 0).unwrap(),
+            compute(&frame[14..14 + 300], 0).unwrap()
+        );
+        assert!(compute_in_frame(&frame, 14, 1601, 0).is_err());
     }
 
     /// The one-pass path of small packets and the three-piece path of

@@ -196,7 +196,7 @@ impl<'a> Packet<'a> {
                 (
                     end,
                     wire,
-                    icrc::compute(&frame[IP..end], tlm_len).ok()?,
+                    icrc::compute_in_frame(frame, IP, end, tlm_len).ok()?,
                     None,
                 )
             }
@@ -713,7 +713,7 @@ impl<'t> TransportRepr<'t> {
             frame[at..at + pad].fill(0);
             at += pad;
         }
-        let crc = icrc::compute(&frame[ip_at..at], self.tlm_len())?;
+        let crc = icrc::compute_in_frame(frame, ip_at, at, self.tlm_len())?;
         frame[at..at + icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
         Ok(at + icrc::ICRC_LEN)
     }
@@ -942,7 +942,7 @@ impl FrameTemplate {
         if pad > 0 {
             frame[at + payload_len..end].fill(0);
         }
-        let crc = icrc::compute(&frame[ip_at..end], 0)?;
+        let crc = icrc::compute_in_frame(frame, ip_at, end, 0)?;
         frame[end..need].copy_from_slice(&crc.to_le_bytes());
         Ok(need)
     }
