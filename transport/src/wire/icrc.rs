@@ -11,7 +11,7 @@
 //! into the CRC's initial state ([`compute_in_frame`], what the send and
 //! receive paths use: no copy, one pass over the bytes).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::LazyLock;
 
 use super::{bth, udp, Layer, WireError};
@@ -166,22 +166,24 @@ impl Unmask {
     /// bytes laid out as [`UNMASKED_AT`] says) hash as if those bytes
     /// were all 0xFF, from the standard initial state. The eight leading
     /// bytes are a path's source MAC and EtherType, the same frame after
-    /// frame: their share is kept for the last eight seen.
+    /// frame: their share is kept for the last few seen (a frame and its
+    /// ACK come from two MACs), by the MAC's last byte.
     #[inline]
     fn initial_state(&self, input: &[u8]) -> u32 {
         let (lead, rest) = self.at.split_at(ONES_8);
         let key = u64::from_le_bytes(input[..ONES_8].try_into().unwrap_or([0; ONES_8]));
-        let mut s = match LAST_LEAD.get() {
+        let slot = usize::from(input[5]) % LEADS_KEPT;
+        let mut s = LEADS.with(|kept| match kept[slot].get() {
             Some((k, share)) if k == key => share,
             _ => {
                 let mut share = u32::MAX;
                 for (t, &b) in lead.iter().zip(&input[..ONES_8]) {
                     share ^= t[usize::from(b ^ 0xFF)];
                 }
-                LAST_LEAD.set(Some((key, share)));
+                kept[slot].set(Some((key, share)));
                 share
             }
-        };
+        });
         for (t, &p) in rest.iter().zip(&UNMASKED_AT[ONES_8..]) {
             s ^= t[usize::from(input[p] ^ 0xFF)];
         }
@@ -189,10 +191,16 @@ impl Unmask {
     }
 }
 
+/// How many leading eight-byte shares [`Unmask::initial_state`] keeps.
+const LEADS_KEPT: usize = 4;
+
 thread_local! {
-    /// The last eight bytes before an IP header hashed in place and their
-    /// share of the initial state ([`Unmask::initial_state`]).
-    static LAST_LEAD: std::cell::Cell<Option<(u64, u32)>> = const { std::cell::Cell::new(None) };
+    /// Eight bytes seen before an IP header hashed in place and their
+    /// share of the initial state ([`Unmask::initial_state`]), in the slot
+    /// of the source MAC's last byte.
+    static LEADS: [Cell<Option<(u64, u32)>>; LEADS_KEPT] = const {
+        [const { Cell::new(None) }; LEADS_KEPT]
+    };
 }
 
 /// [`compute`] of a packet whose payload lies apart from its headers (a
