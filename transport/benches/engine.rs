@@ -303,6 +303,10 @@ fn codec(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let ip = &frame[14..frame.len() - icrc::ICRC_LEN];
     g.bench_function("icrc", |b| b.iter(|| icrc::compute(black_box(ip), 0)));
+    let end = frame.len() - icrc::ICRC_LEN;
+    g.bench_function("icrc_in_frame", |b| {
+        b.iter(|| icrc::compute_in_frame(black_box(&frame), 14, end, 0))
+    });
     g.bench_function("parse", |b| {
         b.iter(|| Packet::parse(black_box(&frame)).map(|p| p.payload.len()))
     });
