@@ -63,7 +63,7 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
 /// the variant fields keep their values; both are accounted for in the
 /// CRC's initial state instead (a CRC is linear, so changing byte `p` of
 /// the input by `d` changes the result as changing the initial state by
-/// `d` run `p` bytes backwards does: see [`Unmask`]). Taken for packets
+/// `d` run `p` bytes backwards through the CRC does). Taken for packets
 /// of at least [`IN_PLACE_MIN`] bytes with a 20-byte IP header and no TLM
 /// block; any other packet is computed as [`compute`] does.
 pub fn compute_in_frame(
