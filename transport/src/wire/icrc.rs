@@ -8,8 +8,11 @@
 //!
 //! Two ways to get it: hash a masked copy ([`compute`], [`compute_split`]),
 //! or hash the packet where it lies in its frame and fold the masked bytes
-//! into the CRC's initial state ([`compute_in_frame`], what the send and
-//! receive paths use: no copy, one pass over the bytes).
+//! into the CRC's initial state ([`compute_in_frame`]: no copy, one pass
+//! over the bytes). The frames a connected QP exchanges most take the
+//! second way (the fixed-offset parse, the template's plain frames, the
+//! general emit); a TLM block, IPv4 options, a frame in pieces (zero-copy)
+//! and the layered parse take the first.
 
 use std::cell::{Cell, RefCell};
 use std::sync::LazyLock;
@@ -75,21 +78,34 @@ pub fn compute_in_frame(
     let ip = frame
         .get(ip_at..end)
         .ok_or(WireError::Truncated(Layer::Icrc))?;
-    if tlm_len != 0 || ip_at < ONES_8 || ip.len() < IN_PLACE_MIN || ip[0] != 0x45 {
+    // The eight bytes before the IP header, then at least its 20-byte
+    // IPv4 header (no options), UDP and BTH.
+    let input = match ip_at.checked_sub(ONES_8) {
+        Some(at) if tlm_len == 0 && ip.first() == Some(&0x45) => &frame[at..end],
+        _ => return compute(ip, tlm_len),
+    };
+    let Some(head) = input.first_chunk::<IN_PLACE_HEAD>() else {
         return compute(ip, tlm_len);
-    }
-    let input = &frame[ip_at - ONES_8..end];
-    let raw_init = UNMASK.initial_state(input);
+    };
+    let raw_init = UNMASK.initial_state(head);
+    // crc32fast keeps the register inverted. A hasher with a chosen
+    // initial state asks the CPU which kernel to use (~36 instructions),
+    // which a clone of a made one would not; no other way to set the
+    // state is offered.
     let mut h = crc32fast::Hasher::new_with_initial(!raw_init);
     h.update(input);
     Ok(h.finalize())
 }
 
 /// The shortest IP packet [`compute_in_frame`] hashes in place: its
-/// IPv4, UDP and BTH headers, the bytes whose masking it folds in (from
-/// 16 bytes on crc32fast folds with carry-less multiplies, from 128 four
-/// blocks at once).
-pub const IN_PLACE_MIN: usize = 20 + udp::HEADER_LEN + bth::HEADER_LEN;
+/// IPv4, UDP and BTH headers, which hold the bytes whose masking it folds
+/// in. It is also the shortest [`compute`] takes, so every packet without
+/// IPv4 options or a TLM block is hashed in place.
+const IN_PLACE_MIN: usize = 20 + udp::HEADER_LEN + bth::HEADER_LEN;
+
+/// The bytes of an in-place input [`Unmask`] reads: the eight before the
+/// IP header and the shortest packet.
+const IN_PLACE_HEAD: usize = ONES_8 + IN_PLACE_MIN;
 
 /// CRC-32's polynomial, bit-reflected.
 const POLY: u32 = 0xEDB8_8320;
@@ -124,10 +140,10 @@ struct Unmask {
     at: [[u32; 256]; UNMASKED_AT.len()],
 }
 
-static UNMASK: LazyLock<Box<Unmask>> = LazyLock::new(Unmask::new);
+static UNMASK: LazyLock<Unmask> = LazyLock::new(Unmask::new);
 
 impl Unmask {
-    fn new() -> Box<Unmask> {
+    fn new() -> Unmask {
         // The byte step's table; its entries' top bytes are all distinct,
         // which makes the step invertible.
         let mut step = [0u32; 256];
@@ -147,9 +163,9 @@ impl Unmask {
             let i = by_top[(y >> 24) as usize];
             ((y ^ step[usize::from(i)]) << 8) | u32::from(i)
         };
-        let mut u = Box::new(Unmask {
+        let mut u = Unmask {
             at: [[0; 256]; UNMASKED_AT.len()],
-        });
+        };
         let mut cur: [u32; 256] = std::array::from_fn(|d| d as u32);
         let mut pos = 0;
         for (k, &p) in UNMASKED_AT.iter().enumerate() {
@@ -165,19 +181,26 @@ impl Unmask {
     /// The raw register's initial state that makes `input` (its first
     /// bytes laid out as [`UNMASKED_AT`] says) hash as if those bytes
     /// were all 0xFF, from the standard initial state. The eight leading
-    /// bytes are a path's source MAC and EtherType, the same frame after
-    /// frame: their share is kept for the last few seen (a frame and its
-    /// ACK come from two MACs), by the MAC's last byte.
+    /// bytes are the same frame after frame on a path (an untagged
+    /// frame's source MAC and EtherType; a tagged one's MAC tail and
+    /// 802.1Q tag): their share is kept for a few (a frame and its ACK
+    /// come from two MACs), in a slot chosen by a hash of all eight.
     #[inline]
-    fn initial_state(&self, input: &[u8]) -> u32 {
+    fn initial_state(&self, input: &[u8; IN_PLACE_HEAD]) -> u32 {
         let (lead, rest) = self.at.split_at(ONES_8);
-        let key = u64::from_le_bytes(input[..ONES_8].try_into().unwrap_or([0; ONES_8]));
-        let slot = usize::from(input[5]) % LEADS_KEPT;
+        // Constant indices into an array: checked when compiled.
+        let lead_bytes = [
+            input[0], input[1], input[2], input[3], input[4], input[5], input[6], input[7],
+        ];
+        let key = u64::from_le_bytes(lead_bytes);
+        // Fibonacci hashing: the top bits of the key times 2^64 / phi,
+        // which every bit of the key moves.
+        let slot = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - LEAD_SLOT_BITS)) as usize;
         let mut s = LEADS.with(|kept| match kept[slot].get() {
             Some((k, share)) if k == key => share,
             _ => {
                 let mut share = u32::MAX;
-                for (t, &b) in lead.iter().zip(&input[..ONES_8]) {
+                for (t, b) in lead.iter().zip(lead_bytes) {
                     share ^= t[usize::from(b ^ 0xFF)];
                 }
                 kept[slot].set(Some((key, share)));
@@ -191,13 +214,15 @@ impl Unmask {
     }
 }
 
-/// How many leading eight-byte shares [`Unmask::initial_state`] keeps.
-const LEADS_KEPT: usize = 4;
+/// How many leading eight-byte shares [`Unmask::initial_state`] keeps:
+/// `1 << LEAD_SLOT_BITS`.
+const LEAD_SLOT_BITS: u32 = 2;
+const LEADS_KEPT: usize = 1 << LEAD_SLOT_BITS;
 
 thread_local! {
     /// Eight bytes seen before an IP header hashed in place and their
-    /// share of the initial state ([`Unmask::initial_state`]), in the slot
-    /// of the source MAC's last byte.
+    /// share of the initial state ([`Unmask::initial_state`]), each in the
+    /// slot its hash chooses.
     static LEADS: [Cell<Option<(u64, u32)>>; LEADS_KEPT] = const {
         [const { Cell::new(None) }; LEADS_KEPT]
     };
