@@ -251,10 +251,11 @@ impl ByteFloor {
                 let end = FLOOR_PAYLOAD_AT + p;
                 // Send: the payload into the frame, the ICRC after it.
                 self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&self.src[off..off + p]);
-                let crc = icrc::compute(&self.frame[14..end], 0).map_err(|e| e.to_string())?;
+                let crc =
+                    icrc::compute_in_frame(&self.frame, 14, end, 0).map_err(|e| e.to_string())?;
                 self.frame[end..end + 4].copy_from_slice(&crc.to_le_bytes());
                 // Receive: the ICRC checked, the payload out of the frame.
-                let got = icrc::compute(std::hint::black_box(&self.frame[14..end]), 0)
+                let got = icrc::compute_in_frame(std::hint::black_box(&self.frame), 14, end, 0)
                     .map_err(|e| e.to_string())?;
                 bad += u64::from(got.to_le_bytes() != self.frame[end..end + 4]);
                 self.dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
@@ -281,7 +282,9 @@ impl ByteFloor {
 /// DPDK echo it bounds from below what any dataplane on another core
 /// than the application can reach here.
 pub struct IcrcFloor {
-    packet: Vec<u8>,
+    /// An Ethernet frame whose IPv4 packet is hashed where it lies, as
+    /// our NIC does ([`transport::wire::icrc::compute_in_frame`]).
+    frame: Vec<u8>,
     /// Bytes each ICRC of one round trip covers (the IPv4 packet up to
     /// the ICRC), each computed once by the sender and once by the
     /// receiver.
@@ -294,6 +297,8 @@ const IP_TO_BTH_END: usize = {
     ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN
 };
 const RETH: usize = transport::wire::reth::HEADER_LEN;
+/// An untagged Ethernet header, before the IPv4 packet.
+const ETH: usize = transport::wire::ethernet::HEADER_LEN;
 const AETH: usize = transport::wire::aeth::HEADER_LEN;
 
 impl IcrcFloor {
@@ -322,9 +327,10 @@ impl IcrcFloor {
         if read {
             covered.push(IP_TO_BTH_END + RETH);
         }
-        let mut packet = vec![0u8; covered.iter().copied().max().unwrap_or(0)];
-        packet[0] = 0x45; // IPv4, 20-byte header
-        IcrcFloor { packet, covered }
+        let mut frame = vec![0u8; ETH + covered.iter().copied().max().unwrap_or(0)];
+        frame[12] = 0x08; // EtherType IPv4
+        frame[ETH] = 0x45; // IPv4, 20-byte header
+        IcrcFloor { frame, covered }
     }
 
     /// Nanoseconds of ICRC work per round trip, over `iters` round trips.
@@ -337,8 +343,8 @@ impl IcrcFloor {
             for &n in &self.covered {
                 // Computed by the sender, checked by the receiver.
                 for _ in 0..2 {
-                    let p = std::hint::black_box(&self.packet[..n]);
-                    acc ^= icrc::compute(p, 0).map_err(|e| e.to_string())?;
+                    let f = std::hint::black_box(&self.frame);
+                    acc ^= icrc::compute_in_frame(f, ETH, ETH + n, 0).map_err(|e| e.to_string())?;
                 }
             }
         }
@@ -499,7 +505,7 @@ mod tests {
             vec![1068, 1064, 48, 56]
         );
         let mut f = IcrcFloor::new(true, 2049, 1024);
-        assert_eq!(f.packet.len(), 1068);
+        assert_eq!(f.frame.len(), ETH + 1068);
         assert!(f.round_trip_ns(10).unwrap() > 0.0);
     }
 
