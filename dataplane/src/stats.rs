@@ -223,6 +223,13 @@ impl Snapshot {
     /// JSON each; `verbs::proto::MAX_MESSAGE` is 1 MiB).
     pub const LISTED_QPS: usize = 512;
 
+    /// The JSON of a reply over the control socket: at most
+    /// [`Snapshot::LISTED_QPS`] QPs listed ([`Snapshot::limit_qps`]).
+    pub fn listed_json(mut self) -> serde_json::Result<String> {
+        self.limit_qps(Self::LISTED_QPS);
+        serde_json::to_string(&self)
+    }
+
     /// Keeps the first `max` QPs (in host and QPN order) and counts the
     /// rest in `qps_omitted`.
     pub fn limit_qps(&mut self, max: usize) {

@@ -175,9 +175,9 @@ impl Service {
             return done(Reply::Devices(list));
         }
         if let Request::Stats = req {
-            let mut snap = self.snapshot();
-            snap.limit_qps(crate::stats::Snapshot::LISTED_QPS);
-            let json = serde_json::to_string(&snap)
+            let json = self
+                .snapshot()
+                .listed_json()
                 .map_err(|e| err(ErrorKind::Malformed, e.to_string()))?;
             return done(Reply::Stats { json });
         }

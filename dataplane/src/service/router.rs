@@ -185,9 +185,8 @@ impl Router {
                         r => return Err(bad(&r)),
                     }
                 }
-                let mut all = Snapshot::merge(parts);
-                all.limit_qps(Snapshot::LISTED_QPS);
-                let json = serde_json::to_string(&all)
+                let json = Snapshot::merge(parts)
+                    .listed_json()
                     .map_err(|e| ErrorReply::new(ErrorKind::Malformed, e.to_string()))?;
                 Ok(Reply::Stats { json })
             }
