@@ -197,6 +197,13 @@ pub struct ServiceSection {
     /// applications that opened them; no more lcores run than there are
     /// devices [default: 1]. `dataplane --lcores N` overrides it.
     pub lcores: Option<u32>,
+    /// Engines each device's QPs are sharded over (QP shards), each with
+    /// its own RX and TX queue of the device's port; frames reach the
+    /// shard owning their QP (its QPN says which). Shard `k` of device `i`
+    /// runs on lcore `(i * qp_shards + k) % lcores`. The port must offer a
+    /// queue pair per shard [default: 1, at most 64]. `dataplane
+    /// --qp-shards N` overrides it.
+    pub qp_shards: Option<u32>,
     /// Subnets (`a.b.c.d/n`) whose peers speak our telemetry, besides the
     /// daemon's own hosts [default: none]. A QP towards any other peer
     /// runs `standard_cc` instead of an HPCC++ mode: a standard RoCEv2
@@ -592,6 +599,15 @@ fn check_lcores(c: &Ctx<'_>, key: &str, n: u32) -> Result<(), ConfigError> {
     }
 }
 
+/// A count of QP shards per device: 1 to `transport::rc::MAX_SHARDS`.
+fn check_qp_shards(c: &Ctx<'_>, key: &str, n: u32) -> Result<(), ConfigError> {
+    if (1..=transport::rc::MAX_SHARDS).contains(&n) {
+        Ok(())
+    } else {
+        Err(c.bad(key, n, format!("1 to {}", transport::rc::MAX_SHARDS)))
+    }
+}
+
 /// Longest idle sleep of the service's loop, us.
 const MAX_IDLE_SLEEP_US: u32 = 100_000;
 
@@ -611,6 +627,8 @@ impl ServiceSection {
         }
         let lcores = self.lcores.unwrap_or(1);
         check_lcores(c, "service.lcores", lcores)?;
+        let qp_shards = self.qp_shards.unwrap_or(1);
+        check_qp_shards(c, "service.qp_shards", qp_shards)?;
         let ack_coalesce = self.ack_coalesce.unwrap_or(transport::rc::ACK_REQ_MSGS);
         if !(1..=transport::rc::ACK_REQ_MSGS_MAX).contains(&ack_coalesce) {
             return Err(c.bad(
@@ -764,6 +782,7 @@ impl ServiceSection {
             ack_coalesce,
             zero_copy_tx_min: zero_copy_tx_min as usize,
             lcores: lcores as usize,
+            qp_shards: qp_shards as usize,
             cc,
             queues: l.queues,
             faults: l.faults,

@@ -1,5 +1,6 @@
 //! A host's port as its NIC pipeline sees it on DPDK: the port itself (or,
-//! in the pipelined layout, the engine side of its pipes), inside the
+//! in the pipelined layout, the engine side of its pipes, or, for one of a
+//! device's QP shards, its queue pair and the steering between shards), inside the
 //! fault injector (a pass-through unless the configuration makes the link
 //! lossy), inside the pcap tap (a pass-through unless a capture is asked
 //! for). One type for every host, whatever is configured.
@@ -7,8 +8,9 @@
 use nic::{FaultInjector, FramePort, Tap};
 use transport::wire::MacAddr;
 
-use crate::dpdk::{Mbuf, Port};
+use crate::dpdk::{Mbuf, Port, PortStats};
 use crate::pipe::PipePort;
+use crate::shard_port::ShardPort;
 
 /// The DPDK end of a host's port.
 pub enum DpdkLink {
@@ -16,6 +18,8 @@ pub enum DpdkLink {
     Port(Port),
     /// Pipelined: RX and TX pipe threads drive the queues.
     Pipe(PipePort),
+    /// One of a device's QP shards: its own queue pair of the port.
+    Shard(ShardPort),
 }
 
 /// A host's port with its optional faults and tap.
@@ -26,7 +30,27 @@ impl DpdkLink {
     pub fn port(&self) -> Option<&Port> {
         match self {
             DpdkLink::Port(p) => Some(p),
+            DpdkLink::Pipe(_) | DpdkLink::Shard(_) => None,
+        }
+    }
+
+    /// The whole port's counters (none while pipelined).
+    pub fn port_stats(&self) -> Option<PortStats> {
+        match self {
+            DpdkLink::Port(p) => Some(p.stats()),
             DpdkLink::Pipe(_) => None,
+            DpdkLink::Shard(s) => Some(s.queue().port_stats()),
+        }
+    }
+
+    /// The port's id and counters (a shard's part of them: the driver's
+    /// on shard 0, so that the shards' sum is the port's); none while
+    /// pipelined.
+    pub fn stats(&self) -> Option<(u16, PortStats)> {
+        match self {
+            DpdkLink::Port(p) => Some((p.id, p.stats())),
+            DpdkLink::Pipe(_) => None,
+            DpdkLink::Shard(s) => Some((s.queue().id, s.queue().stats())),
         }
     }
 }
@@ -47,6 +71,7 @@ macro_rules! each {
         match $self {
             DpdkLink::Port($p) => $e,
             DpdkLink::Pipe($p) => $e,
+            DpdkLink::Shard($p) => $e,
         }
     };
 }

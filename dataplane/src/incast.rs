@@ -270,7 +270,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             .register_mr(MEM, bytes.max(4096) as u64, Access::ALL)
             .map_err(|e| host_err(&e))?;
         let port = crate::testbed::host_port(
-            Port::start(eal, h, &pool, 1024)?,
+            crate::host_port::DpdkLink::Port(Port::start(eal, h, &pool, 1024)?),
             None,
             None,
             nic::Direction::Tx,

@@ -11,6 +11,8 @@
 //! - [`incast`]: the incast testbed on DPDK ports with the INT switch.
 //! - [`host_port`]: a host's DPDK port under its fault injector and tap.
 //! - [`pipe`]: the pipelined layout's port (the engine side of the pipes).
+//! - [`shard_port`]: a QP shard's port (its queue pair, frames steered to
+//!   the shard owning their QP).
 //! - [`stats`]: counter snapshots of a running testbed.
 //! - [`service`]: the daemon's service for applications (control socket,
 //!   shared-memory rings, the hosts' loop).
@@ -21,5 +23,6 @@ pub mod host_port;
 pub mod incast;
 pub mod pipe;
 pub mod service;
+pub mod shard_port;
 pub mod stats;
 pub mod testbed;

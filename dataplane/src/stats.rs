@@ -38,6 +38,12 @@ pub enum StatsError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PortEntry {
     pub host: usize,
+    /// Its QP shard (0 unless the device's QPs are sharded over several
+    /// engines), and what its port passed between the shards.
+    #[serde(default)]
+    pub qp_shard: u32,
+    #[serde(default)]
+    pub steer: crate::shard_port::SteerCounters,
     pub port: u16,
     /// The driver's counters.
     #[serde(flatten)]
@@ -197,6 +203,17 @@ pub struct Snapshot {
     pub service: Option<crate::service::ServiceCounters>,
 }
 
+impl PortEntry {
+    /// How tables name it: its host, or `host.k` for a device's QP shard
+    /// k > 0.
+    pub fn label(&self) -> String {
+        match self.qp_shard {
+            0 => self.host.to_string(),
+            k => format!("{}.{k}", self.host),
+        }
+    }
+}
+
 impl Snapshot {
     /// One snapshot of the parts each dataplane lcore took of its own
     /// hosts: ports and QPs in host order, service counters summed, the
@@ -213,7 +230,7 @@ impl Snapshot {
                 all.service.get_or_insert_with(Default::default).add(&c);
             }
         }
-        all.ports.sort_by_key(|e| e.host);
+        all.ports.sort_by_key(|e| (e.host, e.qp_shard));
         all.qps.sort_by_key(|e| (e.host, e.qpn));
         all
     }
@@ -245,18 +262,25 @@ impl Snapshot {
     pub fn add_nic<M: Memory>(&mut self, host: usize, nic: &Nic<HostPort, M>, qpns: &[Qpn]) {
         let e = nic.engine();
         let c = e.counters();
-        let dev = link(nic.port()).port();
+        let dev = link(nic.port()).stats();
         let f = nic.port().inner().counters();
+        let steer = match link(nic.port()) {
+            crate::host_port::DpdkLink::Shard(s) => *s.counters(),
+            _ => Default::default(),
+        };
         self.ports.push(PortEntry {
             host,
-            port: dev.map_or(u16::MAX, |p| p.id),
-            stats: dev.map(|p| p.stats()).unwrap_or_default(),
+            qp_shard: e.config().qpns.shard(),
+            steer,
+            port: dev.map_or(u16::MAX, |p| p.0),
+            stats: dev.map(|p| p.1).unwrap_or_default(),
             wire_drops: c.wire_drops.iter().sum(),
             icrc_drops: c.icrc_drops(),
             unknown_qp: c.unknown_qp,
             wrong_state: c.wrong_state,
             tx_no_buffer: nic.counters().tx_no_buffer + nic.counters().tx_buffer_too_small,
-            looped: nic.counters().looped_frames,
+            // A QP shard's frames to its own device go through the port.
+            looped: nic.counters().looped_frames + steer.looped,
             arp_rx: nic.counters().arp_rx,
             arp_tx: nic.counters().arp_tx,
             tx_unresolved: nic.counters().tx_unresolved,
@@ -396,10 +420,11 @@ impl Snapshot {
             "looped"
         );
         for p in &self.ports {
+            let host = p.label();
             let _ = writeln!(
                 s,
                 "{:<5} {:>5} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7} {:>10} {:>10} {:>10}",
-                p.host,
+                host,
                 p.port,
                 p.stats.ipackets,
                 p.stats.opackets,
@@ -413,11 +438,12 @@ impl Snapshot {
             );
         }
         for p in &self.ports {
+            let host = p.label();
             if p.arp_rx + p.arp_tx + p.tx_unresolved > 0 {
                 let _ = writeln!(
                     s,
                     "host {} arp: rx {} tx {}; frames dropped awaiting a neighbour's MAC {}",
-                    p.host, p.arp_rx, p.arp_tx, p.tx_unresolved
+                    host, p.arp_rx, p.arp_tx, p.tx_unresolved
                 );
             }
             let c = &p.pfc;
@@ -425,7 +451,7 @@ impl Snapshot {
                 let _ = writeln!(
                     s,
                     "host {} pfc: pause {} resume {} other priorities {} malformed {}; tx held {:.3} ms",
-                    p.host,
+                    host,
                     c.pause_rx,
                     c.resume_rx,
                     c.other_rx,
@@ -437,7 +463,15 @@ impl Snapshot {
                 let _ = writeln!(
                     s,
                     "host {} zero-copy TX: {} frames sent from the application's memory, {} copied (no mbuf)",
-                    p.host, p.tx_zero_copy, p.tx_zero_copy_fallback
+                    host, p.tx_zero_copy, p.tx_zero_copy_fallback
+                );
+            }
+            let st = &p.steer;
+            if p.qp_shard > 0 || st.passed + st.taken + st.looped > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} steering: frames passed to their QP's shard {}, sent to its own device {}, taken from its inbox {}, ARP/PFC copied {}; dropped: inbox full {}, no buffer for a copy {}",
+                    host, st.passed, st.looped, st.taken, st.copied, st.inbox_full, st.copy_no_buffer
                 );
             }
             let (f, d) = (
@@ -448,7 +482,7 @@ impl Snapshot {
                 let _ = writeln!(
                     s,
                     "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; rx_unjoinable {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {}",
-                    p.host, f.lost, f.duplicated, f.reordered, f.corrupted, f.frames,
+                    host, f.lost, f.duplicated, f.reordered, f.corrupted, f.frames,
                     p.stats.rx_bad_checksum, p.stats.rx_unjoinable, p.tx_no_buffer, p.wire_drops, p.icrc_drops,
                     p.unknown_qp, p.wrong_state
                 );
@@ -462,7 +496,7 @@ impl Snapshot {
                 let _ = writeln!(
                     s,
                     "host {} wire drops by reason: {}",
-                    p.host,
+                    host,
                     reasons.join(", ")
                 );
             }
@@ -471,7 +505,7 @@ impl Snapshot {
                 let _ = writeln!(
                     s,
                     "host {} all QPs (closed included): tx_pkts {} rx_pkts {} retx {} timeouts {} dups {} out_of_order {} naks_sent {:?} naks_rcvd {:?} rnr_naks sent {} rcvd {} read_replays {} ignored_responses {} cnps sent {} rcvd {}",
-                    p.host, t.tx_packets, t.rx_packets, t.retransmitted, t.timeouts,
+                    host, t.tx_packets, t.rx_packets, t.retransmitted, t.timeouts,
                     t.duplicates, t.out_of_order, t.naks_sent, t.naks_received,
                     t.rnr_naks_sent, t.rnr_naks_received, t.read_replays,
                     t.ignored_responses, t.cnps_sent, t.cnps_received
@@ -480,7 +514,7 @@ impl Snapshot {
                     let _ = writeln!(
                         s,
                         "host {} feedback refused: {} bad MAC or token, {} replayed, {} without a MAC",
-                        p.host, t.feedback_forged, t.feedback_replayed, t.feedback_unkeyed
+                        host, t.feedback_forged, t.feedback_replayed, t.feedback_unkeyed
                     );
                 }
             }
@@ -653,6 +687,11 @@ mod tests {
         };
         s.ports.push(PortEntry {
             host: 0,
+            qp_shard: 1,
+            steer: crate::shard_port::SteerCounters {
+                passed: 4,
+                ..Default::default()
+            },
             port: 1,
             stats: PortStats {
                 ipackets: 2,
@@ -699,13 +738,17 @@ mod tests {
         );
         assert!(
             table.contains(
-                "host 0 feedback refused: 0 bad MAC or token, 0 replayed, 2 without a MAC"
+                "host 0.1 feedback refused: 0 bad MAC or token, 0 replayed, 2 without a MAC"
             ),
             "{table}"
         );
         assert!(
+            table.contains("host 0.1 steering: frames passed to their QP's shard 4,"),
+            "{table}"
+        );
+        assert!(
             table.contains(
-                "host 0 pfc: pause 4 resume 3 other priorities 0 malformed 0; tx held 2.500 ms"
+                "host 0.1 pfc: pause 4 resume 3 other priorities 0 malformed 0; tx held 2.500 ms"
             ),
             "{table}"
         );

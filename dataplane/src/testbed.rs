@@ -192,12 +192,12 @@ pub fn host_ip(i: u8) -> Ipv4Addr {
 
 /// A host's port: the DPDK port inside its faults (if any) and its tap.
 pub fn host_port(
-    port: Port,
+    link: DpdkLink,
     faults: Option<FaultConfig>,
     capture: Option<SharedCapture>,
     direction: Direction,
 ) -> Result<HostPort, nic::faults::BadProbability> {
-    let f = FaultInjector::maybe(DpdkLink::Port(port), faults)?;
+    let f = FaultInjector::maybe(link, faults)?;
     Ok(Tap::new(f, capture, direction))
 }
 
@@ -255,12 +255,10 @@ impl Loopback {
             let qpn = engine.create_qp(256, 0)?;
             let port = Port::start_queues(eal, port_id, &pool, 1024, cfg.queues)?;
             let faults = cfg.faults.filter(|f| f.0 == usize::from(i)).map(|f| f.1);
-            let port =
-                host_port(port, faults, capture.clone(), Direction::Tx).map_err(|source| {
-                    TestbedError::Faults {
-                        host: usize::from(i),
-                        source,
-                    }
+            let port = host_port(DpdkLink::Port(port), faults, capture.clone(), Direction::Tx)
+                .map_err(|source| TestbedError::Faults {
+                    host: usize::from(i),
+                    source,
                 })?;
             Ok(Host {
                 nic: Nic::new(engine, port, cfg.mtu.bytes()),
@@ -456,7 +454,7 @@ impl Loopback {
             .iter()
             .map(|h| match link(h.nic.port()) {
                 DpdkLink::Pipe(p) => p.queued() as u64,
-                DpdkLink::Port(_) => 0,
+                DpdkLink::Port(_) | DpdkLink::Shard(_) => 0,
             })
             .sum();
         self.pipe_dropped += rx_dropped + tx_dropped + queued;

@@ -15,15 +15,7 @@ use std::process::Command;
 
 mod daemon_util;
 
-fn tool(name: &str) -> Command {
-    let path = Path::new("/usr/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: apt-get install -y ibverbs-utils perftest (./x test installs them)",
-        path.display()
-    );
-    Command::new(path)
-}
+use daemon_util::{pair, tool};
 
 /// `objdump -T` lines `VERSION NAME` of the defined, versioned symbols.
 fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
@@ -45,83 +37,6 @@ fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
-}
-
-/// Waits until some process listens on TCP `port` of localhost (read
-/// from /proc/net/tcp, so that no connection is made to the server).
-fn wait_listening(port: u16) {
-    let want = format!(":{port:04X} ");
-    let t0 = std::time::Instant::now();
-    loop {
-        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-        // State 0A is LISTEN.
-        if tcp.lines().any(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| format!("{a} ").ends_with(&want))
-                && l.split_whitespace().nth(3) == Some("0A")
-        }) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(60),
-            "no server listens on port {port}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
-/// Runs `server_args` as the server and `client_args` + localhost as the
-/// client of one verbs program; both must exit 0. Returns their outputs.
-fn pair(
-    libs: &Path,
-    socket: &Path,
-    prog: &str,
-    port: u16,
-    server_args: &[&str],
-    client_args: &[&str],
-) -> (String, String) {
-    let env = |c: &mut Command| {
-        c.env("LD_LIBRARY_PATH", libs).env("RNIC_SOCKET", socket);
-    };
-    let t0 = std::time::Instant::now();
-    let mut s = tool(prog);
-    env(&mut s);
-    let server = s
-        .args(server_args)
-        .args(["-p", &port.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(port);
-    let mut c = tool(prog);
-    env(&mut c);
-    let client = c
-        .args(client_args)
-        .args(["-p", &port.to_string(), "localhost"])
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&server), text(&client));
-    println!(
-        "--- {prog} server {server_args:?}\n{st}--- {prog} client {client_args:?} ({:.1} s)\n{ct}",
-        t0.elapsed().as_secs_f64()
-    );
-    assert!(
-        server.status.success() && client.status.success(),
-        "{prog} {server_args:?}: server {:?}, client {:?}",
-        server.status,
-        client.status
-    );
-    (st, ct)
 }
 
 fn main() {

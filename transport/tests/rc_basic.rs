@@ -478,3 +478,29 @@ fn a_post_leaves_at_once_when_its_qp_has_earned_the_credit() {
         );
     }
 }
+
+/// An engine that is one shard of a device's QPs (one engine per
+/// dataplane lcore) hands out only its shard's QPNs, and a QP of it works
+/// as any other.
+#[test]
+fn a_shard_engine_hands_out_its_shards_qpns_and_its_qps_work() {
+    use transport::rc::{EngineConfig, QpnSpace};
+    let mut p = Pair::new(Setup {
+        cfg: |mac, ip| EngineConfig {
+            qpns: QpnSpace::new(2, 3).unwrap(),
+            ..EngineConfig::new(mac, ip, 100_000_000_000)
+        },
+        ..Setup::default()
+    });
+    for q in [p.a.qpn, p.b.qpn] {
+        assert_eq!(QpnSpace::owner(q, 3), 2, "QPN {q:#x}");
+    }
+    p.fill_a(0, 3000, 7);
+    let wr = p.wr(1, WrOp::Write, 0, 0, 3000);
+    p.post(wr);
+    p.run(1_000_000_000);
+    let cqes = p.completions_a();
+    assert_eq!(cqes.len(), 1);
+    assert_eq!(cqes[0].status, WcStatus::Success);
+    assert_eq!(p.a_bytes(0, 3000), p.b_bytes(0, 3000));
+}

@@ -6,9 +6,9 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 use transport::wire::{
-    icrc, AethRepr, AtomicEthRepr, BthRepr, EthernetRepr, FrameTemplate, HopRecord, Ipv4Repr,
-    MacAddr, NotifyRepr, Opcode, Packet, PacketRepr, ProbeRepr, RethRepr, Tlm, TlmRepr, UdpRepr,
-    VlanTag,
+    icrc, steering_dest_qp, AethRepr, AtomicEthRepr, BthRepr, EthernetFrame, EthernetRepr,
+    FrameTemplate, HopRecord, Ipv4Packet, Ipv4Repr, MacAddr, NotifyRepr, Opcode, Packet,
+    PacketRepr, ProbeRepr, RethRepr, RoceFrame, Tlm, TlmRepr, UdpRepr, VlanTag,
 };
 
 fn opcode() -> impl Strategy<Value = Opcode> {
@@ -202,6 +202,24 @@ proptest! {
         prop_assert_eq!(p.repr, repr);
         prop_assert_eq!(p.payload, &payload[..]);
         prop_assert!(p.icrc_ok());
+    }
+
+    /// The DestQP steering reads from the headers alone is the frame's,
+    /// from the whole frame and from its headers cut anywhere past the
+    /// BTH (a first segment); a frame cut inside its headers has none.
+    #[test]
+    fn steering_reads_the_dest_qp_from_the_headers((repr, payload) in frame(), cut in 0usize..64) {
+        let mut buf = vec![0u8; repr.frame_len(payload.len())];
+        repr.emit(&payload, &mut buf).unwrap();
+        let want = RoceFrame::new_checked(&buf[..]).unwrap().dest_qp();
+        prop_assert_eq!(want, repr.bth.dest_qp);
+        prop_assert_eq!(steering_dest_qp(&buf), Some(want));
+        let eth = EthernetFrame::new_checked(&buf[..]).unwrap().header_len();
+        let ip = Ipv4Packet::new_checked(&buf[eth..]).unwrap().header_len();
+        let bth_end = eth + ip + 8 + 12;
+        let head = (bth_end + cut).min(buf.len());
+        prop_assert_eq!(steering_dest_qp(&buf[..head]), Some(want));
+        prop_assert_eq!(steering_dest_qp(&buf[..bth_end - 1 - cut.min(bth_end - 1)]), None);
     }
 
     /// A QP's frame template with the packet's outer headers emits the

@@ -165,6 +165,16 @@ pub struct Nic<P: FramePort, M: Memory> {
     /// Frames with payloads of at least this many bytes are sent from
     /// where the payload lies, attached to the frame by the function.
     split_tx: Option<(usize, AttachPayload<P::Frame, M>)>,
+    /// One of several engines of a device on one link ([`Nic::as_shard`]).
+    shard: Option<Shard>,
+}
+
+/// The part a NIC plays as one of several engines (QP shards) of one
+/// device sharing a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shard {
+    /// Answers ARP requests for the device's address (one shard does).
+    answers_arp: bool,
 }
 
 /// Attaches to a frame holding the headers of a [`TxFrame::Split`] the
@@ -204,7 +214,19 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             trace_keys: Vec::new(),
             pause: PauseState::default(),
             split_tx: None,
+            shard: None,
         }
+    }
+
+    /// Makes this NIC one of several engines of a device that share its
+    /// address and link, each with its own QPs (QP shards): frames to the
+    /// device's own MAC go out through the port, which brings each to the
+    /// engine owning its QP, instead of back into this NIC's RX; only the
+    /// shard that `answers_arp` replies to ARP requests (every shard
+    /// learns from the ARP frames the port gives it).
+    pub fn as_shard(mut self, answers_arp: bool) -> Self {
+        self.shard = Some(Shard { answers_arp });
+        self
     }
 
     /// Sends the payloads of at least `min` bytes that lie in one range of
@@ -370,7 +392,8 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         {
             self.engine.set_neighbour(a.sender_ip, a.sender_mac);
         }
-        if for_us && a.op == ArpOp::Request {
+        let answers = self.shard.is_none_or(|s| s.answers_arp);
+        if for_us && a.op == ArpOp::Request && answers {
             self.arp_out.push(a.reply_from(mac));
         }
     }
@@ -429,7 +452,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
     /// it is addressed to itself, or resolves its destination first.
     fn queue(&mut self, now: u64, f: P::Frame) {
         let dst = f.as_ref().get(..6);
-        if dst == Some(&self.engine.config().mac.0[..]) {
+        if dst == Some(&self.engine.config().mac.0[..]) && self.shard.is_none() {
             self.counters.looped_frames += 1;
             self.looped.push(f);
         } else if dst == Some(&MacAddr::default().0[..]) {

@@ -56,6 +56,11 @@ struct Cli {
     /// else 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(dataplane::config::MAX_LCORES)))]
     lcores: Option<u32>,
+    /// Engines each device's QPs are sharded over for --serve, each on its
+    /// own queue pair of the device's port (shard k of device i on lcore
+    /// (i * N + k) % lcores) [default: `qp_shards` of [service], else 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(transport::rc::MAX_SHARDS)))]
+    qp_shards: Option<u32>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -94,7 +99,11 @@ fn serve(
     let hosts: Vec<HostSpec> = if cfg.devices.is_empty() {
         let (pa, pb) = match ports {
             Some([a, b]) => (a, b),
-            None => dataplane::dpdk::ring_pair(eal, "service", 1024).map_err(|e| e.to_string())?,
+            None => {
+                let queues = u16::try_from(cfg.qp_shards.max(1)).unwrap_or(u16::MAX);
+                dataplane::dpdk::ring_pair_queues(eal, "service", 1024, queues)
+                    .map_err(|e| e.to_string())?
+            }
         };
         [pa, pb]
             .iter()
@@ -126,17 +135,20 @@ fn serve(
             h.name, h.ip, h.mac, h.port
         );
     }
-    if cfg.lcores > 1 {
+    if shards.len() > 1 || cfg.qp_shards > 1 {
         let pinned = if cpus.is_empty() {
             String::new()
         } else {
             format!(" on CPUs {cpus:?}")
         };
-        println!(
-            "{} dataplane lcores{pinned} (device i on lcore i % {})",
-            shards.len(),
-            shards.len()
-        );
+        let n = shards.len();
+        match cfg.qp_shards {
+            0 | 1 => println!("{n} dataplane lcores{pinned} (device i on lcore i % {n})"),
+            k => println!(
+                "{n} dataplane lcore(s){pinned}, each device's QPs sharded over {k} engines \
+                 (device i's shard k on lcore (i * {k} + k) % {n})"
+            ),
+        }
     }
     println!(
         "serving on {} (stop with SIGINT or SIGTERM)",
@@ -459,6 +471,9 @@ fn main() -> ExitCode {
             let mut cfg = *service.expect("checked");
             if let Some(n) = cli.lcores {
                 cfg.lcores = n as usize;
+            }
+            if let Some(n) = cli.qp_shards {
+                cfg.qp_shards = n as usize;
             }
             let cpus = cli.cpus.as_deref().and_then(cpu_list).unwrap_or_default();
             serve(

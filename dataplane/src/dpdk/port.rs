@@ -231,36 +231,62 @@ impl Port {
     /// Whether the link is up (virtual devices such as memif come up once
     /// their peer connects).
     pub fn link_up(&self) -> bool {
-        let mut l = dpdk_sys::rte_eth_link::default();
-        // SAFETY: `l` is a valid out-parameter.
-        let r = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut l) };
-        r == 0 && l.link_status() != 0
+        link_up(self.id)
     }
 
     pub fn stats(&self) -> PortStats {
-        let mut s = rte_eth_stats::default();
-        // SAFETY: `s` is a valid out-parameter.
-        unsafe { dpdk_sys::rte_eth_stats_get(self.id, &mut s) };
         PortStats {
-            ipackets: s.ipackets,
-            opackets: s.opackets,
-            ibytes: s.ibytes,
-            obytes: s.obytes,
-            imissed: s.imissed,
-            ierrors: s.ierrors,
-            oerrors: s.oerrors,
             rx_bad_checksum: self.rx_bad_checksum,
             rx_unjoinable: self.rx_unjoinable,
+            ..driver_stats(self.id)
         }
     }
 }
 
-/// Receives up to `max` (at most `BURST` per queue) frames from queues
-/// `0..queues` of port `id`; frames the NIC flagged with a bad IPv4
+/// An mbuf from `stash`, refilled [`BULK`] at a time from `pool`; one by
+/// one when the pool has fewer left.
+fn alloc_stashed(stash: &mut Vec<Mbuf>, pool: &Mempool) -> Option<Mbuf> {
+    if let Some(m) = stash.pop() {
+        return Some(m);
+    }
+    if pool.alloc_bulk(stash, BULK) {
+        return stash.pop();
+    }
+    pool.alloc()
+}
+
+/// Whether port `id`'s link is up.
+fn link_up(id: u16) -> bool {
+    let mut l = dpdk_sys::rte_eth_link::default();
+    // SAFETY: `l` is a valid out-parameter.
+    let r = unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut l) };
+    r == 0 && l.link_status() != 0
+}
+
+/// The driver's counters of port `id`.
+fn driver_stats(id: u16) -> PortStats {
+    let mut s = rte_eth_stats::default();
+    // SAFETY: `s` is a valid out-parameter.
+    unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
+    PortStats {
+        ipackets: s.ipackets,
+        opackets: s.opackets,
+        ibytes: s.ibytes,
+        obytes: s.obytes,
+        imissed: s.imissed,
+        ierrors: s.ierrors,
+        oerrors: s.oerrors,
+        rx_bad_checksum: 0,
+        rx_unjoinable: 0,
+    }
+}
+
+/// Receives up to `max` (at most `BURST` per queue) frames from RX
+/// `queues` of port `id`; frames the NIC flagged with a bad IPv4
 /// checksum (when `check`) are freed and counted in `bad`.
 fn rx_queues(
     id: u16,
-    queues: u16,
+    queues: std::ops::Range<u16>,
     check: bool,
     out: &mut Vec<Mbuf>,
     max: usize,
@@ -268,7 +294,7 @@ fn rx_queues(
     unjoinable: &mut u64,
 ) -> usize {
     let mut total = 0;
-    for q in 0..queues {
+    for q in queues {
         if total >= max {
             break;
         }
@@ -304,10 +330,10 @@ fn rx_queues(
     total
 }
 
-/// Sends the frames of `frames` (front first) on TX queue 0 of port `id`;
-/// those the queue did not take stay in `frames`, still owned, so nothing
-/// leaks when the ring is full.
-fn tx_queue(id: u16, frames: &mut Vec<Mbuf>) -> usize {
+/// Sends the frames of `frames` (front first) on TX queue `q` of port
+/// `id`; those the queue did not take stay in `frames`, still owned, so
+/// nothing leaks when the ring is full.
+fn tx_queue(id: u16, q: u16, frames: &mut Vec<Mbuf>) -> usize {
     let n = frames.len().min(BURST);
     let mut raw: [*mut rte_mbuf; BURST] = [ptr::null_mut(); BURST];
     for (slot, m) in raw.iter_mut().zip(frames.drain(..n)) {
@@ -315,7 +341,7 @@ fn tx_queue(id: u16, frames: &mut Vec<Mbuf>) -> usize {
     }
     // SAFETY: raw[..n] are valid mbufs we own; the driver takes the first
     // `sent` and frees them after transmission.
-    let sent = usize::from(unsafe { dpdk_sys::rnic_tx_burst(id, 0, raw.as_mut_ptr(), n as u16) });
+    let sent = usize::from(unsafe { dpdk_sys::rnic_tx_burst(id, q, raw.as_mut_ptr(), n as u16) });
     // Unsent mbufs return to the front of `frames`, in order.
     let unsent: Vec<Mbuf> = raw[sent..n]
         .iter()
@@ -335,7 +361,7 @@ impl FramePort for Port {
         let check = self.checks_ip();
         rx_queues(
             self.id,
-            self.queues,
+            0..self.queues,
             check,
             out,
             max,
@@ -345,19 +371,13 @@ impl FramePort for Port {
     }
 
     fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
-        tx_queue(self.id, frames)
+        tx_queue(self.id, 0, frames)
     }
 
     /// From the stash, refilled [`BULK`] at a time; one by one when the
     /// pool has fewer left.
     fn alloc(&mut self) -> Option<Mbuf> {
-        if let Some(m) = self.stash.pop() {
-            return Some(m);
-        }
-        if self.dev.pool.alloc_bulk(&mut self.stash, BULK) {
-            return self.stash.pop();
-        }
-        self.dev.pool.alloc()
+        alloc_stashed(&mut self.stash, &self.dev.pool)
     }
 
     /// To their pool in one call per [`BULK`].
@@ -400,7 +420,7 @@ impl RxHalf {
         let check = p.checks_ip();
         rx_queues(
             p.id,
-            p.queues,
+            0..p.queues,
             check,
             out,
             BURST,
@@ -431,7 +451,125 @@ pub struct TxHalf {
 impl TxHalf {
     /// Sends from the front of `frames`; what the queue refuses stays.
     pub fn tx_burst(&mut self, frames: &mut Vec<Mbuf>) -> usize {
-        tx_queue(self.id, frames)
+        tx_queue(self.id, 0, frames)
+    }
+}
+
+/// One RX and one TX queue of a started port, for one of the lcores
+/// that share the port (one engine each of a device's QP shards). Each
+/// drives its own pair of queues, so the queue ports of one port may run
+/// on different threads at once; each is `Send`, none is `Sync`.
+#[derive(Debug)]
+pub struct QueuePort {
+    /// Fresh mbufs for the frames to build (dropped before `dev`).
+    stash: Vec<Mbuf>,
+    dev: Arc<Device>,
+    mac: MacAddr,
+    mtu: u32,
+    check_ip: bool,
+    rx_bad_checksum: u64,
+    rx_unjoinable: u64,
+    _not_sync: NotSync,
+    pub id: u16,
+    /// Its RX and TX queue.
+    pub queue: u16,
+    /// The PMD's name.
+    pub driver: String,
+}
+
+impl Port {
+    /// The port as one [`QueuePort`] per queue pair.
+    pub fn into_queues(self) -> Vec<QueuePort> {
+        let check_ip = self.checks_ip();
+        (0..self.queues)
+            .map(|queue| QueuePort {
+                stash: Vec::with_capacity(BULK),
+                dev: self.dev.clone(),
+                mac: self.mac,
+                mtu: self.mtu,
+                check_ip,
+                rx_bad_checksum: 0,
+                rx_unjoinable: 0,
+                _not_sync: PhantomData,
+                id: self.id,
+                queue,
+                driver: self.driver.clone(),
+            })
+            .collect()
+    }
+}
+
+impl QueuePort {
+    /// The whole port's counters (the driver's, and this queue's drops).
+    pub fn port_stats(&self) -> PortStats {
+        PortStats {
+            rx_bad_checksum: self.rx_bad_checksum,
+            rx_unjoinable: self.rx_unjoinable,
+            ..driver_stats(self.id)
+        }
+    }
+
+    /// Its part of the port's counters: the driver's (whole-port) ones
+    /// on queue 0, its own drops on every queue, so that the queue ports'
+    /// sum is the port's.
+    pub fn stats(&self) -> PortStats {
+        let driver = match self.queue {
+            0 => driver_stats(self.id),
+            _ => PortStats::default(),
+        };
+        PortStats {
+            rx_bad_checksum: self.rx_bad_checksum,
+            rx_unjoinable: self.rx_unjoinable,
+            ..driver
+        }
+    }
+}
+
+impl FramePort for QueuePort {
+    type Frame = Mbuf;
+
+    fn rx_burst(&mut self, _now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        rx_queues(
+            self.id,
+            self.queue..self.queue + 1,
+            self.check_ip,
+            out,
+            max,
+            &mut self.rx_bad_checksum,
+            &mut self.rx_unjoinable,
+        )
+    }
+
+    fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
+        tx_queue(self.id, self.queue, frames)
+    }
+
+    fn alloc(&mut self) -> Option<Mbuf> {
+        alloc_stashed(&mut self.stash, &self.dev.pool)
+    }
+
+    fn recycle(&mut self, frames: &mut Vec<Mbuf>) {
+        Mbuf::free_bulk(frames);
+    }
+
+    fn buffers_held(&self) -> usize {
+        self.stash.len()
+    }
+
+    fn tx_ready(&self, _now: u64) -> usize {
+        BURST
+    }
+
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    fn link_up(&self) -> bool {
+        link_up(self.id)
     }
 }
 
@@ -502,16 +640,43 @@ fn ring(name: &str, size: u32) -> Result<*mut rte_ring, DpdkError> {
 /// Two net_ring ports wired back to back (A's TX ring is B's RX ring and
 /// the other way round): a link between two hosts of one process. Returns
 /// their port ids. The rings live as long as the process's EAL.
-pub fn ring_pair(_eal: &Eal, name: &str, size: u32) -> Result<(u16, u16), DpdkError> {
-    let ab = ring(&format!("{name}_ab"), size)?;
-    let ba = ring(&format!("{name}_ba"), size)?;
-    let mk = |port: &str, rx: *mut rte_ring, tx: *mut rte_ring| {
+pub fn ring_pair(eal: &Eal, name: &str, size: u32) -> Result<(u16, u16), DpdkError> {
+    ring_pair_queues(eal, name, size, 1)
+}
+
+/// Like [`ring_pair`] with `queues` queues each way (at most 16, net_ring's
+/// limit): what A sends on its TX queue `q` arrives on B's RX queue `q`.
+pub fn ring_pair_queues(
+    _eal: &Eal,
+    name: &str,
+    size: u32,
+    queues: u16,
+) -> Result<(u16, u16), DpdkError> {
+    if !(1..=16).contains(&queues) {
+        return Err(DpdkError {
+            what: format!("ring pair {name}"),
+            reason: format!("{queues} queues: net_ring ports take 1 to 16"),
+        });
+    }
+    let mut ab = Vec::new();
+    let mut ba = Vec::new();
+    for q in 0..queues {
+        // Queue 0 keeps the one-queue pair's names.
+        let sfx = if q == 0 {
+            String::new()
+        } else {
+            format!("{q}")
+        };
+        ab.push(ring(&format!("{name}_ab{sfx}"), size)?);
+        ba.push(ring(&format!("{name}_ba{sfx}"), size)?);
+    }
+    let n = u32::from(queues);
+    let mk = |port: &str, rxs: &[*mut rte_ring], txs: &[*mut rte_ring]| {
         let c = CString::new(port).expect("no NUL");
-        let rxs = [rx];
-        let txs = [tx];
-        // SAFETY: the ring arrays hold valid rings that outlive the port.
+        // SAFETY: the ring arrays hold `n` valid rings each, which outlive
+        // the port.
         let id = unsafe {
-            dpdk_sys::rte_eth_from_rings(c.as_ptr(), rxs.as_ptr(), 1, txs.as_ptr(), 1, 0)
+            dpdk_sys::rte_eth_from_rings(c.as_ptr(), rxs.as_ptr(), n, txs.as_ptr(), n, 0)
         };
         if id < 0 {
             Err(DpdkError::last(format!("rte_eth_from_rings {port}"), 0))
@@ -519,7 +684,7 @@ pub fn ring_pair(_eal: &Eal, name: &str, size: u32) -> Result<(u16, u16), DpdkEr
             Ok(id as u16)
         }
     };
-    let a = mk(&format!("{name}_a"), ba, ab)?;
-    let b = mk(&format!("{name}_b"), ab, ba)?;
+    let a = mk(&format!("{name}_a"), &ba, &ab)?;
+    let b = mk(&format!("{name}_b"), &ab, &ba)?;
     Ok((a, b))
 }

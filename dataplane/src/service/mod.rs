@@ -40,12 +40,15 @@ use nic::{Direction, FaultConfig, FrameKey, Nic, Stage};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer};
-use transport::rc::{CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, RcError, WcOpcode, WcStatus};
+use transport::rc::{
+    CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, QpnSpace, RcError, WcOpcode, WcStatus,
+};
 use transport::wire::{MacAddr, VlanTag};
 use verbs::shm::Segment;
 
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
-use crate::host_port::{link, HostPort};
+use crate::host_port::{DpdkLink, HostPort};
+use crate::shard_port::{Inboxes, ShardPort};
 use crate::stats::StatsError;
 use alloc::SegmentAlloc;
 use control::{ConnId, Control, ShardLink, ToControl, ToDataplane};
@@ -74,8 +77,12 @@ pub struct ServiceConfig {
     /// Payloads of at least this many bytes are sent from where they lie
     /// on ports that allow it (0: always copied).
     pub zero_copy_tx_min: usize,
-    /// Dataplane lcores (device `i` runs on lcore `i % lcores`).
+    /// Dataplane lcores (device `i`'s QP shard `k` runs on lcore
+    /// `(i * qp_shards + k) % lcores`).
     pub lcores: usize,
+    /// Engines each device's QPs are sharded over, each on its own queue
+    /// pair of the device's port (1: one engine per device).
+    pub qp_shards: usize,
     pub cc: CcMode,
     /// The devices to serve (`[[service.devices]]`); none: the loopback
     /// testbed's two hosts. A zero MAC is the port's own.
@@ -372,6 +379,8 @@ impl App {
 struct Host {
     /// Its place among the daemon's hosts (every lcore's).
     index: usize,
+    /// Its QP shard of the device (0 unless `qp_shards` > 1).
+    qp_shard: u32,
     spec: HostSpec,
     nic: Nic<HostPort, AppMemory>,
     /// The port's PMD.
@@ -404,10 +413,6 @@ impl Host {
         let qps = &self.qps;
         self.active.retain(|q| qps.get(q).is_some());
         gone
-    }
-
-    fn port(&self) -> Option<&Port> {
-        link(self.nic.port()).port()
     }
 }
 
@@ -446,9 +451,11 @@ impl Service {
         Ok(one.remove(0))
     }
 
-    /// Starts a port and an engine per host, and deals the hosts out to
-    /// `lcores` services (host `i` to service `i % lcores`; no more
-    /// services than hosts), which share one mbuf pool and the tap.
+    /// Starts a port and an engine per host (per QP shard of each, with
+    /// `qp_shards` > 1), and deals the engines out to `lcores` services
+    /// (host `i`'s shard `k` to service `(i * qp_shards + k) % lcores`; no
+    /// more services than engines), which share one mbuf pool and the
+    /// tap.
     pub fn shards(
         eal: &Eal,
         cfg: ServiceConfig,
@@ -472,7 +479,8 @@ impl Service {
             }
             None => None,
         };
-        let n = lcores.clamp(1, hosts.len().max(1));
+        let per_host = cfg.qp_shards.max(1);
+        let n = lcores.clamp(1, (hosts.len() * per_host).max(1));
         let mut shards: Vec<Service> = (0..n)
             .map(|_| Service {
                 hosts: Vec::new(),
@@ -492,8 +500,10 @@ impl Service {
             })
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
-            let host = Self::start_host(eal, &cfg, &pool, &capture, i, spec)?;
-            shards[lcore_of(i, n)].hosts.push(host);
+            for host in Self::start_host(eal, &cfg, &pool, &capture, i, spec)? {
+                let engine = i * per_host + host.qp_shard as usize;
+                shards[lcore_of(engine, n)].hosts.push(host);
+            }
         }
         // Every host's spec, its MAC now resolved, in the daemon's order.
         let mut peers: Vec<(usize, HostSpec)> = shards
@@ -501,6 +511,7 @@ impl Service {
             .flat_map(|s| s.hosts.iter().map(|h| (h.index, h.spec.clone())))
             .collect();
         peers.sort_by_key(|p| p.0);
+        peers.dedup_by_key(|p| p.0);
         let peers: Vec<HostSpec> = peers.into_iter().map(|p| p.1).collect();
         for s in &mut shards {
             s.peers = peers.clone();
@@ -508,7 +519,8 @@ impl Service {
         Ok(shards)
     }
 
-    /// Host `i`: its port, started, and its engine.
+    /// Host `i`: its port, started, and its engine, or with `qp_shards`
+    /// > 1 an engine per QP shard, each on its own queue pair of the port.
     fn start_host(
         eal: &Eal,
         cfg: &ServiceConfig,
@@ -516,55 +528,97 @@ impl Service {
         capture: &Option<nic::SharedCapture>,
         i: usize,
         spec: &HostSpec,
-    ) -> Result<Host, DpdkError> {
-        let port = Port::start_queues(eal, spec.port, pool, 1024, cfg.queues)?;
+    ) -> Result<Vec<Host>, DpdkError> {
+        let k = cfg.qp_shards.max(1);
+        let queues = if k > 1 { k as u16 } else { cfg.queues };
+        let port = Port::start_queues(eal, spec.port, pool, 1024, queues)?;
         let mut spec = spec.clone();
         if spec.mac == MacAddr::default() {
             spec.mac = nic::FramePort::mac(&port);
         }
-        let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
-        ec.cc = cfg.cc;
-        ec.ack_req_msgs = cfg.ack_coalesce;
-        ec.vlan = spec.vlan;
         let driver = port.driver.clone();
+        let links = if k == 1 {
+            vec![DpdkLink::Port(port)]
+        } else {
+            if usize::from(port.queues) < k {
+                return Err(DpdkError {
+                    what: format!("device {} (port {}, {driver})", spec.name, spec.port),
+                    reason: format!(
+                        "offers {} queue pair(s); qp_shards = {k} needs one per shard",
+                        port.queues
+                    ),
+                });
+            }
+            let inboxes = Inboxes::new(k);
+            port.into_queues()
+                .into_iter()
+                .enumerate()
+                .map(|(s, q)| {
+                    DpdkLink::Shard(ShardPort::new(q, spec.mac, s as u32, inboxes.clone()))
+                })
+                .collect()
+        };
         let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
-        // Frames between two of the daemon's own devices are recorded
-        // twice: sent by one, received by the other.
-        let port = crate::testbed::host_port(port, faults, capture.clone(), Direction::Both)
-            .map_err(|e| DpdkError {
-                what: format!("faults of host {i}"),
+        let mut hosts = Vec::with_capacity(k);
+        for (shard, link) in links.into_iter().enumerate() {
+            let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
+            ec.cc = cfg.cc;
+            ec.ack_req_msgs = cfg.ack_coalesce;
+            ec.vlan = spec.vlan;
+            ec.qpns = QpnSpace::new(shard as u32, k as u32).map_err(|e| DpdkError {
+                what: format!("device {}", spec.name),
                 reason: e.to_string(),
             })?;
-        let engine = Engine::new(ec, AppMemory::default(), 0);
-        let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
-        if cfg.zero_copy_tx_min > 0 && ZERO_COPY_DRIVERS.contains(&driver.as_str()) {
-            nic = nic.with_split_tx(cfg.zero_copy_tx_min, memory::attach_payload);
+            // Frames between two of the daemon's own devices are recorded
+            // twice: sent by one, received by the other.
+            let port = crate::testbed::host_port(link, faults, capture.clone(), Direction::Both)
+                .map_err(|e| DpdkError {
+                    what: format!("faults of host {i}"),
+                    reason: e.to_string(),
+                })?;
+            let engine = Engine::new(ec, AppMemory::default(), 0);
+            let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
+            if k > 1 {
+                nic = nic.as_shard(shard == 0);
+            }
+            if cfg.zero_copy_tx_min > 0 && ZERO_COPY_DRIVERS.contains(&driver.as_str()) {
+                nic = nic.with_split_tx(cfg.zero_copy_tx_min, memory::attach_payload);
+            }
+            for &(ip, mac) in &cfg.neighbours {
+                nic.neighbours_mut().add_static(ip, mac);
+            }
+            hosts.push(Host {
+                index: i,
+                qp_shard: shard as u32,
+                spec: spec.clone(),
+                nic,
+                driver: driver.clone(),
+                qps: QpTable::default(),
+                active: Vec::new(),
+                parked: 0,
+                passes: 0,
+                srqs: FxHashMap::default(),
+            });
         }
-        for &(ip, mac) in &cfg.neighbours {
-            nic.neighbours_mut().add_static(ip, mac);
-        }
-        Ok(Host {
-            index: i,
-            spec,
-            nic,
-            driver,
-            qps: QpTable::default(),
-            active: Vec::new(),
-            parked: 0,
-            passes: 0,
-            srqs: FxHashMap::default(),
-        })
+        Ok(hosts)
     }
 
     /// The daemon's hosts, in order, with the lcore (index into the
-    /// services of [`Service::shards`]) each runs on.
+    /// services of [`Service::shards`]) each runs on: a host sharded over
+    /// several lcores is named once for each.
     fn placement(shards: &[Service]) -> Vec<(String, usize)> {
-        let peers = shards.first().map_or(&[][..], |s| &s.peers[..]);
-        peers
+        let mut all: Vec<(usize, u32, String, usize)> = shards
             .iter()
             .enumerate()
-            .map(|(i, h)| (h.name.clone(), lcore_of(i, shards.len())))
-            .collect()
+            .flat_map(|(l, s)| {
+                s.hosts
+                    .iter()
+                    .map(move |h| (h.index, h.qp_shard, h.spec.name.clone(), l))
+            })
+            .collect();
+        all.sort();
+        all.dedup_by(|a, b| (a.0, a.3) == (b.0, b.3));
+        all.into_iter().map(|(_, _, name, l)| (name, l)).collect()
     }
 
     /// Closes the tap's pcap file: the frames it recorded and those it

@@ -171,7 +171,11 @@ impl Service {
             return self.open_device(conn, abi_version, &device, shm_bytes);
         }
         if let Request::ListDevices = req {
-            let list = (0..self.hosts.len()).map(|h| self.device_info(h)).collect();
+            // A device sharded over engines is listed once, by shard 0.
+            let list = (0..self.hosts.len())
+                .filter(|&h| self.hosts[h].qp_shard == 0)
+                .map(|h| self.device_info(h))
+                .collect();
             return done(Reply::Devices(list));
         }
         if let Request::Stats = req {
@@ -277,7 +281,9 @@ impl Service {
             Request::QueryPort => {
                 let host = self.app(conn).host;
                 let h = &self.hosts[host];
-                let st = h.port().map(|p| p.stats()).unwrap_or_default();
+                let st = crate::host_port::link(h.nic.port())
+                    .port_stats()
+                    .unwrap_or_default();
                 done(Reply::PortInfo(PortInfo {
                     link_up: nic::FramePort::link_up(h.nic.port()),
                     rx_packets: st.ipackets,
@@ -306,7 +312,13 @@ impl Service {
                 "this connection has a device open",
             ));
         }
-        let Some(host) = self.hosts.iter().position(|h| h.spec.name == name) else {
+        // Of the device's QP shards this lcore runs, the one serving the
+        // fewest applications.
+        let serving = |h: usize| self.apps.values().filter(|a| a.host == h).count();
+        let host = (0..self.hosts.len())
+            .filter(|&h| self.hosts[h].spec.name == name)
+            .min_by_key(|&h| serving(h));
+        let Some(host) = host else {
             let names: Vec<&str> = self.peers.iter().map(|h| h.name.as_str()).collect();
             return Err(err(
                 ErrorKind::NoSuchDevice,

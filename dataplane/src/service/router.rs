@@ -50,10 +50,12 @@ struct Gathering {
 /// The shards' request channels and who serves what.
 pub struct Router {
     shards: Vec<Sender<ToDataplane>>,
-    /// Device names in the daemon's order, and the shard serving each.
+    /// Device names in the daemon's order, and the shard serving each (a
+    /// device sharded over several lcores is named once for each).
     devices: Vec<(String, usize)>,
-    /// The shard of each connection that opened a device.
-    owner: HashMap<ConnId, usize>,
+    /// The shard of each connection that opened a device, and the entry
+    /// of `devices` it opened.
+    owner: HashMap<ConnId, (usize, usize)>,
     gathering: HashMap<(ConnId, u64), Gathering>,
 }
 
@@ -102,11 +104,22 @@ impl Router {
             return if sent { Ok(()) } else { Err(Stopped) };
         }
         let shard = match (&req, self.owner.get(&conn)) {
-            (_, Some(&s)) => s,
+            (_, Some(&(s, _))) => s,
             (Request::OpenDevice { device, .. }, None) => {
-                match self.devices.iter().find(|(n, _)| n == device) {
-                    Some(&(_, s)) => {
-                        self.owner.insert(conn, s);
+                // A device whose QPs are sharded over several lcores: the
+                // lcore serving the fewest applications of that device
+                // (so that the applications on the two ends of a
+                // connection between two of the daemon's devices meet on
+                // the same lcore, their QPs' frames arriving on their own
+                // shards' queues).
+                let serving = |e: usize| self.owner.values().filter(|o| o.1 == e).count();
+                let entry = (0..self.devices.len())
+                    .filter(|&e| self.devices[e].0 == *device)
+                    .min_by_key(|&e| (serving(e), self.devices[e].1));
+                match entry {
+                    Some(e) => {
+                        let s = self.devices[e].1;
+                        self.owner.insert(conn, (s, e));
                         s
                     }
                     // No such device: any shard says so.
@@ -123,7 +136,7 @@ impl Router {
     /// The connection closed: its shard releases what it held.
     pub fn closed(&mut self, conn: ConnId) {
         self.gathering.retain(|(c, _), _| *c != conn);
-        if let Some(s) = self.owner.remove(&conn) {
+        if let Some((s, _)) = self.owner.remove(&conn) {
             let _ = self.shards[s].send(ToDataplane::Closed { conn });
         }
     }
@@ -276,6 +289,34 @@ mod tests {
         r.closed(7);
         assert_eq!(got(&rx[1]), Some((7, u64::MAX)), "its shard releases it");
         assert_eq!(got(&rx[0]), None);
+    }
+
+    #[test]
+    fn a_device_sharded_over_lcores_is_opened_where_it_serves_fewest() {
+        let (tx, rx): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded()).unzip();
+        let devices = ["rnic0", "rnic0", "rnic1", "rnic1"]
+            .iter()
+            .zip([0, 1, 0, 1])
+            .map(|(n, s)| (n.to_string(), s))
+            .collect();
+        let mut r = Router::new(tx, devices);
+        // The two ends of a pair meet on lcore 0; a second pair on 1.
+        for conn in 1..=4 {
+            let dev = if conn % 2 == 1 { "rnic1" } else { "rnic0" };
+            r.route(conn, 1, open(dev), Vec::new()).unwrap();
+        }
+        assert_eq!((got(&rx[0]), got(&rx[0])), (Some((1, 1)), Some((2, 1))));
+        assert_eq!((got(&rx[1]), got(&rx[1])), (Some((3, 1)), Some((4, 1))));
+        r.closed(3);
+        assert_eq!(got(&rx[1]), Some((3, u64::MAX)));
+        r.route(5, 1, open("rnic1"), Vec::new()).unwrap();
+        assert_eq!(
+            got(&rx[1]),
+            Some((5, 1)),
+            "rnic1 serves none on lcore 1 now"
+        );
+        r.route(6, 1, open("rnic1"), Vec::new()).unwrap();
+        assert_eq!(got(&rx[0]), Some((6, 1)), "a tie goes to the lowest lcore");
     }
 
     #[test]

@@ -8,13 +8,14 @@
 //! with the payload apart and the tail are the frame emitted whole; a
 //! switch's record pushed into any stack reads back in the stack's units;
 //! a domain boundary's rewrite of any stack into relative load is what
-//! `TlmRepr::relative` computes and rewriting again changes nothing.
+//! `TlmRepr::relative` computes and rewriting again changes nothing;
+//! steering's DestQP read from the headers alone is the frame's.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use transport::wire::{
-    emit_int_response, ArpRepr, EthernetFrame, FrameTemplate, HopRecord, MacAddr, Opcode, Packet,
-    PfcRepr, RoceFrame,
+    emit_int_response, steering_dest_qp, ArpRepr, EthernetFrame, FrameTemplate, HopRecord, MacAddr,
+    Opcode, Packet, PfcRepr, RoceFrame,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -46,6 +47,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Ok(split), Packet::parse(rest));
         }
     }
+    // Steering's DestQP, read from the headers alone, is the frame's.
+    let steered = steering_dest_qp(data);
+    if let Ok(f) = RoceFrame::new_checked(data) {
+        assert_eq!(steered, Some(f.dest_qp()));
+    }
     let mut copy = data.to_vec();
     let mut frame = RoceFrame::new_checked(&mut copy[..]).ok();
     if let Some(mut t) = frame.as_mut().and_then(|f| f.tlm_mut()) {
@@ -65,6 +71,11 @@ fuzz_target!(|data: &[u8]| {
             };
             assert_eq!(t.hop(at).map(|h| h.qlen), Some(want));
         }
+    }
+    // Steering's DestQP, read from the headers alone, is the frame's.
+    let steered = steering_dest_qp(data);
+    if let Ok(f) = RoceFrame::new_checked(data) {
+        assert_eq!(steered, Some(f.dest_qp()));
     }
     let mut copy = data.to_vec();
     let mut frame = RoceFrame::new_checked(&mut copy[..]).ok();

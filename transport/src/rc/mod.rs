@@ -21,6 +21,7 @@ pub mod auth;
 mod counters;
 pub mod paths;
 mod qp;
+mod qpn_space;
 mod read_recovery;
 mod recv;
 mod requester;
@@ -41,6 +42,7 @@ use pacer::CongestionControl;
 
 pub use counters::{EngineCounters, QpCounters};
 pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
+pub use qpn_space::{BadShard, QpnSpace, MAX_SHARDS};
 pub use recv::MAX_RECV_WR;
 pub use types::{
     rnr_timer_ns, Apart, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu,
@@ -182,6 +184,9 @@ pub struct EngineConfig {
     /// UDP source ports (ECMP paths) and moves to a clearly less loaded one
     /// (hpcc and hpcc-probe modes); `None`: one path.
     pub path_choice: Option<pacer::path::PathConfig>,
+    /// The QPNs this engine hands out: all, or its shard's when one
+    /// device's QPs are sharded over several engines.
+    pub qpns: QpnSpace,
 }
 
 /// The DSCP of an engine's packets unless configured (26, AF31, as RoCE
@@ -225,6 +230,7 @@ impl EngineConfig {
             segment_bytes: None,
             report_flows: false,
             path_choice: None,
+            qpns: QpnSpace::default(),
         }
     }
 
@@ -377,9 +383,9 @@ impl<M: Memory> Engine<M> {
     }
 
     fn index(&self, qpn: Qpn) -> Result<usize, RcError> {
-        let i = qpn.wrapping_sub(QPN_BASE) as usize;
-        match self.qps.get(i) {
-            Some(Some(_)) => Ok(i),
+        let i = self.cfg.qpns.slot(qpn);
+        match i.map(|i| (i, self.qps.get(i))) {
+            Some((i, Some(Some(_)))) => Ok(i),
             _ => Err(RcError::NoSuchQp(qpn)),
         }
     }
@@ -424,13 +430,13 @@ impl<M: Memory> Engine<M> {
         }
         let i = match self.qps.iter().position(Option::is_none) {
             Some(i) => i,
-            None if self.qps.len() < MAX_QPS => {
+            None if self.qps.len() < self.cfg.qpns.max_qps() => {
                 self.qps.push(None);
                 self.qps.len() - 1
             }
-            None => return Err(RcError::TooManyQps(MAX_QPS)),
+            None => return Err(RcError::TooManyQps(self.cfg.qpns.max_qps())),
         };
-        let qpn = QPN_BASE + i as u32;
+        let qpn = self.cfg.qpns.qpn(i);
         let rq = match init.srq {
             Some(srq) => srq as usize,
             None => self.add_rq(RecvQueue::new(init.pd, init.max_recv_wr, false))?,

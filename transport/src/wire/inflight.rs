@@ -16,6 +16,32 @@ use super::{
     WireError,
 };
 
+/// The DestQP of a RoCEv2 frame read from its headers alone (Ethernet,
+/// an optional 802.1Q tag, IPv4 with any options, UDP to port 4791, the
+/// BTH), to steer the frame to the engine owning its QP. `head` may be
+/// only the frame's first segment: nothing past the BTH is looked at, and
+/// nothing is checked that the engine checks on the whole frame (lengths,
+/// checksums, ICRC). None for any other frame.
+pub fn steering_dest_qp(head: &[u8]) -> Option<u32> {
+    let eth = EthernetFrame::new_checked(head).ok()?;
+    if eth.ethertype() != ethernet::ETHERTYPE_IPV4 {
+        return None;
+    }
+    let ip = eth.payload();
+    let first = *ip.first()?;
+    let ihl = usize::from(first & 0x0f) * 4;
+    if first >> 4 != 4 || ihl < ipv4::HEADER_LEN || *ip.get(9)? != ipv4::PROTO_UDP {
+        return None;
+    }
+    let udp = ip.get(ihl..)?;
+    let port = u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]);
+    if port != udp::ROCE_PORT {
+        return None;
+    }
+    let bth = Bth::new_checked(udp.get(udp::HEADER_LEN..)?).ok()?;
+    Some(bth.dest_qp())
+}
+
 /// A RoCEv2 frame whose Ethernet, IPv4, UDP and BTH headers (and TLM block,
 /// when BTH says there is one) lie within the buffer.
 #[derive(Debug, Clone, Copy)]

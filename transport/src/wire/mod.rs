@@ -39,7 +39,7 @@ pub use cnp::Cnp;
 pub use error::{ErrorKind, Layer, WireError};
 pub use ethernet::{check_vlan, EthernetFrame, EthernetRepr, MacAddr, VlanTag};
 pub use immdt::ImmDt;
-pub use inflight::RoceFrame;
+pub use inflight::{steering_dest_qp, RoceFrame};
 pub use int_response::{emit_int_response, NoResponse};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use opcode::{Layout, Opcode};
