@@ -38,7 +38,7 @@ pub struct EalSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoopbackSection {
-    /// Two existing ports (from vdevs or PCI devices in [eal]) instead of a
+    /// Two existing ports (from vdevs or PCI devices in `[eal]`) instead of a
     /// net_ring pair.
     pub ports: Option<[u16; 2]>,
     /// Mbufs in the pool both ports share [default: 4095].
@@ -221,7 +221,7 @@ pub struct ServiceSection {
     /// (docs/wire.md). A key an application sets (rnicdv) wins
     /// [default: none, feedback not authenticated].
     pub feedback_domain_key: Option<String>,
-    /// The devices to serve, each on a port of [eal] with its own IPv4
+    /// The devices to serve, each on a port of `[eal]` with its own IPv4
     /// address [default: rnic0 and rnic1, the loopback testbed's hosts].
     pub devices: Option<Vec<DeviceSection>>,
     /// Static neighbour entries (IPv4 to MAC) every device uses instead of
@@ -251,7 +251,7 @@ pub struct NeighbourSection {
 pub struct DeviceSection {
     /// The name applications open (`ibv_devices` lists it).
     pub name: String,
-    /// The DPDK port (from a vdev or PCI device of [eal]).
+    /// The DPDK port (from a vdev or PCI device of `[eal]`).
     pub port: u16,
     /// Its IPv4 address: the RoCE v2 GID `::ffff:a.b.c.d`, answered by ARP.
     pub ip: String,

@@ -19,6 +19,9 @@
 //! A frame addressed to the NIC's own MAC (a QP connected to another QP of
 //! the same device) does not go out: it comes back into this NIC's own RX
 //! at the start of the next pass, as hardware NICs and rxe loop them back.
+//! A NIC that is one of several engines of a device ([`Nic::as_shard`]:
+//! QP shards on one link) sends such frames out through its port, which
+//! brings each to the engine owning its QP.
 //!
 //! ARP is the pipeline's too: it answers requests for the NIC's own
 //! address, learns its peers' MACs into the neighbour table, and resolves

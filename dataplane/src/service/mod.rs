@@ -5,8 +5,8 @@
 //!
 //! control requests (from [`control`]) -> per host, the pipeline: RX burst
 //! -> engine -> timers -> doorbells (the send and receive rings of active
-//! QPs and the shared receive queues' rings, read by [`Apps`]) -> TX burst
-//! -> completions (routed by [`Apps`] into the applications' CQ rings).
+//! QPs and the shared receive queues' rings, read by `Apps`) -> TX burst
+//! -> completions (routed by `Apps` into the applications' CQ rings).
 //!
 //! Everything an application writes into shared memory is untrusted: a bad
 //! WQE completes with an error CQE (and moves its QP to ERR, as a NIC

@@ -67,8 +67,9 @@ pub fn compute(ip_packet: &[u8], tlm_len: usize) -> Result<u32, WireError> {
 /// CRC's initial state instead (a CRC is linear, so changing byte `p` of
 /// the input by `d` changes the result as changing the initial state by
 /// `d` run `p` bytes backwards through the CRC does). Taken for packets
-/// of at least [`IN_PLACE_MIN`] bytes with a 20-byte IP header and no TLM
-/// block; any other packet is computed as [`compute`] does.
+/// of at least 40 bytes (IPv4, UDP and BTH headers) with a 20-byte IP
+/// header and no TLM block; any other packet is computed as [`compute`]
+/// does.
 pub fn compute_in_frame(
     frame: &[u8],
     ip_at: usize,
