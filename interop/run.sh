@@ -13,12 +13,18 @@
 # port losing 1% and reordering 0.1% of the frames it sends and receives),
 # vlan (MTU 1024, RoCE over 802.1Q VLAN 100: ours with priority 3 on
 # 10.77.100.3, rxe0 from the GID of the VM's VLAN interface 10.77.100.2;
-# the pcap must show every frame we send tagged VLAN 100, priority 3);
-# default all
-# four. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the pingpong 1 B and
-# 1 MiB with its data checked (-c); in vlan 1 B and 64 KiB.
+# the pcap must show every frame we send tagged VLAN 100, priority 3),
+# shards (MTU 1024, our device's QPs sharded over two engines, qp_shards =
+# 2, on two queue pairs of the af_packet port, whose kernel fanout spreads
+# received frames over them by flow hash; an application of ours holds
+# shard 0, so the tests' QPs are shard 1's and every frame that reaches
+# shard 0's queue is passed on; ARP replies reach shard 1 as copies);
+# default all five. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
+# pingpong 1 B and 1 MiB with its data checked (-c); in vlan and shards
+# 1 B and 64 KiB.
 # --quick: the short set `./x test` runs (a few sizes, every test in both
-# directions at MTU 1024, ib_write_bw and the pingpong again lossy).
+# directions at MTU 1024; ib_write_bw and the pingpong again lossy, in
+# vlan and in shards, and ib_read_lat in shards).
 # With PERFTEST FLAGS: those flags instead of the sizes, phase mtu1024.
 # --keep DIR: keep the pcaps, the daemon's and the VM's logs there.
 # --bench: the benchmark instead: ib_write_lat (64 B) and ib_write_bw
@@ -57,11 +63,11 @@ keep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
-    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy,vlan)" ;;
+    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy,vlan,shards)" ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) tests+=("$1"); shift ;;
   esac
@@ -77,13 +83,13 @@ for t in "${tests[@]}"; do
 done
 if [ -z "$phases" ]; then
   if [ ${#extra[@]} -gt 0 ]; then phases=mtu1024
-  elif [ $quick = 1 ]; then phases=mtu1024,lossy,vlan
-  else phases=mtu1024,mtu4096,lossy,vlan
+  elif [ $quick = 1 ]; then phases=mtu1024,lossy,vlan,shards
+  else phases=mtu1024,mtu4096,lossy,vlan,shards
   fi
 fi
 IFS=, read -r -a phase_list <<< "$phases"
 for p in "${phase_list[@]}"; do
-  case "$p" in mtu1024|mtu4096|lossy|vlan|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy, vlan)" ;; esac
+  case "$p" in mtu1024|mtu4096|lossy|vlan|shards|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy, vlan, shards)" ;; esac
 done
 
 [ "$(id -u)" -eq 0 ] || unable "needs root (network namespace, tap device, VM)"
@@ -119,7 +125,13 @@ tap=rnictap0
 work=$(mktemp -d /tmp/rnic-interop.XXXXXX)
 daemon_pid=
 vm=
+holder_pid=
 stop_daemon() {
+  if [ -n "$holder_pid" ]; then
+    kill "$holder_pid" 2>/dev/null || true
+    wait "$holder_pid" 2>/dev/null || true
+    holder_pid=
+  fi
   [ -n "$daemon_pid" ] || return 0
   kill -TERM "$daemon_pid" 2>/dev/null
   wait "$daemon_pid" 2>/dev/null
@@ -155,7 +167,11 @@ ip netns exec "$ns" ip link set $tap up
 # its PMD finds frame i at i * framesz, so a block holds whole frames only:
 # 8 frames of 4608 bytes in a 36864-byte block.
 start_daemon() { # PHASE
-  local faults= address='ip = "10.77.0.3"'
+  local faults= address='ip = "10.77.0.3"' qpairs= shards=
+  if [ "$1" = shards ]; then
+    qpairs=,qpairs=2
+    shards='qp_shards = 2'
+  fi
   if [ "$1" = lossy ]; then
     faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7'
   fi
@@ -165,7 +181,7 @@ start_daemon() { # PHASE
 
   cat > "$work/cfg.toml" <<CFG
 [eal]
-args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning", "--vdev=net_af_packet0,iface=$tap,blocksz=36864,framesz=4608,framecnt=512"]
+args = ["--no-huge", "--no-pci", "--no-telemetry", "-m", "256", "--log-level=lib.eal:warning", "--vdev=net_af_packet0,iface=$tap,blocksz=36864,framesz=4608,framecnt=512$qpairs"]
 [loopback]
 mem_bytes = 4096
 mtu = 4096
@@ -177,6 +193,7 @@ max_shm_bytes = 1073741824
 hugepages = false
 tap = "$work/$1.pcap"
 tap_frames = 4000000
+$shards
 [[service.devices]]
 name = "roce0"
 port = 0
@@ -189,6 +206,19 @@ CFG
   daemon_pid=$!
   for _ in $(seq 100); do [ -S "$work/rnic.sock" ] && break; sleep 0.1; done
   [ -S "$work/rnic.sock" ] || { cat "$work/daemon-$1.log"; die "the daemon did not start"; }
+  if [ "$1" = shards ]; then
+    # An application of ours on shard 0 (a server waiting for a client
+    # that never comes): the tests' applications open shard 1.
+    # (Not through `ours`: a function in the background is a subshell, and
+    # its PID would not be the program's.)
+    ip netns exec "$ns" env LD_LIBRARY_PATH="$root/target/release/ibverbs" RNIC_SOCKET="$work/rnic.sock" \
+      ibv_rc_pingpong -d roce0 -g 1 -p 18999 > "$work/holder.log" 2>&1 &
+    holder_pid=$!
+    for _ in $(seq 100); do
+      ip netns exec "$ns" ss -ltn 2>/dev/null | grep -q ':18999 ' && break
+      sleep 0.1
+    done
+  fi
 }
 
 # The steps: PHASE TEST SIZE-ARGS, one line each. perftest: GID index 1;
@@ -213,6 +243,10 @@ for phase in "${phase_list[@]}"; do
         vlan:ib_write_bw) sizes=("-s 65536 -n 20") ;;
         vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5") ;;
         vlan:*) sizes=() ;;
+        shards:ib_write_bw) sizes=("-s 65536 -n 20") ;;
+        shards:ib_read_lat) sizes=("-s 4096 -n 20") ;;
+        shards:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        shards:*) sizes=() ;;
         lossy:ib_write_bw) sizes=("-s 65536 -n 50") ;;
         lossy:ibv_rc_pingpong) sizes=("-s 65536 -n 50") ;;
         lossy:*) sizes=() ;;
@@ -226,6 +260,9 @@ for phase in "${phase_list[@]}"; do
         vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
         vlan:ib_atomic_lat) sizes=("-n 20") ;;
         vlan:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
+        shards:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        shards:ib_atomic_lat) sizes=("-n 20") ;;
+        shards:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
         *:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 1048576 -n 5") ;;
         *:ib_atomic_lat) sizes=("-n 50") ;;
         *) sizes=("-s 1 -n 20" "-a -n 5") ;;
@@ -363,12 +400,28 @@ check_vlan_pcap() { # FILE
   fi
 }
 
+# The shards phase's counters: the tests' QPs were shard 1's (it received
+# RoCE frames), and what the port passed between the shards.
+check_shards() { # STATS-FILE
+  local rx steer
+  rx=$(sed -n 's/^host 0\.1 all QPs.* rx_pkts \([0-9]*\) .*/\1/p' "$1")
+  steer=$(grep '^host 0[. ].*steering' "$1" | sed 's/ ARP.*//' || true)
+  echo "shards: shard 1's QPs received ${rx:-no} frames; $steer" | tr '\n' ' '
+  echo
+  if [ "${rx:-0}" -eq 0 ]; then
+    echo "interop shards FAIL: no RoCE frame reached shard 1's QPs"
+    failed=$((failed + 1))
+  fi
+}
+
 # Ends a phase: our counters, the daemon stopped (which closes the pcap),
 # the pcap checked.
 end_phase() { # PHASE
   say "phase $1: our counters"
-  ip netns exec "$ns" target/release/dataplane stats --socket "$work/rnic.sock" || true
+  ip netns exec "$ns" target/release/dataplane stats --socket "$work/rnic.sock" > "$work/stats.out" 2>&1 || true
+  cat "$work/stats.out"
   stop_daemon
+  [ "$1" = shards ] && check_shards "$work/stats.out"
   say "phase $1: our port's pcap"
   # How many frames it holds, and how many the tap_frames limit left out.
   grep '^tap:' "$work/daemon-$1.log" || true
