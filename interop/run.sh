@@ -18,7 +18,7 @@
 # 2, on two queue pairs of the af_packet port, whose kernel fanout spreads
 # received frames over them by flow hash; an application of ours holds
 # shard 0, so the tests' QPs are shard 1's and every frame that reaches
-# shard 0's queue is passed on; ARP replies reach shard 1 as copies);
+# shard 0's queue is passed on; ARP frames reach every shard);
 # default all five. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
 # pingpong 1 B and 1 MiB with its data checked (-c); in vlan and shards
 # 1 B and 64 KiB.
@@ -215,9 +215,11 @@ CFG
       ibv_rc_pingpong -d roce0 -g 1 -p 18999 > "$work/holder.log" 2>&1 &
     holder_pid=$!
     for _ in $(seq 100); do
-      ip netns exec "$ns" ss -ltn 2>/dev/null | grep -q ':18999 ' && break
+      ip netns exec "$ns" ss -ltn 2>/dev/null | grep ':18999 ' > /dev/null && break
       sleep 0.1
     done
+    kill -0 "$holder_pid" 2>/dev/null \
+      || { cat "$work/holder.log"; die "the application holding shard 0 did not start"; }
   fi
 }
 

@@ -193,16 +193,20 @@ pub struct ServiceSection {
     /// [default: 1024].
     pub zero_copy_tx_min: Option<u32>,
     /// Dataplane lcores: each runs the pipelines of its share of the
-    /// devices (device `i` on lcore `i % lcores`) and serves the
-    /// applications that opened them; no more lcores run than there are
-    /// devices [default: 1]. `dataplane --lcores N` overrides it.
+    /// devices (device `i` on lcore `i % lcores`; with `qp_shards`, its
+    /// share of the devices' shards) and serves the applications that
+    /// opened them; no more lcores run than there are engines
+    /// [default: 1]. `dataplane --lcores N` overrides it.
     pub lcores: Option<u32>,
     /// Engines each device's QPs are sharded over (QP shards), each with
     /// its own RX and TX queue of the device's port; frames reach the
     /// shard owning their QP (its QPN says which). Shard `k` of device `i`
     /// runs on lcore `(i * qp_shards + k) % lcores`. The port must offer a
-    /// queue pair per shard [default: 1, at most 64]. `dataplane
-    /// --qp-shards N` overrides it.
+    /// queue pair per shard (the loopback testbed's net_ring ports up to
+    /// 16), and gets exactly that many (`[loopback] queues` is not used).
+    /// Each shard's inbox holds up to 1024 frames passed to it: with many
+    /// shards, raise `[loopback] mbufs` [default: 1, at most 64].
+    /// `dataplane --qp-shards N` overrides it.
     pub qp_shards: Option<u32>,
     /// Subnets (`a.b.c.d/n`) whose peers speak our telemetry, besides the
     /// daemon's own hosts [default: none]. A QP towards any other peer

@@ -26,7 +26,17 @@ pub enum DpdkLink {
 pub type HostPort = Tap<FaultInjector<DpdkLink>>;
 
 impl DpdkLink {
-    /// The DPDK port, when the lcore drives it (not while pipelined).
+    /// Whether a QP shard's port passed frames to other shards since the
+    /// last call (see `ShardPort::take_moved`); false for any other port.
+    pub fn take_moved(&mut self) -> bool {
+        match self {
+            DpdkLink::Shard(s) => s.take_moved(),
+            DpdkLink::Port(_) | DpdkLink::Pipe(_) => false,
+        }
+    }
+
+    /// The DPDK port, when the lcore drives it (not while pipelined, nor
+    /// for a QP shard, which drives one queue pair of it).
     pub fn port(&self) -> Option<&Port> {
         match self {
             DpdkLink::Port(p) => Some(p),
@@ -34,7 +44,10 @@ impl DpdkLink {
         }
     }
 
-    /// The whole port's counters (none while pipelined).
+    /// The whole port's counters (none while pipelined). A QP shard reads
+    /// the driver's counters from its own lcore, as shard 0 does for its
+    /// snapshot: the PMDs we run (net_ring, af_packet, memif, tap) keep
+    /// them per queue and sum them on read.
     pub fn port_stats(&self) -> Option<PortStats> {
         match self {
             DpdkLink::Port(p) => Some(p.stats()),

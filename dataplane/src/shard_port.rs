@@ -13,10 +13,10 @@
 //! the device), goes into its owner's inbox, a bounded channel the owner
 //! reads before its RX queue. ARP and MAC control (PFC) frames are every
 //! shard's business: each gets a copy. Anything else stays where it
-//! arrived, for the engine to count its drop. Nothing is dropped silently:
-//! a frame received for a shard whose inbox is full and a copy that finds
-//! no buffer are counted; a frame sent to a full inbox waits, as for a
-//! full TX ring.
+//! arrived, for the engine to count its drop. Nothing is dropped but a
+//! copy that finds no buffer (counted): a frame for a full inbox waits,
+//! as for a full TX ring, and while a received one waits the shard reads
+//! no more of its RX queue.
 
 use std::sync::Arc;
 
@@ -66,8 +66,9 @@ pub struct SteerCounters {
     pub taken: u64,
     /// ARP and MAC control frames copied to the other shards.
     pub copied: u64,
-    /// Frames dropped because their owner's inbox was full.
-    pub inbox_full: u64,
+    /// Frames that found their owner's inbox full and waited (none is
+    /// dropped for it).
+    pub waited_full: u64,
     /// Copies not made for want of a buffer.
     pub copy_no_buffer: u64,
 }
@@ -78,7 +79,7 @@ impl SteerCounters {
         self.looped += o.looped;
         self.taken += o.taken;
         self.copied += o.copied;
-        self.inbox_full += o.inbox_full;
+        self.waited_full += o.waited_full;
         self.copy_no_buffer += o.copy_no_buffer;
     }
 }
@@ -99,8 +100,13 @@ pub struct ShardPort {
     shard: u32,
     inboxes: Arc<Inboxes>,
     counters: SteerCounters,
+    /// Frames passed or copied since [`ShardPort::take_moved`].
+    moved: bool,
     /// Frames of the last RX burst, before they are routed.
     burst: Vec<Mbuf>,
+    /// Frames for other shards (received, or copies) waiting for room in
+    /// their inboxes, in order: at most a burst and its copies.
+    waiting: std::collections::VecDeque<(u32, Mbuf)>,
 }
 
 impl ShardPort {
@@ -118,7 +124,9 @@ impl ShardPort {
             shard,
             inboxes,
             counters: SteerCounters::default(),
+            moved: false,
             burst: Vec::with_capacity(nic::BURST),
+            waiting: std::collections::VecDeque::new(),
         }
     }
 
@@ -142,12 +150,51 @@ impl ShardPort {
         }
     }
 
-    /// Into shard `k`'s inbox; counted and dropped when it is full.
+    /// Into shard `k`'s inbox, or, when it is full (or frames wait
+    /// already), to wait in order for the next burst.
     fn pass(&mut self, k: u32, f: Mbuf) {
-        match self.inboxes.tx[k as usize].try_send(f) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.counters.inbox_full += 1;
+        self.moved = true;
+        if !self.waiting.is_empty() {
+            self.waiting.push_back((k, f));
+            return;
+        }
+        if let Err(TrySendError::Full(f) | TrySendError::Disconnected(f)) =
+            self.inboxes.tx[k as usize].try_send(f)
+        {
+            self.counters.waited_full += 1;
+            self.waiting.push_back((k, f));
+        }
+    }
+
+    /// Passes the frames that wait, in order, until an inbox is full.
+    fn pass_waiting(&mut self) {
+        while let Some((k, f)) = self.waiting.pop_front() {
+            self.moved = true;
+            if let Err(TrySendError::Full(f) | TrySendError::Disconnected(f)) =
+                self.inboxes.tx[k as usize].try_send(f)
+            {
+                self.waiting.push_front((k, f));
+                break;
+            }
+        }
+    }
+
+    /// Whether the port passed or copied frames to other shards since the
+    /// last call: work for the lcore even when none of the frames was
+    /// this shard's (so that the lcore does not rest as if idle).
+    pub fn take_moved(&mut self) -> bool {
+        std::mem::take(&mut self.moved)
+    }
+
+    /// Up to `max` frames from this shard's inbox into `out`.
+    fn take_inbox(&mut self, out: &mut Vec<Mbuf>, max: usize) {
+        for _ in 0..max {
+            match self.inboxes.rx[self.shard as usize].try_recv() {
+                Ok(f) => {
+                    self.counters.taken += 1;
+                    out.push(f);
+                }
+                Err(_) => break,
             }
         }
     }
@@ -174,21 +221,17 @@ impl ShardPort {
 impl FramePort for ShardPort {
     type Frame = Mbuf;
 
-    /// Frames from the inbox first (they were sent or received before
-    /// anything the queue holds now), then the queue's, routed.
+    /// Frames from the inbox first (up to half the burst, so that a busy
+    /// inbox cannot starve the queue), then the queue's, routed, then the
+    /// inbox again while there is room. While frames wait for a full
+    /// inbox the queue is not read: its ring holds the rest (and a sender
+    /// on net_ring waits, as for any full ring).
     fn rx_burst(&mut self, now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let start = out.len();
-        while out.len() - start < max {
-            match self.inboxes.rx[self.shard as usize].try_recv() {
-                Ok(f) => {
-                    self.counters.taken += 1;
-                    out.push(f);
-                }
-                Err(_) => break,
-            }
-        }
+        self.pass_waiting();
+        self.take_inbox(out, max.div_ceil(2));
         let room = max - (out.len() - start);
-        if room > 0 {
+        if room > 0 && self.waiting.is_empty() {
             let mut burst = std::mem::take(&mut self.burst);
             self.queue.rx_burst(now, &mut burst, room);
             for f in burst.drain(..) {
@@ -206,11 +249,15 @@ impl FramePort for ShardPort {
             }
             self.burst = burst;
         }
+        let room = max - (out.len() - start);
+        self.take_inbox(out, room);
         out.len() - start
     }
 
     /// Frames to the device's own MAC go to their QP's shard, the others
-    /// to this shard's TX queue. A full inbox takes no more of them, as a
+    /// to this shard's TX queue (the count returned includes both; the
+    /// frames taken are not always the first ones of `frames`, so a
+    /// latency trace may stamp the wrong frames of such a burst "sent"). A full inbox takes no more of them, as a
     /// full TX ring: they stay in `frames`, in order, for the next burst
     /// (the receiving shard paces the sending one, and the frames do not
     /// pile up in inboxes until the pool runs dry).

@@ -470,8 +470,8 @@ impl Snapshot {
             if p.qp_shard > 0 || st.passed + st.taken + st.looped > 0 {
                 let _ = writeln!(
                     s,
-                    "host {} steering: frames passed to their QP's shard {}, sent to its own device {}, taken from its inbox {}, ARP/PFC copied {}; dropped: inbox full {}, no buffer for a copy {}",
-                    host, st.passed, st.looped, st.taken, st.copied, st.inbox_full, st.copy_no_buffer
+                    "host {} steering: frames passed to their QP's shard {}, sent to its own device {}, taken from its inbox {}, ARP/PFC copied {}; waited for a full inbox {}; copies not made for want of a buffer {}",
+                    host, st.passed, st.looped, st.taken, st.copied, st.waited_full, st.copy_no_buffer
                 );
             }
             let (f, d) = (

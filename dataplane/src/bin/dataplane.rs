@@ -52,8 +52,8 @@ struct Cli {
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
     /// Dataplane lcores for --serve, each running its share of the
-    /// devices (device i on lcore i % N) [default: `lcores` of [service],
-    /// else 1].
+    /// devices (device i on lcore i % N; with --qp-shards, its share of
+    /// the devices' shards) [default: `lcores` of [service], else 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(dataplane::config::MAX_LCORES)))]
     lcores: Option<u32>,
     /// Engines each device's QPs are sharded over for --serve, each on its

@@ -235,11 +235,20 @@ impl Port {
     }
 
     pub fn stats(&self) -> PortStats {
-        PortStats {
-            rx_bad_checksum: self.rx_bad_checksum,
-            rx_unjoinable: self.rx_unjoinable,
-            ..driver_stats(self.id)
-        }
+        with_drops(
+            driver_stats(self.id),
+            self.rx_bad_checksum,
+            self.rx_unjoinable,
+        )
+    }
+}
+
+/// `driver`'s counters with our own RX drops.
+fn with_drops(driver: PortStats, rx_bad_checksum: u64, rx_unjoinable: u64) -> PortStats {
+    PortStats {
+        rx_bad_checksum,
+        rx_unjoinable,
+        ..driver
     }
 }
 
@@ -502,11 +511,11 @@ impl Port {
 impl QueuePort {
     /// The whole port's counters (the driver's, and this queue's drops).
     pub fn port_stats(&self) -> PortStats {
-        PortStats {
-            rx_bad_checksum: self.rx_bad_checksum,
-            rx_unjoinable: self.rx_unjoinable,
-            ..driver_stats(self.id)
-        }
+        with_drops(
+            driver_stats(self.id),
+            self.rx_bad_checksum,
+            self.rx_unjoinable,
+        )
     }
 
     /// Its part of the port's counters: the driver's (whole-port) ones
@@ -517,11 +526,7 @@ impl QueuePort {
             0 => driver_stats(self.id),
             _ => PortStats::default(),
         };
-        PortStats {
-            rx_bad_checksum: self.rx_bad_checksum,
-            rx_unjoinable: self.rx_unjoinable,
-            ..driver
-        }
+        with_drops(driver, self.rx_bad_checksum, self.rx_unjoinable)
     }
 }
 

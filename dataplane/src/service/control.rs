@@ -1,7 +1,7 @@
 //! The control thread: a mio event loop on the daemon's Unix socket. It
 //! accepts applications, reads framed requests, hands them to the
 //! dataplane lcore that serves them over a crossbeam channel (the
-//! the `Router` decides which), and writes the replies (with their file
+//! `Router` decides which), and writes the replies (with their file
 //! descriptors) that come back. It never touches the engines,
 //! so the dataplane thread's loop makes no system call for the control
 //! path; a reply wakes this thread through a mio `Waker`.

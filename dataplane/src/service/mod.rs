@@ -607,18 +607,16 @@ impl Service {
     /// services of [`Service::shards`]) each runs on: a host sharded over
     /// several lcores is named once for each.
     fn placement(shards: &[Service]) -> Vec<(String, usize)> {
-        let mut all: Vec<(usize, u32, String, usize)> = shards
+        let all: std::collections::BTreeSet<(usize, usize, String)> = shards
             .iter()
             .enumerate()
             .flat_map(|(l, s)| {
                 s.hosts
                     .iter()
-                    .map(move |h| (h.index, h.qp_shard, h.spec.name.clone(), l))
+                    .map(move |h| (h.index, l, h.spec.name.clone()))
             })
             .collect();
-        all.sort();
-        all.dedup_by(|a, b| (a.0, a.3) == (b.0, b.3));
-        all.into_iter().map(|(_, _, name, l)| (name, l)).collect()
+        all.into_iter().map(|(_, l, name)| (name, l)).collect()
     }
 
     /// Closes the tap's pcap file: the frames it recorded and those it
@@ -727,6 +725,9 @@ impl Service {
             let (nic, mut apps) = self.host_apps(h);
             moved |= nic.poll(now, &mut apps);
             moved |= apps.drain_pending();
+            // A QP shard's frames passed to another: work, though none
+            // was its own.
+            moved |= crate::host_port::link_mut(nic.port_mut()).take_moved();
         }
         self.cqs.wake_owed();
         self.busy_since = moved.then_some(now);

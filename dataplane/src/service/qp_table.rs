@@ -1,5 +1,6 @@
 //! The service's QPs of one host, indexed by QPN (the engine hands QPNs
-//! out densely from `QPN_BASE`), so that routing a completion or polling
+//! out densely from `QPN_BASE`, or every N-th one for a QP shard of N,
+//! still below `QPN_BASE + MAX_QPS`), so that routing a completion or polling
 //! the send rings costs an index, not a hash.
 
 use transport::rc::{Qpn, QPN_BASE};

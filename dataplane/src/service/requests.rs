@@ -402,7 +402,8 @@ impl Service {
                 max_qp_wr: MAX_DEPTH.min(transport::rc::MAX_SEND_WR as u32),
                 max_srq_wr: MAX_DEPTH.min(transport::rc::MAX_RECV_WR as u32),
                 atomic_hca: true,
-                max_qp: transport::rc::MAX_QPS as u32,
+                // A QP shard holds its share of the device's QPNs.
+                max_qp: h.nic.engine().config().qpns.max_qps() as u32,
                 max_cqe: MAX_DEPTH,
                 max_mr: transport::mr::MAX_MRS as u32,
                 max_srq: transport::rc::MAX_SRQS as u32,

@@ -21,7 +21,9 @@ use super::{
 /// BTH), to steer the frame to the engine owning its QP. `head` may be
 /// only the frame's first segment: nothing past the BTH is looked at, and
 /// nothing is checked that the engine checks on the whole frame (lengths,
-/// checksums, ICRC). None for any other frame.
+/// checksums, ICRC). None for any other frame. An INT response's DestQP
+/// is the QP it answers, on the far end: it does not name a QP of the
+/// receiver (the daemon's QP shards do not subscribe to INT responses).
 pub fn steering_dest_qp(head: &[u8]) -> Option<u32> {
     let eth = EthernetFrame::new_checked(head).ok()?;
     if eth.ethertype() != ethernet::ETHERTYPE_IPV4 {
