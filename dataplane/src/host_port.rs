@@ -44,13 +44,10 @@ impl DpdkLink {
         }
     }
 
-    /// The whole port's counters (none while pipelined). A QP shard reads
-    /// the driver's counters from its own lcore, as shard 0 does for its
-    /// snapshot: the PMDs we run (net_ring, af_packet, memif, tap) keep
-    /// them per queue and sum them on read.
+    /// The whole port's counters (none while pipelined).
     pub fn port_stats(&self) -> Option<PortStats> {
         match self {
-            DpdkLink::Port(p) => Some(p.stats()),
+            DpdkLink::Port(p) => Some(p.port_stats()),
             DpdkLink::Pipe(_) => None,
             DpdkLink::Shard(s) => Some(s.queue().port_stats()),
         }

@@ -28,7 +28,7 @@ use transport::wire::arp::ETHERTYPE_ARP;
 use transport::wire::pfc::ETHERTYPE_MAC_CONTROL;
 use transport::wire::{steering_dest_qp, EthernetFrame, MacAddr};
 
-use crate::dpdk::{Mbuf, QueuePort};
+use crate::dpdk::{Mbuf, Port};
 
 /// Frames one shard's inbox holds (as many as a port's RX ring).
 pub const INBOX_FRAMES: usize = 1024;
@@ -94,7 +94,7 @@ enum Route {
 
 /// Shard `shard`'s view of a device's port.
 pub struct ShardPort {
-    queue: QueuePort,
+    queue: Port,
     /// The device's MAC (its engines' source MAC, not always the port's).
     device_mac: MacAddr,
     shard: u32,
@@ -112,12 +112,7 @@ pub struct ShardPort {
 impl ShardPort {
     /// Shard `shard` of the device with MAC `device_mac` whose shards
     /// have `inboxes`, on its own queue pair of the device's port.
-    pub fn new(
-        queue: QueuePort,
-        device_mac: MacAddr,
-        shard: u32,
-        inboxes: Arc<Inboxes>,
-    ) -> ShardPort {
+    pub fn new(queue: Port, device_mac: MacAddr, shard: u32, inboxes: Arc<Inboxes>) -> ShardPort {
         ShardPort {
             queue,
             device_mac,
@@ -130,7 +125,7 @@ impl ShardPort {
         }
     }
 
-    pub fn queue(&self) -> &QueuePort {
+    pub fn queue(&self) -> &Port {
         &self.queue
     }
 

@@ -2,8 +2,10 @@
 //! and TX, statistics; and net_ring ports joined back to back through two
 //! rings (the testbeds).
 //!
-//! A [`Port`] owns its queues: it is `Send` (an lcore may take it) but not
-//! `Sync`, so one lcore at a time drives them. The pipelined layout splits
+//! A [`Port`] owns its queues (all of them, or one queue pair of a port
+//! split among the lcores of a device's QP shards: [`Port::into_queues`]):
+//! it is `Send` (an lcore may take it) but not `Sync`, so one lcore at a
+//! time drives them. The pipelined layout splits
 //! a port into an [`RxHalf`] and a [`TxHalf`] for its RX and TX pipe
 //! threads: DPDK's RX and TX queues are independent, so each half may run
 //! on its own thread, and neither is `Sync`.
@@ -65,6 +67,11 @@ pub struct Port {
     /// joinable into their first segment.
     rx_unjoinable: u64,
     _not_sync: NotSync,
+    /// The RX queues it polls and the TX queue it sends on: every RX queue
+    /// and TX queue 0, or one queue pair of the device
+    /// ([`Port::into_queues`]).
+    rx: std::ops::Range<u16>,
+    tx: u16,
     pub id: u16,
     /// RX offloads enabled (those of `ETH_RX_OFFLOAD_IPV4_CKSUM` the device
     /// offers); the port works without any.
@@ -195,6 +202,8 @@ impl Port {
             rx_bad_checksum: 0,
             rx_unjoinable: 0,
             _not_sync: PhantomData,
+            rx: 0..nq,
+            tx: 0,
             id,
             rx_offloads: conf.rxmode.offloads,
             queues: nq,
@@ -203,12 +212,40 @@ impl Port {
         })
     }
 
+    /// The port as one port per queue pair `q` (RX queue `q`, TX queue
+    /// `q`), for the lcores that share it (one engine each of a device's
+    /// QP shards): each drives its own queues, so they may run on
+    /// different threads at once. Only the one of queue pair 0 reports
+    /// the driver's counters in [`Port::stats`], so that their sum is the
+    /// port's.
+    pub fn into_queues(self) -> Vec<Port> {
+        (0..self.queues)
+            .map(|q| Port {
+                stash: Vec::with_capacity(BULK),
+                dev: self.dev.clone(),
+                mac: self.mac,
+                mtu: self.mtu,
+                rx_bad_checksum: 0,
+                rx_unjoinable: 0,
+                _not_sync: PhantomData,
+                rx: q..q + 1,
+                tx: q,
+                id: self.id,
+                rx_offloads: self.rx_offloads,
+                queues: self.queues,
+                rss: self.rss,
+                driver: self.driver.clone(),
+            })
+            .collect()
+    }
+
     /// The RX and TX halves, for an RX pipe thread and a TX pipe thread;
     /// [`RxHalf::join`] makes the port whole again.
     pub fn split(self) -> (RxHalf, TxHalf) {
         let tx = TxHalf {
             _dev: self.dev.clone(),
             id: self.id,
+            queue: self.tx,
             _not_sync: PhantomData,
         };
         (RxHalf { port: self }, tx)
@@ -234,7 +271,22 @@ impl Port {
         link_up(self.id)
     }
 
+    /// Its counters: the driver's (whole-port ones, given by the port of
+    /// queue pair 0 alone when the port is split into queue pairs) and
+    /// its own drops.
     pub fn stats(&self) -> PortStats {
+        let driver = match self.tx {
+            0 => driver_stats(self.id),
+            _ => PortStats::default(),
+        };
+        with_drops(driver, self.rx_bad_checksum, self.rx_unjoinable)
+    }
+
+    /// The whole port's counters (the driver's) and its own drops, from
+    /// any of its queue pairs. The PMDs we run (net_ring, af_packet,
+    /// memif, tap) keep them per queue and sum them on read, so another
+    /// lcore may read them while the queues run.
+    pub fn port_stats(&self) -> PortStats {
         with_drops(
             driver_stats(self.id),
             self.rx_bad_checksum,
@@ -365,12 +417,12 @@ fn tx_queue(id: u16, q: u16, frames: &mut Vec<Mbuf>) -> usize {
 impl FramePort for Port {
     type Frame = Mbuf;
 
-    /// Polls every RX queue of the port.
+    /// Polls its RX queues.
     fn rx_burst(&mut self, _now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let check = self.checks_ip();
         rx_queues(
             self.id,
-            0..self.queues,
+            self.rx.clone(),
             check,
             out,
             max,
@@ -380,7 +432,7 @@ impl FramePort for Port {
     }
 
     fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
-        tx_queue(self.id, 0, frames)
+        tx_queue(self.id, self.tx, frames)
     }
 
     /// From the stash, refilled [`BULK`] at a time; one by one when the
@@ -429,7 +481,7 @@ impl RxHalf {
         let check = p.checks_ip();
         rx_queues(
             p.id,
-            0..p.queues,
+            p.rx.clone(),
             check,
             out,
             BURST,
@@ -454,127 +506,14 @@ impl RxHalf {
 pub struct TxHalf {
     _dev: Arc<Device>,
     id: u16,
+    queue: u16,
     _not_sync: NotSync,
 }
 
 impl TxHalf {
     /// Sends from the front of `frames`; what the queue refuses stays.
     pub fn tx_burst(&mut self, frames: &mut Vec<Mbuf>) -> usize {
-        tx_queue(self.id, 0, frames)
-    }
-}
-
-/// One RX and one TX queue of a started port, for one of the lcores
-/// that share the port (one engine each of a device's QP shards). Each
-/// drives its own pair of queues, so the queue ports of one port may run
-/// on different threads at once; each is `Send`, none is `Sync`.
-#[derive(Debug)]
-pub struct QueuePort {
-    /// Fresh mbufs for the frames to build (dropped before `dev`).
-    stash: Vec<Mbuf>,
-    dev: Arc<Device>,
-    mac: MacAddr,
-    mtu: u32,
-    check_ip: bool,
-    rx_bad_checksum: u64,
-    rx_unjoinable: u64,
-    _not_sync: NotSync,
-    pub id: u16,
-    /// Its RX and TX queue.
-    pub queue: u16,
-    /// The PMD's name.
-    pub driver: String,
-}
-
-impl Port {
-    /// The port as one [`QueuePort`] per queue pair.
-    pub fn into_queues(self) -> Vec<QueuePort> {
-        let check_ip = self.checks_ip();
-        (0..self.queues)
-            .map(|queue| QueuePort {
-                stash: Vec::with_capacity(BULK),
-                dev: self.dev.clone(),
-                mac: self.mac,
-                mtu: self.mtu,
-                check_ip,
-                rx_bad_checksum: 0,
-                rx_unjoinable: 0,
-                _not_sync: PhantomData,
-                id: self.id,
-                queue,
-                driver: self.driver.clone(),
-            })
-            .collect()
-    }
-}
-
-impl QueuePort {
-    /// The whole port's counters (the driver's, and this queue's drops).
-    pub fn port_stats(&self) -> PortStats {
-        with_drops(
-            driver_stats(self.id),
-            self.rx_bad_checksum,
-            self.rx_unjoinable,
-        )
-    }
-
-    /// Its part of the port's counters: the driver's (whole-port) ones
-    /// on queue 0, its own drops on every queue, so that the queue ports'
-    /// sum is the port's.
-    pub fn stats(&self) -> PortStats {
-        let driver = match self.queue {
-            0 => driver_stats(self.id),
-            _ => PortStats::default(),
-        };
-        with_drops(driver, self.rx_bad_checksum, self.rx_unjoinable)
-    }
-}
-
-impl FramePort for QueuePort {
-    type Frame = Mbuf;
-
-    fn rx_burst(&mut self, _now: u64, out: &mut Vec<Mbuf>, max: usize) -> usize {
-        rx_queues(
-            self.id,
-            self.queue..self.queue + 1,
-            self.check_ip,
-            out,
-            max,
-            &mut self.rx_bad_checksum,
-            &mut self.rx_unjoinable,
-        )
-    }
-
-    fn tx_burst(&mut self, _now: u64, frames: &mut Vec<Mbuf>) -> usize {
         tx_queue(self.id, self.queue, frames)
-    }
-
-    fn alloc(&mut self) -> Option<Mbuf> {
-        alloc_stashed(&mut self.stash, &self.dev.pool)
-    }
-
-    fn recycle(&mut self, frames: &mut Vec<Mbuf>) {
-        Mbuf::free_bulk(frames);
-    }
-
-    fn buffers_held(&self) -> usize {
-        self.stash.len()
-    }
-
-    fn tx_ready(&self, _now: u64) -> usize {
-        BURST
-    }
-
-    fn mac(&self) -> MacAddr {
-        self.mac
-    }
-
-    fn mtu(&self) -> u32 {
-        self.mtu
-    }
-
-    fn link_up(&self) -> bool {
-        link_up(self.id)
     }
 }
 
