@@ -107,6 +107,10 @@ pub struct ShardPort {
     /// Frames for other shards (received, or copies) waiting for room in
     /// their inboxes, in order: at most a burst and its copies.
     waiting: std::collections::VecDeque<(u32, Mbuf)>,
+    /// A TX burst's frames for the queue and those held for a full inbox
+    /// (empty between bursts; kept for their capacity).
+    tx_out: Vec<Mbuf>,
+    tx_held: Vec<Mbuf>,
 }
 
 impl ShardPort {
@@ -122,6 +126,8 @@ impl ShardPort {
             moved: false,
             burst: Vec::with_capacity(nic::BURST),
             waiting: std::collections::VecDeque::new(),
+            tx_out: Vec::with_capacity(nic::BURST),
+            tx_held: Vec::new(),
         }
     }
 
@@ -252,18 +258,20 @@ impl FramePort for ShardPort {
     /// Frames to the device's own MAC go to their QP's shard, the others
     /// to this shard's TX queue (the count returned includes both; the
     /// frames taken are not always the first ones of `frames`, so a
-    /// latency trace may stamp the wrong frames of such a burst "sent"). A full inbox takes no more of them, as a
-    /// full TX ring: they stay in `frames`, in order, for the next burst
-    /// (the receiving shard paces the sending one, and the frames do not
-    /// pile up in inboxes until the pool runs dry).
+    /// latency trace may stamp the wrong frames of such a burst "sent").
+    /// A full inbox takes no more of them, as a full TX ring: they stay in
+    /// `frames`, in order, for the next burst (the receiving shard paces
+    /// the sending one, and the frames do not pile up in inboxes until the
+    /// pool runs dry).
     fn tx_burst(&mut self, now: u64, frames: &mut Vec<Mbuf>) -> usize {
         let mac = self.device_mac;
         let own = |f: &Mbuf| f.data().get(..6) == Some(&mac.0[..]);
         if !frames.iter().any(own) {
             return self.queue.tx_burst(now, frames);
         }
-        let mut out = Vec::with_capacity(frames.len());
-        let mut held = Vec::new();
+        // Reused buffers: no allocation per burst.
+        let mut out = std::mem::take(&mut self.tx_out);
+        let mut held = std::mem::take(&mut self.tx_held);
         let mut looped = 0;
         for f in frames.drain(..) {
             if !own(&f) {
@@ -287,7 +295,9 @@ impl FramePort for ShardPort {
         self.counters.looped += looped as u64;
         let sent = self.queue.tx_burst(now, &mut out);
         out.append(&mut held);
-        *frames = out;
+        // `frames` (empty now) becomes the next call's buffer.
+        self.tx_out = std::mem::replace(frames, out);
+        self.tx_held = held;
         looped + sent
     }
 

@@ -268,7 +268,10 @@ impl Port {
     /// Whether the link is up (virtual devices such as memif come up once
     /// their peer connects).
     pub fn link_up(&self) -> bool {
-        link_up(self.id)
+        let mut l = dpdk_sys::rte_eth_link::default();
+        // SAFETY: `l` is a valid out-parameter.
+        let r = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut l) };
+        r == 0 && l.link_status() != 0
     }
 
     /// Its counters: the driver's (whole-port ones, given by the port of
@@ -302,26 +305,6 @@ fn with_drops(driver: PortStats, rx_bad_checksum: u64, rx_unjoinable: u64) -> Po
         rx_unjoinable,
         ..driver
     }
-}
-
-/// An mbuf from `stash`, refilled [`BULK`] at a time from `pool`; one by
-/// one when the pool has fewer left.
-fn alloc_stashed(stash: &mut Vec<Mbuf>, pool: &Mempool) -> Option<Mbuf> {
-    if let Some(m) = stash.pop() {
-        return Some(m);
-    }
-    if pool.alloc_bulk(stash, BULK) {
-        return stash.pop();
-    }
-    pool.alloc()
-}
-
-/// Whether port `id`'s link is up.
-fn link_up(id: u16) -> bool {
-    let mut l = dpdk_sys::rte_eth_link::default();
-    // SAFETY: `l` is a valid out-parameter.
-    let r = unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut l) };
-    r == 0 && l.link_status() != 0
 }
 
 /// The driver's counters of port `id`.
@@ -438,7 +421,13 @@ impl FramePort for Port {
     /// From the stash, refilled [`BULK`] at a time; one by one when the
     /// pool has fewer left.
     fn alloc(&mut self) -> Option<Mbuf> {
-        alloc_stashed(&mut self.stash, &self.dev.pool)
+        if let Some(m) = self.stash.pop() {
+            return Some(m);
+        }
+        if self.dev.pool.alloc_bulk(&mut self.stash, BULK) {
+            return self.stash.pop();
+        }
+        self.dev.pool.alloc()
     }
 
     /// To their pool in one call per [`BULK`].
