@@ -203,6 +203,7 @@ fn every_test_on_the_loopback(dir: &Path, sock: &Path) {
             "ratio ours/dpdk-echo",
             "ratio ours/udp",
             "ratio floors/dpdk-echo",
+            "ratio ours/floors",
             "ours rtt",
         ],
     );

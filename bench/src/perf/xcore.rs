@@ -1,68 +1,103 @@
 //! The cross-core floor of `write-lat --compare`: what any NIC whose
 //! dataplane runs on another core than the application pays, with no
 //! protocol at all. A helper thread stands for the dataplane: it spins on
-//! a doorbell word the application side writes, copies the message from
-//! the sender's buffer into the receiver's and stores the receiver's
-//! marker, which the application side spins on. One round trip is two
-//! such hops (client -> server, server -> client), as a WRITE ping-pong
-//! through our daemon; each hop moves the doorbell, the message and the
-//! marker between the two cores. The helper runs where the daemon's lcore
-//! runs (its CPU when `--pin` placed it, floating otherwise); outside a measurement it sleeps, so that it takes no CPU
-//! from the rounds of ours and the other baselines.
+//! the stamp the application side writes after the message (in the line
+//! after it, as a WQE's stamp follows its header), copies the message into
+//! the receiver's buffer, its last word last, and the receiver spins on
+//! that word (as perftest spins on the last byte of the data). One round
+//! trip is two such hops (client -> server, server -> client), as a WRITE
+//! ping-pong through our daemon; each hop moves the message and its stamp
+//! to the helper's core and the message back, each buffer in cache lines
+//! of its own (no line shared between the two directions or the two
+//! sides). The helper runs where the daemon's lcore runs (its CPU when
+//! `--pin` placed it, floating otherwise); outside a measurement it
+//! sleeps, so that it takes no CPU from the rounds of ours and the other
+//! baselines.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// One direction's buffers: the sender's message, the doorbell it rings,
-/// the receiver's copy and its marker.
+/// One cache line of words.
+#[repr(align(64))]
+#[derive(Default)]
+struct Line([AtomicU64; 8]);
+
+/// `n` words laid out in cache lines of their own.
+struct Words {
+    lines: Vec<Line>,
+    n: usize,
+}
+
+impl Words {
+    fn new(n: usize) -> Words {
+        Words {
+            lines: (0..n.div_ceil(8)).map(|_| Line::default()).collect(),
+            n,
+        }
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        &self.lines[i / 8].0[i % 8]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &AtomicU64> {
+        (0..self.n).map(|i| self.word(i))
+    }
+}
+
+/// One direction's buffers: the sender's message followed by its stamp,
+/// and the receiver's copy.
 struct Hop {
-    src: Vec<AtomicU64>,
-    doorbell: AtomicU64,
-    dst: Vec<AtomicU64>,
-    marker: AtomicU64,
+    /// `words` message words, then the stamp.
+    src: Words,
+    dst: Words,
+    words: usize,
 }
 
 impl Hop {
     fn new(words: usize) -> Hop {
-        let v = || (0..words).map(|_| AtomicU64::new(0)).collect();
         Hop {
-            src: v(),
-            doorbell: AtomicU64::new(0),
-            dst: v(),
-            marker: AtomicU64::new(0),
+            src: Words::new(words + 1),
+            dst: Words::new(words),
+            words,
         }
     }
 
-    /// The application side writes the message and rings.
+    /// The application side writes the message, then its stamp.
     fn post(&self, seq: u64) {
-        for w in &self.src {
+        for w in self.src.iter().take(self.words) {
             w.store(seq, Ordering::Relaxed);
         }
-        self.doorbell.store(seq, Ordering::Release);
+        self.src.word(self.words).store(seq, Ordering::Release);
     }
 
-    /// The dataplane side: a new doorbell moves the message; returns
-    /// whether one did.
+    /// The dataplane side: a new stamp moves the message, its last word
+    /// last; returns whether one did.
     fn serve(&self, seen: &mut u64) -> bool {
-        let seq = self.doorbell.load(Ordering::Acquire);
+        let seq = self.src.word(self.words).load(Ordering::Acquire);
         if seq == *seen {
             return false;
         }
         *seen = seq;
-        for (s, d) in self.src.iter().zip(&self.dst) {
-            d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+        let last = self.words - 1;
+        for i in 0..last {
+            let v = self.src.word(i).load(Ordering::Relaxed);
+            self.dst.word(i).store(v, Ordering::Relaxed);
         }
-        self.marker.store(seq, Ordering::Release);
+        let v = self.src.word(last).load(Ordering::Relaxed);
+        self.dst.word(last).store(v, Ordering::Release);
         true
     }
 
-    /// The receiving application spins until the message `seq` is there.
+    /// The receiving application spins until the message `seq` is there
+    /// (its last word).
     fn wait(&self, seq: u64, stop: &AtomicBool) -> Result<(), String> {
         let t0 = Instant::now();
         let mut k = 0u32;
-        while self.marker.load(Ordering::Acquire) != seq {
+        let last = self.dst.word(self.words - 1);
+        while last.load(Ordering::Acquire) != seq {
             k = k.wrapping_add(1);
             if k % 4096 == 0 && t0.elapsed() > Duration::from_secs(30) {
                 stop.store(true, Ordering::Relaxed);
@@ -168,7 +203,7 @@ mod tests {
         let s = &x.shared;
         for h in [&s.there, &s.back] {
             assert!(h.dst.iter().all(|w| w.load(Ordering::Relaxed) == 100));
-            assert_eq!(h.marker.load(Ordering::Relaxed), 100);
+            assert_eq!(h.src.word(h.words).load(Ordering::Relaxed), 100);
         }
     }
 }
