@@ -13,12 +13,12 @@
 //! (bindgen over `<infiniband/verbs.h>`, [`sys`]); every symbol of
 //! Debian's `libibverbs.so.1` is exported in its version node
 //! (`libibverbs.map`); what the NIC does not do fails with `EOPNOTSUPP`
-//! ([`stubs`]).
+//! (the `stubs` module).
 //!
 //! Every entry point takes raw pointers from C: their contract is the one
 //! verbs.h documents, and each function checks what it can (NULL
 //! pointers, sizes, handles of our own making) and never panics across
-//! the C boundary ([`util::guard`]).
+//! the C boundary (`util::guard`).
 
 pub mod sys;
 
