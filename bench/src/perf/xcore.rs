@@ -1,8 +1,9 @@
 //! The cross-core floor of `write-lat --compare`: what any NIC whose
 //! dataplane runs on another core than the application pays, with no
 //! protocol at all. A helper thread stands for the dataplane: it spins on
-//! the stamp the application side writes after the message (in the line
-//! after it, as a WQE's stamp follows its header), copies the message into
+//! the stamp the application side writes right after the message (for
+//! 64 B, in a second line, as a WQE with its data inline takes two: its
+//! header with the stamp, then the data), copies the message into
 //! the receiver's buffer, its last word last, and the receiver spins on
 //! that word (as perftest spins on the last byte of the data). One round
 //! trip is two such hops (client -> server, server -> client), as a WRITE
