@@ -346,10 +346,38 @@ figure() { # TEST FILE
 }
 results=$work/results
 : > "$results"
+# ibv_rc_pingpong has no closing handshake: each side exits once its own
+# last SEND is acknowledged and the other's last message is in. On a lossy
+# link the ACK of the final SEND can be lost after the peer, done, has
+# destroyed its QP; the sender's retries then go unanswered and its last
+# WR ends in RETRY_EXC_ERR, as it would on any RC NIC. The peer's success
+# proves all 2N messages arrived with their data checked (-c): it got
+# its N, and each of ours was sent only after one of its own came in. So
+# in the lossy phase that one outcome (one side rc 0 with its N iters, the
+# other failing only its SEND, wr_id 2, with retries exceeded) is the
+# lost final ACK, not a fault of either NIC; it counts as passed and is
+# said so.
+end_race() { # NAME HOST_RC GUEST_RC HOST_OUTPUT GUEST_OUTPUT
+  case "$1" in "ibv_rc_pingpong [lossy "*) ;; *) return 1 ;; esac
+  local iters failed_out ok_out
+  iters=$(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1")
+  if [ "$2" -ne 0 ] && [ "$3" = 0 ]; then failed_out=$4 ok_out=$5
+  elif [ "$2" -eq 0 ] && [ "$3" != 0 ] && [ "$3" != none ]; then failed_out=$5 ok_out=$4
+  else return 1
+  fi
+  # (The VM's console may end its lines with a carriage return.)
+  grep -Eq "(^|[[:space:]])$iters iters in " "$ok_out" &&
+    grep -Eq "transport retry counter exceeded \(12\) for wr_id 2([^0-9]|$)" "$failed_out" &&
+    ! grep -Eq "for wr_id 1([^0-9]|$)" "$failed_out"
+}
+end_races=0
 report() { # NAME DIRECTION HOST_RC GUEST_RC OUTPUT
   total=$((total + 1))
   if [ "$3" -eq 0 ] && [ "$4" = 0 ]; then
     echo "interop $1 $2 ok"
+  elif end_race "$1" "$3" "$4" "$5" "$work/guest.out"; then
+    echo "interop $1 $2 ok (the final SEND's ACK was lost after the peer, all $(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1") iterations done, had closed its QP: retries exceeded on that WR alone)"
+    end_races=$((end_races + 1))
   else
     echo "interop $1 $2 FAIL ours rc=$3, rxe rc=$4: $(grep -m1 -i 'error\|fail\|couldn\|mismatch' "$5" || echo 'see above')"
     failed=$((failed + 1))
@@ -496,6 +524,6 @@ if [ $failed -gt 0 ]; then
   echo "interop: $failed failed (of $total runs and the pcap checks)"
   exit 1
 fi
-echo "interop: all $total passed"
+echo "interop: all $total passed$( [ $end_races = 0 ] || echo " ($end_races of them with the final SEND's ACK lost after the peer closed, above)")"
 exit 0
 }
