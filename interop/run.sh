@@ -357,10 +357,11 @@ results=$work/results
 # other failing only its SEND, wr_id 2, with retries exceeded) is the
 # lost final ACK, not a fault of either NIC; it counts as passed and is
 # said so.
+iters_of() { sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1"; } # NAME: its -n
 end_race() { # NAME HOST_RC GUEST_RC HOST_OUTPUT GUEST_OUTPUT
   case "$1" in "ibv_rc_pingpong [lossy "*) ;; *) return 1 ;; esac
   local iters failed_out ok_out
-  iters=$(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1")
+  iters=$(iters_of "$1")
   if [ "$2" -ne 0 ] && [ "$3" = 0 ]; then failed_out=$4 ok_out=$5
   elif [ "$2" -eq 0 ] && [ "$3" != 0 ] && [ "$3" != none ]; then failed_out=$5 ok_out=$4
   else return 1
@@ -376,7 +377,7 @@ report() { # NAME DIRECTION HOST_RC GUEST_RC OUTPUT
   if [ "$3" -eq 0 ] && [ "$4" = 0 ]; then
     echo "interop $1 $2 ok"
   elif end_race "$1" "$3" "$4" "$5" "$work/guest.out"; then
-    echo "interop $1 $2 ok (the final SEND's ACK was lost after the peer, all $(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1") iterations done, had closed its QP: retries exceeded on that WR alone)"
+    echo "interop $1 $2 ok (the final SEND's ACK was lost after the peer, all $(iters_of "$1") iterations done, had closed its QP: retries exceeded on that WR alone)"
     end_races=$((end_races + 1))
   else
     echo "interop $1 $2 FAIL ours rc=$3, rxe rc=$4: $(grep -m1 -i 'error\|fail\|couldn\|mismatch' "$5" || echo 'see above')"

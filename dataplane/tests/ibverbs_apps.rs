@@ -15,7 +15,7 @@ use std::process::Command;
 
 mod daemon_util;
 
-use daemon_util::{pair, tool};
+use daemon_util::{pair, pair_on, tool};
 
 /// `objdump -T` lines `VERSION NAME` of the defined, versioned symbols.
 fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
@@ -150,14 +150,7 @@ fn main() {
                 if ev {
                     a.push("-e");
                 }
-                let (_, cli) = pair(
-                    &libs,
-                    &d.socket,
-                    prog,
-                    port,
-                    &[&["-d", server], &a[..]].concat(),
-                    &[&["-d", client], &a[..]].concat(),
-                );
+                let (_, cli) = pair_on(&libs, &d.socket, prog, port, (server, client), &a);
                 port += 1;
                 assert!(cli.contains(table), "{cli}");
                 // `-a` ends at 8 MiB.

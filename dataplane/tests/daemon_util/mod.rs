@@ -171,6 +171,26 @@ pub fn wait_listening(port: u16) {
     }
 }
 
+/// [`pair`] with the same `args` on both sides, the server on device
+/// `server` and the client on device `client` (`-d`).
+pub fn pair_on(
+    libs: &Path,
+    socket: &Path,
+    prog: &str,
+    port: u16,
+    (server, client): (&str, &str),
+    args: &[&str],
+) -> (String, String) {
+    pair(
+        libs,
+        socket,
+        prog,
+        port,
+        &[&["-d", server], args].concat(),
+        &[&["-d", client], args].concat(),
+    )
+}
+
 /// Runs `server_args` as the server and `client_args` + localhost as the
 /// client of one verbs program; both must exit 0. Returns their outputs.
 pub fn pair(
