@@ -8,7 +8,11 @@
 #   interop/run.sh [--quick | --bench] [--phases P,...] [--keep DIR] [TEST ...] [-- PERFTEST FLAGS]
 #
 # TEST: ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw
-# ib_read_bw ib_send_bw ibv_rc_pingpong (default: all).
+# ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify (default: all).
+# rc_verify (bench/scripts/rc_verify.c, built by ./x build against
+# rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
+# SEND, a WRITE with immediate, a READ and a FETCH_ADD per iteration; the
+# pingpong checks one byte per page, on the server only.
 # Phases: mtu1024 and mtu4096 (path MTU, loss-free), lossy (MTU 1024, our
 # port losing 1% and reordering 0.1% of the frames it sends and receives),
 # vlan (MTU 1024, RoCE over 802.1Q VLAN 100: ours with priority 3 on
@@ -20,8 +24,8 @@
 # shard 0, so the tests' QPs are shard 1's and every frame that reaches
 # shard 0's queue is passed on; ARP frames reach every shard);
 # default all five. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
-# pingpong 1 B and 1 MiB with its data checked (-c); in vlan and shards
-# 1 B and 64 KiB.
+# pingpong 1 B and 1 MiB with its data checked (-c), rc_verify 1 B and
+# 1 MiB; in vlan and shards 1 B and 64 KiB.
 # --quick: the short set `./x test` runs (a few sizes, every test in both
 # directions at MTU 1024; ib_write_bw and the pingpong again lossy, in
 # vlan and in shards, and ib_read_lat in shards).
@@ -31,7 +35,11 @@
 # (64 KiB) between rxe and our NIC both ways and between two rxe QPs in
 # the VM (rxe's loopback), interleaved over 3 rounds, medians at the end.
 #
-# One line per test and direction: "interop TEST rxe->ours ok" or "...
+# One line per test and direction, the verdict of `bench judge` (both exit
+# statuses, and both outputs read for the tools' failure words: the
+# pingpong prints "invalid data in page N" and exits 0; the pingpong's end
+# race on the lossy link passes only with the lost ACK in the record of
+# what our fault injector lost): "interop TEST rxe->ours ok" or "...
 # FAIL <why>", both programs' output above it; after each phase the pcap
 # our port's tap recorded, checked by `bench decode`, by tshark and by an
 # independent ICRC computation, and both stacks' counters. Exit 0 only when
@@ -46,8 +54,10 @@ root=$PWD
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'interop: %s\n' "$*" >&2; exit 1; }
-# What this machine cannot do: with --quick (./x test) the run is skipped,
-# exit 77; otherwise it fails.
+# What this machine cannot do (no root, no tap, no QEMU or kernel to
+# install): with --quick (./x test) the run is skipped, exit 77; otherwise
+# it fails. Anything else that goes wrong (the VM does not boot in time,
+# rxe cannot be set up, the guest's script fails) is a failure, always.
 unable() {
   [ "$quick" = 1 ] || die "$*"
   printf 'interop: skipped: %s\n' "$*"
@@ -63,7 +73,7 @@ keep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
     --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
@@ -72,7 +82,7 @@ while [ $# -gt 0 ]; do
     *) tests+=("$1"); shift ;;
   esac
 done
-all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong)
+all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify)
 if [ $bench = 1 ]; then
   [ ${#tests[@]} -eq 0 ] && tests=(ib_write_lat ib_write_bw)
   phases=bench
@@ -173,7 +183,8 @@ start_daemon() { # PHASE
     shards='qp_shards = 2'
   fi
   if [ "$1" = lossy ]; then
-    faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7'
+    # Every frame the faults lose is recorded: the judge reads it.
+    faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7\nlost_pcap = "'"$work/lost.pcap"'"'
   fi
   # perftest's TCP exchange stays untagged, between the namespace's kernel
   # (10.77.0.1) and the VM's NIC (10.77.0.2); RoCE goes over VLAN 100.
@@ -244,28 +255,32 @@ for phase in "${phase_list[@]}"; do
       case "$phase:$t" in
         vlan:ib_write_bw) sizes=("-s 65536 -n 20") ;;
         vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5") ;;
+        vlan:rc_verify) sizes=("-s 65536 -n 3") ;;
         vlan:*) sizes=() ;;
         shards:ib_write_bw) sizes=("-s 65536 -n 20") ;;
         shards:ib_read_lat) sizes=("-s 4096 -n 20") ;;
         shards:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        shards:rc_verify) sizes=("-s 65536 -n 3") ;;
         shards:*) sizes=() ;;
         lossy:ib_write_bw) sizes=("-s 65536 -n 50") ;;
         lossy:ibv_rc_pingpong) sizes=("-s 65536 -n 50") ;;
+        lossy:rc_verify) sizes=("-s 65536 -n 10") ;;
         lossy:*) sizes=() ;;
         *:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        *:rc_verify) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
         *:ib_atomic_lat) sizes=("-n 20") ;;
         *_lat) sizes=("-s 1 -n 20" "-s 4096 -n 20") ;;
         *) sizes=("-s 65536 -n 20") ;;
       esac
     else
       case "$phase:$t" in
-        vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        vlan:ibv_rc_pingpong|vlan:rc_verify) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
         vlan:ib_atomic_lat) sizes=("-n 20") ;;
         vlan:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
-        shards:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        shards:ibv_rc_pingpong|shards:rc_verify) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
         shards:ib_atomic_lat) sizes=("-n 20") ;;
         shards:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
-        *:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 1048576 -n 5") ;;
+        *:ibv_rc_pingpong|*:rc_verify) sizes=("-s 1 -n 5" "-s 1048576 -n 5") ;;
         *:ib_atomic_lat) sizes=("-n 50") ;;
         *) sizes=("-s 1 -n 20" "-a -n 5") ;;
       esac
@@ -283,7 +298,16 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
   [ "$3" = mtu4096 ] && mtu=4096
   case "$1" in
     ibv_rc_pingpong) echo "-d $2 -g $gid -c -m $mtu $4" ;;
+    rc_verify) echo "-d $2 -g $gid -m $mtu $4" ;;
     *) echo "-d $2 -x $gid -m $mtu -F $4" ;;
+  esac
+}
+# The program a test runs: ours are built by ./x build (the VM sees the
+# host's files).
+prog_of() { # TEST
+  case "$1" in
+    rc_verify) echo "$root/target/release/rc_verify" ;;
+    *) echo "$1" ;;
   esac
 }
 
@@ -295,10 +319,10 @@ while read -r phase t s; do
   # The guest finds the index of rxe0's GID on its VLAN interface.
   ggid=1
   [ "$phase" = vlan ] && ggid=@vlan_gid@
-  echo "server $t $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
-  echo "client $t $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
+  echo "server $(prog_of "$t") $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
+  echo "client $(prog_of "$t") $(args_of "$t" rxe0 "$phase" "$s" $ggid)" >> "$plan"
   # The benchmark's floor: rxe against rxe (its loopback) in the VM.
-  [ "$phase" = bench ] && echo "local $t $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
+  [ "$phase" = bench ] && echo "local $(prog_of "$t") $(args_of "$t" rxe0 "$phase" "$s")" >> "$plan"
 done < "$steps"
 
 say "booting the VM (pure emulation; rxe0 on 10.77.0.2, MTU 9000; and on VLAN 100, 10.77.100.2, when a phase needs it)"
@@ -316,9 +340,18 @@ wait_vm() {
     sleep 0.5
   done
 }
+# From here on nothing is skipped: QEMU and a kernel are here, so a VM
+# that does not come up, or an rxe it cannot make, is a failure.
 if ! wait_vm GUEST-READY 300; then
   tail -30 "$work/vm.log"
-  unable "the VM did not boot and bring rxe0 up (log above)"
+  fatal=$(grep -m1 'GUEST-FATAL' "$work/vm.log" || true)
+  if [ -n "$fatal" ]; then
+    die "the guest could not set up rxe: ${fatal#*GUEST-FATAL } (the VM's log above)"
+  elif kill -0 $vm 2>/dev/null; then
+    die "the VM did not boot and bring rxe0 up within 300 s (the VM's log above)"
+  else
+    die "the VM exited before it brought rxe0 up (the VM's log above)"
+  fi
 fi
 
 ours() { # runs a verbs program in the namespace over our library
@@ -346,43 +379,25 @@ figure() { # TEST FILE
 }
 results=$work/results
 : > "$results"
-# ibv_rc_pingpong has no closing handshake: each side exits once its own
-# last SEND is acknowledged and the other's last message is in. On a lossy
-# link the ACK of the final SEND can be lost after the peer, done, has
-# destroyed its QP; the sender's retries then go unanswered and its last
-# WR ends in RETRY_EXC_ERR, as it would on any RC NIC. The peer's success
-# proves all 2N messages arrived with their data checked (-c): it got
-# its N, and each of ours was sent only after one of its own came in. So
-# in the lossy phase that one outcome (one side rc 0 with its N iters, the
-# other failing only its SEND, wr_id 2, with retries exceeded) is the
-# lost final ACK, not a fault of either NIC; it counts as passed and is
-# said so.
-iters_of() { sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$1"; } # NAME: its -n
-end_race() { # NAME HOST_RC GUEST_RC HOST_OUTPUT GUEST_OUTPUT
-  case "$1" in "ibv_rc_pingpong [lossy "*) ;; *) return 1 ;; esac
-  local iters failed_out ok_out
-  iters=$(iters_of "$1")
-  if [ "$2" -ne 0 ] && [ "$3" = 0 ]; then failed_out=$4 ok_out=$5
-  elif [ "$2" -eq 0 ] && [ "$3" != 0 ] && [ "$3" != none ]; then failed_out=$5 ok_out=$4
-  else return 1
-  fi
-  # (The VM's console may end its lines with a carriage return.)
-  grep -Eq "(^|[[:space:]])$iters iters in " "$ok_out" &&
-    grep -Eq "transport retry counter exceeded \(12\) for wr_id 2([^0-9]|$)" "$failed_out" &&
-    ! grep -Eq "for wr_id 1([^0-9]|$)" "$failed_out"
-}
+# The verdict on one test and direction, from `bench judge` (see its
+# --help): both exit statuses, both outputs read for the programs' own
+# failure words, and the pingpong's end race on the lossy link (its final
+# SEND's ACK lost after the peer closed its QP) passed only when the frames
+# our fault injector lost hold that ACK.
 end_races=0
-report() { # NAME DIRECTION HOST_RC GUEST_RC OUTPUT
+report() { # DIRECTION HOST_RC GUEST_RC OUR_OUTPUT GUEST_OUTPUT
+  local lost=() verdict
   total=$((total + 1))
-  if [ "$3" -eq 0 ] && [ "$4" = 0 ]; then
-    echo "interop $1 $2 ok"
-  elif end_race "$1" "$3" "$4" "$5" "$work/guest.out"; then
-    echo "interop $1 $2 ok (the final SEND's ACK was lost after the peer, all $(iters_of "$1") iterations done, had closed its QP: retries exceeded on that WR alone)"
-    end_races=$((end_races + 1))
-  else
-    echo "interop $1 $2 FAIL ours rc=$3, rxe rc=$4: $(grep -m1 -i 'error\|fail\|couldn\|mismatch' "$5" || echo 'see above')"
-    failed=$((failed + 1))
-  fi
+  [ "$p" = lossy ] && lost=(--lost-pcap "$work/lost.pcap")
+  verdict=$(target/release/bench judge --program "$t" --phase "$p" \
+    --args "$(args_of "$t" roce0 "$p" "$s")" --ours-rc "$2" --rxe-rc "$3" \
+    --ours-output "$4" --rxe-output "$5" --our-mac 02:77:00:00:00:03 "${lost[@]}" 2>&1) || true
+  echo "interop $name $1 $verdict"
+  case "$verdict" in
+    "ok ("*) end_races=$((end_races + 1)) ;;
+    ok) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
 }
 # Checks a phase's pcap three ways and prints what each found.
 check_pcap() { # FILE
@@ -474,7 +489,7 @@ while read -r p t s <&3; do
   rc=1
   for _ in $(seq 60); do
     # shellcheck disable=SC2046
-    ours timeout 600 $t $(args_of "$t" roce0 "$p" "$s") 10.77.0.2 > "$work/host.out" 2>&1 && { rc=0; break; }
+    ours timeout 600 $(prog_of "$t") $(args_of "$t" roce0 "$p" "$s") 10.77.0.2 > "$work/host.out" 2>&1 && { rc=0; break; }
     rc=$?
     grep -q "Couldn't connect\|Unable to init the socket\|Connection refused" "$work/host.out" || break
     sleep 1
@@ -483,17 +498,17 @@ while read -r p t s <&3; do
   guest_output
   sed 's/^/  [ours] /' "$work/host.out"
   grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
-  report "$name" "ours->rxe" "$rc" "${grc:-none}" "$work/host.out"
+  report "ours->rxe" "$rc" "${grc:-none}" "$work/host.out" "$work/guest.out"
   [ "$p" = bench ] && echo "$t ours->rxe $(figure "$t" "$work/host.out")" >> "$results"
   # Our NIC serves, rxe is the client.
   n=$((n + 1))
   # shellcheck disable=SC2046
-  ours timeout 600 $t $(args_of "$t" roce0 "$p" "$s") > "$work/host.out" 2>&1 && rc=0 || rc=$?
+  ours timeout 600 $(prog_of "$t") $(args_of "$t" roce0 "$p" "$s") > "$work/host.out" 2>&1 && rc=0 || rc=$?
   wait_vm "GUEST-STEP $n " 600 || true
   guest_output
   sed 's/^/  [ours] /' "$work/host.out"
   grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
-  report "$name" "rxe->ours" "$rc" "${grc:-none}" "$work/host.out"
+  report "rxe->ours" "$rc" "${grc:-none}" "$work/host.out" "$work/guest.out"
   if [ "$p" = bench ]; then
     # The server's side (ours here) prints the same table as the client.
     echo "$t rxe->ours $(figure "$t" "$work/host.out")" >> "$results"
@@ -501,7 +516,7 @@ while read -r p t s <&3; do
     wait_vm "GUEST-STEP $n " 600 || true
     guest_output
     grc=$(grep -o "GUEST-STEP $n rc=[0-9]*" "$work/vm.log" | cut -d= -f2)
-    report "$name" "rxe<->rxe" 0 "${grc:-none}" "$work/guest.out"
+    report "rxe<->rxe" 0 "${grc:-none}" "$work/guest.out" "$work/guest.out"
     echo "$t rxe<->rxe $(figure "$t" "$work/guest.out")" >> "$results"
   fi
 done 3< "$steps"
@@ -525,6 +540,6 @@ if [ $failed -gt 0 ]; then
   echo "interop: $failed failed (of $total runs and the pcap checks)"
   exit 1
 fi
-echo "interop: all $total passed$( [ $end_races = 0 ] || echo " ($end_races of them with the final SEND's ACK lost after the peer closed, above)")"
+echo "interop: all $total passed$( [ $end_races = 0 ] || echo " ($end_races of them with the final SEND's ACK lost by our fault injector after the peer closed, above)")"
 exit 0
 }

@@ -5,11 +5,13 @@
 //! the same run), `bench sim` (simulator scenarios), `bench decode` (one
 //! line per frame of a pcap), `bench demo` (one frame of every opcode
 //! written to a pcap and decoded), `bench hpcc-replay` (a telemetry trace
-//! through the HPCC++ controller) and `bench torture` (two RC engines over
+//! through the HPCC++ controller), `bench judge` (the interop run's verdict
+//! on one test) and `bench torture` (two RC engines over
 //! a faulty wire, every byte verified).
 
 pub mod decode;
 pub mod fct_plot;
+pub mod judge;
 pub mod perf;
 /// Pcap files, shared with the dataplane's tap.
 pub use nic::pcap;

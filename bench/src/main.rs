@@ -75,6 +75,13 @@ enum Command {
         #[arg(long)]
         mark: Vec<String>,
     },
+    /// The interop run's verdict on one test and direction: both exit
+    /// statuses, both outputs read for the tools' own failure words (a
+    /// pingpong's `invalid data in page N` fails a run that exited 0), and
+    /// the pingpong's end race on a lossy link accepted only with the lost
+    /// ACK in our fault injector's record. Prints `ok`, `ok (why)` or
+    /// `FAIL why`; exits 0 on a pass, 1 on a failure, 2 on bad input.
+    Judge(bench::judge::JudgeArgs),
     /// RDMA WRITE latency (ping-pong, half the round trip) through the
     /// verbs API against a running daemon, like perftest's ib_write_lat.
     WriteLat(bench::perf::PerfArgs),
@@ -376,12 +383,30 @@ fn fct_plot(files: &[PathBuf], out: &Path, title: &str, marks: &[String]) -> Exi
     ExitCode::SUCCESS
 }
 
+fn judge(args: &bench::judge::JudgeArgs) -> ExitCode {
+    match args.load() {
+        Ok(run) => {
+            let v = run.judge();
+            println!("{v}");
+            match v {
+                bench::judge::Verdict::Fail(_) => ExitCode::FAILURE,
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        Err(e) => {
+            eprintln!("bench judge: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Decode { file } => decode(&file),
         Command::Demo { pcap } => demo(&pcap),
         Command::HpccReplay(args) => hpcc_replay(&args),
         Command::Torture(args) => torture(&args),
+        Command::Judge(args) => judge(&args),
         Command::Sim(args) => sim(&args),
         Command::FctPlot {
             json,

@@ -14,7 +14,7 @@ use transport::wire::{MacAddr, VlanTag};
 
 use crate::incast::IncastConfig;
 use crate::service::{HostSpec, ServiceConfig};
-use crate::testbed::LoopbackConfig;
+use crate::testbed::{HostFaults, LoopbackConfig};
 
 /// The file as written.
 #[derive(Debug, Deserialize)]
@@ -75,6 +75,9 @@ pub struct FaultsSection {
     pub delay_us: f64,
     /// rx, tx or both [default: both].
     pub direction: Option<String>,
+    /// Record every frame the faults lose into this pcap (the evidence of
+    /// what the lossy link took, read by the interop judge).
+    pub lost_pcap: Option<PathBuf>,
 }
 
 fn one() -> u64 {
@@ -543,7 +546,7 @@ impl Config {
 }
 
 impl FaultsSection {
-    fn check(&self, c: &Ctx<'_>) -> Result<(usize, FaultConfig), ConfigError> {
+    fn check(&self, c: &Ctx<'_>) -> Result<HostFaults, ConfigError> {
         if self.host > 1 {
             return Err(c.bad(
                 "loopback.faults.host",
@@ -587,7 +590,11 @@ impl FaultsSection {
                 "not a probability in [0, 1]",
             )
         })?;
-        Ok((self.host, f))
+        Ok(HostFaults {
+            host: self.host,
+            faults: f,
+            lost_pcap: self.lost_pcap.clone(),
+        })
     }
 }
 
@@ -789,19 +796,15 @@ impl ServiceSection {
             qp_shards: qp_shards as usize,
             cc,
             queues: l.queues,
-            faults: l.faults,
+            faults: l.faults.clone(),
         })
     }
 }
 
 /// `aa:bb:cc:dd:ee:ff` as a unicast MAC.
 fn parse_mac(v: &str) -> Option<MacAddr> {
-    let mut m = [0u8; 6];
-    let mut parts = v.split(':');
-    for b in m.iter_mut() {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    (parts.next().is_none() && m[0] & 1 == 0 && m != [0; 6]).then_some(MacAddr(m))
+    let m: MacAddr = v.parse().ok()?;
+    (m.0[0] & 1 == 0 && m.0 != [0; 6]).then_some(m)
 }
 
 /// `a.b.c.d/n` as (network, prefix length).

@@ -273,6 +273,7 @@ pub fn run(eal: &Eal, cfg: &IncastConfig, seconds: f64) -> Result<IncastReport, 
             crate::host_port::DpdkLink::Port(Port::start(eal, h, &pool, 1024)?),
             None,
             None,
+            None,
             nic::Direction::Tx,
         )
         .map_err(|e| host_err(&e))?;

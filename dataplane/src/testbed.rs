@@ -44,8 +44,37 @@ pub struct LoopbackConfig {
     /// RX/TX queues per port (up to what the device offers; RSS when it
     /// hashes UDP).
     pub queues: u16,
-    /// Seeded faults on one host's port: (host, faults).
-    pub faults: Option<(usize, FaultConfig)>,
+    /// Seeded faults on one host's port.
+    pub faults: Option<HostFaults>,
+}
+
+/// Seeded faults on one host's port.
+#[derive(Debug, Clone)]
+pub struct HostFaults {
+    /// The host whose port misbehaves.
+    pub host: usize,
+    pub faults: FaultConfig,
+    /// A pcap of every frame the faults lose (both directions).
+    pub lost_pcap: Option<PathBuf>,
+}
+
+impl HostFaults {
+    /// Host `i`'s faults, when it is the one.
+    pub fn of(faults: &Option<HostFaults>, i: usize) -> Option<FaultConfig> {
+        faults.as_ref().filter(|f| f.host == i).map(|f| f.faults)
+    }
+
+    /// The capture of lost frames, when one is asked for: each is in the
+    /// file as soon as it is lost (the interop judge reads it while the
+    /// daemon runs).
+    pub fn lost_capture(
+        faults: &Option<HostFaults>,
+    ) -> Result<Option<SharedCapture>, PcapFileError> {
+        match faults.as_ref().and_then(|f| f.lost_pcap.as_ref()) {
+            Some(path) => Capture::create_direct(path, u64::MAX).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Default for LoopbackConfig {
@@ -171,6 +200,8 @@ pub struct Loopback {
     pool: Arc<Mempool>,
     clock: TscClock,
     capture: Option<SharedCapture>,
+    /// The frames the faults lost, when recorded.
+    lost: Option<SharedCapture>,
     /// The lcore ids the RX and TX pipe threads of the last pipelined run
     /// registered as (they are DPDK lcores, with mempool caches).
     pub pipeline_lcores: Vec<u32>,
@@ -190,14 +221,16 @@ pub fn host_ip(i: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, i + 1)
 }
 
-/// A host's port: the DPDK port inside its faults (if any) and its tap.
+/// A host's port: the DPDK port inside its faults (if any, recording what
+/// they lose into `lost`) and its tap.
 pub fn host_port(
     link: DpdkLink,
     faults: Option<FaultConfig>,
+    lost: Option<SharedCapture>,
     capture: Option<SharedCapture>,
     direction: Direction,
 ) -> Result<HostPort, nic::faults::BadProbability> {
-    let f = FaultInjector::maybe(link, faults)?;
+    let f = FaultInjector::maybe(link, faults)?.record_losses(lost);
     Ok(Tap::new(f, capture, direction))
 }
 
@@ -236,13 +269,14 @@ impl Loopback {
         pa: u16,
         pb: u16,
     ) -> Result<Loopback, TestbedError> {
-        if let Some((h, _)) = cfg.faults.filter(|f| f.0 > 1) {
-            return Err(TestbedError::FaultHost(h));
+        if let Some(f) = cfg.faults.as_ref().filter(|f| f.host > 1) {
+            return Err(TestbedError::FaultHost(f.host));
         }
         let capture = match &cfg.tap {
             Some(path) => Some(Capture::create(path, u64::MAX)?),
             None => None,
         };
+        let lost = HostFaults::lost_capture(&cfg.faults)?;
         let mk = |i: u8, port_id: u16| -> Result<Host, TestbedError> {
             let mut mem = VecMemory::new();
             mem.add(MEM_BASE, cfg.mem_bytes);
@@ -254,12 +288,18 @@ impl Loopback {
             let mr = engine.register_mr(MEM_BASE, cfg.mem_bytes as u64, Access::ALL)?;
             let qpn = engine.create_qp(256, 0)?;
             let port = Port::start_queues(eal, port_id, &pool, 1024, cfg.queues)?;
-            let faults = cfg.faults.filter(|f| f.0 == usize::from(i)).map(|f| f.1);
-            let port = host_port(DpdkLink::Port(port), faults, capture.clone(), Direction::Tx)
-                .map_err(|source| TestbedError::Faults {
-                    host: usize::from(i),
-                    source,
-                })?;
+            let faults = HostFaults::of(&cfg.faults, usize::from(i));
+            let port = host_port(
+                DpdkLink::Port(port),
+                faults,
+                lost.clone(),
+                capture.clone(),
+                Direction::Tx,
+            )
+            .map_err(|source| TestbedError::Faults {
+                host: usize::from(i),
+                source,
+            })?;
             Ok(Host {
                 nic: Nic::new(engine, port, cfg.mtu.bytes()),
                 qpn,
@@ -286,6 +326,7 @@ impl Loopback {
             pool,
             clock: TscClock::new(eal),
             capture,
+            lost,
             pipeline_lcores: Vec::new(),
             pipe_dropped: 0,
             mem_bytes: cfg.mem_bytes,
@@ -563,10 +604,11 @@ impl Loopback {
 
     /// Closes the tap's pcap file; the frames it recorded.
     pub fn finish_tap(&mut self) -> Result<Option<u64>, TestbedError> {
-        let Some(c) = self.capture.take() else {
-            return Ok(None);
-        };
-        let written = c.lock().unwrap_or_else(|p| p.into_inner()).finish()?;
-        Ok(Some(written))
+        Ok(nic::tap::close(self.capture.take())?.map(|(written, _)| written))
+    }
+
+    /// Closes the pcap of the frames the faults lost; the frames in it.
+    pub fn finish_lost(&mut self) -> Result<Option<u64>, TestbedError> {
+        Ok(nic::tap::close(self.lost.take())?.map(|(written, _)| written))
     }
 }

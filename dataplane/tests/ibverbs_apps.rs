@@ -5,7 +5,10 @@
 //! daemon's devices as verbs sees them; with no daemon the device list is
 //! empty and says why once; `ibv_rc_pingpong -g 1 -c` and
 //! `ibv_srq_pingpong -g 1 -c` (data validated) run server on rnic1, client
-//! on rnic0, 1 B .. 1 MiB, polling and with completion events (`-e`); all
+//! on rnic0, 1 B .. 1 MiB, polling and with completion events (`-e`),
+//! their outputs read for `invalid data` (they exit 0 with it);
+//! `rc_verify` checks every byte of SEND, WRITE with immediate, READ and
+//! FETCH_ADD, and refuses a sender that gets one byte wrong; all
 //! eight perftest RC tests run over all their sizes (`-a`), polling and
 //! with `-e` where perftest offers it, server on rnic1 and client on rnic0,
 //! then both on rnic0 (local loopback inside the NIC).
@@ -114,6 +117,72 @@ fn main() {
             );
         }
     }
+
+    // Every byte checked: rc_verify's SEND, WRITE with immediate, READ and
+    // FETCH_ADD, server rnic1 and client rnic0. The check can fail: a
+    // client that sends one wrong byte per message is refused by name.
+    let verify = daemon_util::rc_verify(tmp.path(), 0);
+    for size in ["1", "4096", "1048576"] {
+        let a = ["-g", "1", "-n", "10", "-s", size];
+        let (srv, cli) = pair_on(
+            &libs,
+            &d.socket,
+            verify.to_str().unwrap(),
+            port,
+            ("rnic1", "rnic0"),
+            &a,
+        );
+        port += 1;
+        for t in [&srv, &cli] {
+            assert!(t.contains("every byte checked"), "{t}");
+        }
+        println!("ok: rc_verify -s {size}: every byte checked");
+    }
+    let wrong = daemon_util::rc_verify(tmp.path(), 0x40);
+    let env = |c: &mut Command| {
+        c.env("LD_LIBRARY_PATH", &libs)
+            .env("RNIC_SOCKET", &d.socket);
+    };
+    let mut s = Command::new(&verify);
+    env(&mut s);
+    let server =
+        testkit::Running::spawn(s.args(["-d", "rnic1", "-s", "4096", "-p", &port.to_string()]))
+            .unwrap();
+    daemon_util::wait_listening(port);
+    let mut c = Command::new(&wrong);
+    env(&mut c);
+    let client = testkit::output_within(
+        c.args([
+            "-d",
+            "rnic0",
+            "-s",
+            "4096",
+            "-p",
+            &port.to_string(),
+            "localhost",
+        ]),
+        daemon_util::RUN_LIMIT,
+    )
+    .unwrap();
+    let server = server.finish(daemon_util::RUN_LIMIT);
+    port += 1;
+    assert_eq!(
+        server.status.and_then(|s| s.code()),
+        Some(1),
+        "{}",
+        server.text()
+    );
+    let bad = testkit::failures(&server.text()).join("\n");
+    assert!(
+        bad.starts_with("rc_verify: mismatch at byte 2048 of iteration 0 (SEND)"),
+        "{}",
+        server.text()
+    );
+    assert!(!client.success(), "{}", client.text());
+    println!(
+        "ok: rc_verify refuses a wrong byte: {}",
+        server.text().trim()
+    );
 
     // perftest: every RC test over all its sizes (`-a`; atomics have one
     // size), polling and with completion events (`-e`, which perftest

@@ -4,7 +4,9 @@
 //! `ibv_rc_pingpong` (data validated) with server and client QPs on the
 //! same shard and on different shards both ways round, both ends on one
 //! device (its frames go from one shard to the other through the port's
-//! steering), and perftest's WRITE and READ sweeps. The counters show all four engines
+//! steering), `rc_verify` (every byte of SEND, WRITE with immediate, READ
+//! and FETCH_ADD checked) across rnic0's shards, and perftest's WRITE and
+//! READ sweeps. The counters show all four engines
 //! carried traffic, frames passed between shards and none dropped.
 
 use std::process::Command;
@@ -13,25 +15,17 @@ mod daemon_util;
 
 use daemon_util::{pair_on, tool, wait_listening};
 
-/// An application process, killed when dropped.
-struct Holder(std::process::Child);
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The `dataplane stats` table of the daemon at `socket`.
 fn stats(socket: &std::path::Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["stats", "--socket"])
-        .arg(socket)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let f = testkit::output_within(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args(["stats", "--socket"])
+            .arg(socket),
+        daemon_util::RUN_LIMIT,
+    )
+    .unwrap();
+    f.assert_success();
+    f.stdout
 }
 
 /// The QP shard (of 2) of the QP an `ibv_rc_pingpong` printed as its
@@ -96,16 +90,14 @@ fn main() {
     // open on `device` (killed when dropped, also when a check fails).
     let hold = |port: u16, device: &str| {
         let mut c = tool("ibv_rc_pingpong");
-        let child = c
-            .env("LD_LIBRARY_PATH", &libs)
-            .env("RNIC_SOCKET", &d.socket)
-            .args(["-d", device, "-g", "1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = testkit::Running::spawn(
+            c.env("LD_LIBRARY_PATH", &libs)
+                .env("RNIC_SOCKET", &d.socket)
+                .args(["-d", device, "-g", "1", "-p", &port.to_string()]),
+        )
+        .unwrap();
         wait_listening(port);
-        Holder(child)
+        child
     };
     // An application goes to the shard of its device serving the fewest:
     // with none open, both ends on shard 0 (lcore 0), every frame on its
@@ -144,6 +136,20 @@ fn main() {
         port += 1;
     }
     println!("ok: ibv_rc_pingpong -c, both ends on rnic0, one per shard");
+    // Every byte checked (the pingpong checks one per page, on the server
+    // only): SEND, WRITE with immediate, READ and FETCH_ADD between the
+    // shards of rnic0.
+    let verify = daemon_util::rc_verify(tmp.path(), 0);
+    let verify = verify.to_str().unwrap();
+    for size in ["1", "65536", "1048576"] {
+        let a = ["-g", "1", "-n", "5", "-s", size];
+        let (srv, cli) = pair_on(&libs, &d.socket, verify, port, ("rnic0", "rnic0"), &a);
+        port += 1;
+        for t in [&srv, &cli] {
+            assert!(t.contains("every byte checked"), "{t}");
+        }
+    }
+    println!("ok: rc_verify (every byte checked), both ends on rnic0, one per shard");
 
     for (server, client) in [("rnic1", "rnic0"), ("rnic0", "rnic0")] {
         for (prog, table) in [

@@ -11,7 +11,10 @@
 //! must be caught by the receiver's ICRC check. Frames that are not RoCEv2
 //! are never corrupted (counted in `not_corruptible`).
 //!
-//! Every frame the injector takes out of the stream is counted by reason.
+//! Every frame the injector takes out of the stream is counted by reason,
+//! and a lost frame can be recorded ([`FaultInjector::record_losses`]): the
+//! evidence that a frame a peer sent was taken by our own lossy link, not
+//! never sent.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -21,6 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use transport::wire::{MacAddr, RoceFrame};
 
 use crate::port::{copy_frame, Frame, FramePort};
+use crate::tap::SharedCapture;
 
 /// Which frames the injector touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,6 +184,8 @@ pub struct FaultInjector<P: FramePort> {
     scratch: Vec<P::Frame>,
     seq: u64,
     counters: FaultCounters,
+    /// Where lost frames are recorded, when asked.
+    lost: Option<SharedCapture>,
     // Last: held frames are freed before the port (and its pool).
     inner: P,
 }
@@ -227,6 +233,24 @@ impl<P: FramePort> FaultInjector<P> {
             scratch: Vec::new(),
             seq: 0,
             counters: FaultCounters::default(),
+            lost: None,
+        }
+    }
+
+    /// Records every frame the injector loses, both directions, into
+    /// `capture` (whose Ethernet source tells which way each went).
+    pub fn record_losses(mut self, capture: Option<SharedCapture>) -> Self {
+        self.lost = capture;
+        self
+    }
+
+    /// Counts a lost frame and records it when asked.
+    fn lose(&mut self, now: u64, frame: &[u8]) {
+        self.counters.lost += 1;
+        if let Some(c) = &self.lost {
+            c.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(now, frame);
         }
     }
 
@@ -254,6 +278,7 @@ impl<P: FramePort> FaultInjector<P> {
         let mut at = now.saturating_add(self.delay_ns);
         let mut dup_at = None;
         let mut corrupted = false;
+        let mut lost = false;
         // Faults read and change a frame's bytes as one buffer.
         if !matches!(self.policy, Policy::None) && !frame.linearize() {
             self.counters.no_buffer += 1;
@@ -263,30 +288,27 @@ impl<P: FramePort> FaultInjector<P> {
             Policy::None => {}
             Policy::Seeded(cfg, rng) => {
                 if rng.gen_bool(cfg.loss) {
-                    self.counters.lost += 1;
-                    return;
-                }
-                if rng.gen_bool(cfg.corrupt) {
-                    corrupted = flip_random_bit(frame.as_mut(), rng);
-                    if !corrupted {
-                        self.counters.not_corruptible += 1;
+                    lost = true;
+                } else {
+                    if rng.gen_bool(cfg.corrupt) {
+                        corrupted = flip_random_bit(frame.as_mut(), rng);
+                        if !corrupted {
+                            self.counters.not_corruptible += 1;
+                        }
                     }
-                }
-                let span = cfg.reorder_ns.max(2);
-                if rng.gen_bool(cfg.reorder) {
-                    at = at.saturating_add(rng.gen_range(1..=span));
-                    self.counters.reordered += 1;
-                }
-                if rng.gen_bool(cfg.duplicate) {
-                    dup_at = Some(at.saturating_add(rng.gen_range(1..=span / 2)));
+                    let span = cfg.reorder_ns.max(2);
+                    if rng.gen_bool(cfg.reorder) {
+                        at = at.saturating_add(rng.gen_range(1..=span));
+                        self.counters.reordered += 1;
+                    }
+                    if rng.gen_bool(cfg.duplicate) {
+                        dup_at = Some(at.saturating_add(rng.gen_range(1..=span / 2)));
+                    }
                 }
             }
             Policy::Script(script) => match script(dir, frame.as_ref(), n) {
                 Fault::Deliver => {}
-                Fault::Drop => {
-                    self.counters.lost += 1;
-                    return;
-                }
+                Fault::Drop => lost = true,
                 Fault::Duplicate => dup_at = Some(at),
                 Fault::Delay(ns) => {
                     at = at.saturating_add(ns);
@@ -303,6 +325,10 @@ impl<P: FramePort> FaultInjector<P> {
                     self.counters.rewritten += 1;
                 }
             },
+        }
+        if lost {
+            self.lose(now, frame.as_ref());
+            return;
         }
         self.counters.corrupted += u64::from(corrupted);
         if let Some(t) = dup_at {
@@ -550,6 +576,48 @@ mod tests {
             psns.windows(2).any(|w| w[0] > w[1]),
             "some frames reordered"
         );
+    }
+
+    #[test]
+    fn every_lost_frame_is_recorded_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lost.pcap");
+        let capture = crate::Capture::create(&path, u64::MAX).unwrap();
+        let macs = [MacAddr([2; 6]), MacAddr([3; 6])];
+        let (mut a, b) = mem_link(macs, 1500, 10);
+        let cfg = FaultConfig {
+            seed: 5,
+            loss: 0.3,
+            ..FaultConfig::default()
+        };
+        let mut b = FaultInjector::new(b, cfg)
+            .unwrap()
+            .record_losses(Some(capture.clone()));
+        a.tx_burst(0, &mut (0..300).map(frame).collect());
+        let mut got = Vec::new();
+        let mut now = 0;
+        while let Some(t) = b.next_event() {
+            now = t.max(now);
+            b.rx_burst(now, &mut got, 32);
+        }
+        let lost = b.counters().lost;
+        assert_eq!(
+            capture.lock().unwrap().finish().unwrap(),
+            lost,
+            "one record per lost frame"
+        );
+        let psn = |f: &[u8]| Packet::parse(f).unwrap().repr.bth.psn;
+        let mut recorded = Vec::new();
+        let mut r = crate::pcap::Reader::open(&path).unwrap();
+        while let Some(rec) = r.next_record() {
+            recorded.push(psn(&rec.unwrap().data));
+        }
+        let delivered: Vec<u32> = got.iter().map(|f| psn(f)).collect();
+        // The recorded and the delivered frames are all 300, once each.
+        let mut all: Vec<u32> = recorded.iter().chain(&delivered).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..300).collect::<Vec<_>>());
+        assert!(lost > 50, "{lost}");
     }
 
     #[test]

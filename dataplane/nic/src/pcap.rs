@@ -113,11 +113,46 @@ impl Reader {
 /// little-endian).
 pub struct Writer {
     path: PathBuf,
-    inner: PcapWriter<BufWriter<File>>,
+    inner: PcapWriter<Sink>,
+}
+
+/// Where a writer's bytes go: through a buffer, or straight to the file
+/// (each frame readable at once, for a file read while it grows).
+enum Sink {
+    Buffered(BufWriter<File>),
+    Direct(File),
+}
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Buffered(w) => w.write(b),
+            Sink::Direct(f) => f.write(b),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Buffered(w) => w.flush(),
+            Sink::Direct(f) => f.flush(),
+        }
+    }
 }
 
 impl Writer {
+    /// A buffered writer (the frames reach the file in blocks, and all of
+    /// them at [`Writer::finish`]).
     pub fn create(path: &Path) -> Result<Self, PcapFileError> {
+        Self::open(path, true)
+    }
+
+    /// An unbuffered writer: every frame is in the file when `write`
+    /// returns (two system calls per frame).
+    pub fn create_direct(path: &Path) -> Result<Self, PcapFileError> {
+        Self::open(path, false)
+    }
+
+    fn open(path: &Path, buffered: bool) -> Result<Self, PcapFileError> {
         let f = File::create(path).map_err(|source| PcapFileError::Io {
             path: path.to_owned(),
             source,
@@ -129,11 +164,14 @@ impl Writer {
             endianness: Endianness::Little,
             ..PcapHeader::default()
         };
-        let inner = PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| {
-            PcapFileError::Write {
-                path: path.to_owned(),
-                why: e.to_string(),
-            }
+        let sink = if buffered {
+            Sink::Buffered(BufWriter::new(f))
+        } else {
+            Sink::Direct(f)
+        };
+        let inner = PcapWriter::with_header(sink, header).map_err(|e| PcapFileError::Write {
+            path: path.to_owned(),
+            why: e.to_string(),
         })?;
         Ok(Writer {
             path: path.to_owned(),
@@ -183,6 +221,18 @@ mod tests {
         let b = r.next_record().unwrap().unwrap();
         assert_eq!(b.data, vec![4; 70]);
         assert!(r.next_record().is_none());
+    }
+
+    #[test]
+    fn a_direct_writer_s_frames_are_readable_before_it_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.pcap");
+        let mut w = Writer::create_direct(&path).unwrap();
+        w.write(Duration::from_nanos(7), &[9; 60]).unwrap();
+        let mut r = Reader::open(&path).unwrap();
+        assert_eq!(r.next_record().unwrap().unwrap().data, vec![9; 60]);
+        assert!(r.next_record().is_none());
+        w.finish().unwrap();
     }
 
     #[test]

@@ -14,6 +14,17 @@ use crate::faults::Direction;
 use crate::pcap::{PcapFileError, Writer};
 use crate::port::{Frame, FramePort};
 
+/// Closes a shared capture (when there is one): the frames it recorded
+/// and those it left out past its limit, or its first write error.
+pub fn close(capture: Option<SharedCapture>) -> Result<Option<(u64, u64)>, PcapFileError> {
+    let Some(c) = capture else {
+        return Ok(None);
+    };
+    let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
+    let written = c.finish()?;
+    Ok(Some((written, c.skipped)))
+}
+
 /// A pcap file being written, shared by the taps that feed it.
 pub struct Capture {
     writer: Option<Writer>,
@@ -31,6 +42,20 @@ impl Capture {
     /// A capture into `path` (its directory is created) that records at
     /// most `limit` frames.
     pub fn create(path: &Path, limit: u64) -> Result<SharedCapture, PcapFileError> {
+        Self::open(path, limit, Writer::create)
+    }
+
+    /// [`Capture::create`] whose frames are in the file as soon as they are
+    /// recorded (for a file read while it grows; two system calls a frame).
+    pub fn create_direct(path: &Path, limit: u64) -> Result<SharedCapture, PcapFileError> {
+        Self::open(path, limit, Writer::create_direct)
+    }
+
+    fn open(
+        path: &Path,
+        limit: u64,
+        writer: fn(&Path) -> Result<Writer, PcapFileError>,
+    ) -> Result<SharedCapture, PcapFileError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| PcapFileError::Io {
                 path: dir.to_owned(),
@@ -38,7 +63,7 @@ impl Capture {
             })?;
         }
         Ok(Arc::new(Mutex::new(Capture {
-            writer: Some(Writer::create(path)?),
+            writer: Some(writer(path)?),
             limit,
             written: 0,
             skipped: 0,
@@ -46,7 +71,7 @@ impl Capture {
         })))
     }
 
-    fn record(&mut self, now: u64, frame: &[u8]) {
+    pub(crate) fn record(&mut self, now: u64, frame: &[u8]) {
         if self.written >= self.limit {
             self.skipped += 1;
             return;

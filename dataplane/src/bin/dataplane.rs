@@ -168,6 +168,10 @@ fn serve(
         }
     })
     .map_err(|e| e.to_string())?;
+    report_lost(
+        &cfg.faults,
+        shards[0].finish_lost().map_err(|e| e.to_string())?,
+    );
     if let (Some((path, _)), Some((written, skipped))) =
         (&cfg.tap, shards[0].finish_tap().map_err(|e| e.to_string())?)
     {
@@ -205,10 +209,11 @@ fn loopback(
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    if let Some((h, f)) = cfg.faults {
+    if let Some(hf) = &cfg.faults {
+        let f = hf.faults;
         println!(
-            "faults on host {h}'s port ({:?}): loss {} duplicate {} reorder {} corrupt {} delay {} ns, seed {}",
-            f.direction, f.loss, f.duplicate, f.reorder, f.corrupt, f.delay_ns, f.seed
+            "faults on host {}'s port ({:?}): loss {} duplicate {} reorder {} corrupt {} delay {} ns, seed {}",
+            hf.host, f.direction, f.loss, f.duplicate, f.reorder, f.corrupt, f.delay_ns, f.seed
         );
     }
     let write_stats = |tb: &Loopback| -> Result<(), String> {
@@ -244,6 +249,7 @@ fn loopback(
     if cfg.faults.is_some() {
         print!("{}", tb.snapshot().table());
     }
+    report_lost(&cfg.faults, tb.finish_lost().map_err(|e| e.to_string())?);
     if let (Some(path), Some(frames)) = (&cfg.tap, tb.finish_tap().map_err(|e| e.to_string())?) {
         println!(
             "tap: {frames} frames written to {} (bench decode {} reads them)",
@@ -553,6 +559,16 @@ fn cpu_list(s: &str) -> Option<Vec<usize>> {
         }
     }
     (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Says where the frames the faults lost were recorded, and how many.
+fn report_lost(faults: &Option<dataplane::testbed::HostFaults>, written: Option<u64>) {
+    if let (Some(path), Some(n)) = (faults.as_ref().and_then(|f| f.lost_pcap.as_ref()), written) {
+        println!(
+            "lost: {n} frames the faults lost written to {}",
+            path.display()
+        );
+    }
 }
 
 #[cfg(test)]

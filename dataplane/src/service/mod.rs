@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use nic::stage::NO_OPCODE;
-use nic::{Direction, FaultConfig, FrameKey, Nic, Stage};
+use nic::{Direction, FrameKey, Nic, Stage};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use transport::abi::{self, Consumer};
@@ -97,8 +97,8 @@ pub struct ServiceConfig {
     pub feedback_domain_key: Option<transport::rc::auth::FeedbackKey>,
     /// RX/TX queues per port (up to what the device offers).
     pub queues: u16,
-    /// Seeded faults on one host's port: (host, faults).
-    pub faults: Option<(usize, FaultConfig)>,
+    /// Seeded faults on one host's port.
+    pub faults: Option<crate::testbed::HostFaults>,
     /// Static neighbours (IPv4, MAC) of every device.
     pub neighbours: Vec<(Ipv4Addr, MacAddr)>,
     /// A pcap of every frame the devices receive and send, and the most
@@ -437,6 +437,8 @@ pub struct Service {
     pending: Vec<usize>,
     /// The pcap tap's file, when one is configured.
     capture: Option<nic::SharedCapture>,
+    /// The pcap of the frames the faults lost, when asked for.
+    lost: Option<nic::SharedCapture>,
     /// The latency trace, and whether it is taking stamps.
     trace: trace::Trace,
     tracing: bool,
@@ -479,6 +481,11 @@ impl Service {
             }
             None => None,
         };
+        let lost =
+            crate::testbed::HostFaults::lost_capture(&cfg.faults).map_err(|e| DpdkError {
+                what: "loopback.faults.lost_pcap".into(),
+                reason: e.to_string(),
+            })?;
         let per_host = cfg.qp_shards.max(1);
         let n = lcores.clamp(1, (hosts.len() * per_host).max(1));
         let mut shards: Vec<Service> = (0..n)
@@ -494,13 +501,14 @@ impl Service {
                 cqs: Cqs::default(),
                 pending: Vec::new(),
                 capture: capture.clone(),
+                lost: lost.clone(),
                 trace: trace::Trace::default(),
                 tracing: false,
                 busy_since: None,
             })
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
-            for host in Self::start_host(eal, &cfg, &pool, &capture, i, spec)? {
+            for host in Self::start_host(eal, &cfg, &pool, (&capture, &lost), i, spec)? {
                 let engine = i * per_host + host.qp_shard as usize;
                 shards[lcore_of(engine, n)].hosts.push(host);
             }
@@ -525,7 +533,7 @@ impl Service {
         eal: &Eal,
         cfg: &ServiceConfig,
         pool: &Arc<Mempool>,
-        capture: &Option<nic::SharedCapture>,
+        (capture, lost): (&Option<nic::SharedCapture>, &Option<nic::SharedCapture>),
         i: usize,
         spec: &HostSpec,
     ) -> Result<Vec<Host>, DpdkError> {
@@ -558,7 +566,7 @@ impl Service {
                 })
                 .collect()
         };
-        let faults = cfg.faults.filter(|f| f.0 == i).map(|f| f.1);
+        let faults = crate::testbed::HostFaults::of(&cfg.faults, i);
         let mut hosts = Vec::with_capacity(k);
         for (shard, link) in links.into_iter().enumerate() {
             let mut ec = EngineConfig::new(spec.mac, spec.ip, cfg.line_rate_bps);
@@ -571,11 +579,17 @@ impl Service {
             })?;
             // Frames between two of the daemon's own devices are recorded
             // twice: sent by one, received by the other.
-            let port = crate::testbed::host_port(link, faults, capture.clone(), Direction::Both)
-                .map_err(|e| DpdkError {
-                    what: format!("faults of host {i}"),
-                    reason: e.to_string(),
-                })?;
+            let port = crate::testbed::host_port(
+                link,
+                faults,
+                lost.clone(),
+                capture.clone(),
+                Direction::Both,
+            )
+            .map_err(|e| DpdkError {
+                what: format!("faults of host {i}"),
+                reason: e.to_string(),
+            })?;
             let engine = Engine::new(ec, AppMemory::default(), 0);
             let mut nic = Nic::new(engine, port, cfg.max_mtu.bytes());
             if k > 1 {
@@ -622,12 +636,13 @@ impl Service {
     /// Closes the tap's pcap file: the frames it recorded and those it
     /// left out past its limit (None without a tap).
     pub fn finish_tap(&mut self) -> Result<Option<(u64, u64)>, nic::pcap::PcapFileError> {
-        let Some(c) = self.capture.take() else {
-            return Ok(None);
-        };
-        let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
-        let written = c.finish()?;
-        Ok(Some((written, c.skipped)))
+        nic::tap::close(self.capture.take())
+    }
+
+    /// Closes the pcap of the frames the faults lost: the frames in it
+    /// (None when none is recorded).
+    pub fn finish_lost(&mut self) -> Result<Option<u64>, nic::pcap::PcapFileError> {
+        Ok(nic::tap::close(self.lost.take())?.map(|(written, _)| written))
     }
 
     /// Serves until `stop` is set, on the calling thread alone.

@@ -87,64 +87,62 @@ pub fn lib_dir(tmp: &Path) -> PathBuf {
     dir
 }
 
-/// How long an example may run before it is killed and the test fails
-/// (a hung example must not hang the suite).
+/// How long a verbs program may run before it is killed and the test
+/// fails (a hung program must not hang the suite).
 pub const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// Runs `cmd` over our libibverbs (`libs` first on LD_LIBRARY_PATH) and
 /// the daemon at `socket`; prints its output, requires exit 0 within
-/// [`RUN_LIMIT`] (killed and failed otherwise), and returns its stdout.
+/// [`RUN_LIMIT`] (killed and failed otherwise) and no failure words in
+/// what it printed, and returns its stdout.
 pub fn run_over_lib(cmd: &mut Command, libs: &Path, socket: &Path) -> String {
-    use std::io::Read;
-    let mut child = cmd
-        .env("LD_LIBRARY_PATH", libs)
-        .env("RNIC_SOCKET", socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            String::from_utf8_lossy(&v).into_owned()
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped")));
-    let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for the example") {
-            break Some(st);
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // A killed example's children may hold its pipes: fail without
-    // waiting for its output.
-    let Some(status) = status else {
-        panic!("{cmd:?}: still running after {RUN_LIMIT:?}, killed");
-    };
-    let text = out.join().unwrap_or_default();
-    print!("{text}");
-    eprint!("{}", err.join().unwrap_or_default());
-    assert!(status.success(), "{cmd:?}: {status:?}");
-    text
+    let f = testkit::output_within(
+        cmd.env("LD_LIBRARY_PATH", libs).env("RNIC_SOCKET", socket),
+        RUN_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    print!("{}", f.stdout);
+    eprint!("{}", f.stderr);
+    f.assert_success();
+    testkit::require_clean(&f.what, &f.text());
+    f.stdout
 }
 
-/// An unmodified verbs binary of Debian's (ibverbs-utils, perftest).
+/// An unmodified verbs binary of Debian's (ibverbs-utils, perftest), or
+/// one at a path (with a `/`).
 pub fn tool(name: &str) -> Command {
-    let path = Path::new("/usr/bin").join(name);
+    let path = if name.contains('/') {
+        PathBuf::from(name)
+    } else {
+        Path::new("/usr/bin").join(name)
+    };
     assert!(
         path.exists(),
         "{} is missing: apt-get install -y ibverbs-utils perftest (./x test installs them)",
         path.display()
     );
     Command::new(path)
+}
+
+/// Builds `rc_verify` (bench/scripts/rc_verify.c: SEND, WRITE with
+/// immediate, READ and FETCH_ADD with every byte checked) into `dir`
+/// against Debian's libibverbs; with `wrong_byte` non-zero, a sender that
+/// XORs the middle byte of each message with it (to show the check fails).
+pub fn rc_verify(dir: &Path, wrong_byte: u8) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/scripts/rc_verify.c");
+    let exe = dir.join(format!("rc_verify-{wrong_byte}"));
+    let f = testkit::output_within(
+        Command::new("cc")
+            .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-DRC_VERIFY_WRONG_BYTE={wrong_byte}"))
+            .arg(&src)
+            .args(["-libverbs", "-o"])
+            .arg(&exe),
+        RUN_LIMIT,
+    )
+    .expect("run cc (apt-get install gcc libibverbs-dev)");
+    f.assert_success();
+    exe
 }
 
 /// Waits until some process listens on TCP `port` of localhost (read
@@ -192,7 +190,9 @@ pub fn pair_on(
 }
 
 /// Runs `server_args` as the server and `client_args` + localhost as the
-/// client of one verbs program; both must exit 0. Returns their outputs.
+/// client of one verbs program; both must exit 0 within [`RUN_LIMIT`] and
+/// print no failure words (`ibv_rc_pingpong -c` prints `invalid data in
+/// page N` and exits 0). Returns their outputs.
 pub fn pair(
     libs: &Path,
     socket: &Path,
@@ -204,42 +204,29 @@ pub fn pair(
     let env = |c: &mut Command| {
         c.env("LD_LIBRARY_PATH", libs).env("RNIC_SOCKET", socket);
     };
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     let mut s = tool(prog);
     env(&mut s);
-    let server = s
-        .args(server_args)
-        .args(["-p", &port.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = testkit::Running::spawn(s.args(server_args).args(["-p", &port.to_string()]))
+        .unwrap_or_else(|e| panic!("{prog}: {e}"));
     wait_listening(port);
     let mut c = tool(prog);
     env(&mut c);
-    let client = c
-        .args(client_args)
-        .args(["-p", &port.to_string(), "localhost"])
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&server), text(&client));
+    let client = testkit::output_within(
+        c.args(client_args)
+            .args(["-p", &port.to_string(), "localhost"]),
+        RUN_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{prog}: {e}"));
+    let server = server.finish(RUN_LIMIT);
+    let (st, ct) = (server.text(), client.text());
     println!(
         "--- {prog} server {server_args:?}\n{st}--- {prog} client {client_args:?} ({:.1} s)\n{ct}",
         t0.elapsed().as_secs_f64()
     );
-    assert!(
-        server.status.success() && client.status.success(),
-        "{prog} {server_args:?}: server {:?}, client {:?}",
-        server.status,
-        client.status
-    );
+    server.assert_success();
+    client.assert_success();
+    testkit::require_clean(&server.what, &st);
+    testkit::require_clean(&client.what, &ct);
     (st, ct)
 }

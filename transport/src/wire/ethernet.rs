@@ -30,6 +30,33 @@ impl core::fmt::Display for MacAddr {
     }
 }
 
+/// A MAC address that is not six `:`-separated hex bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a MAC address (aa:bb:cc:dd:ee:ff)")]
+pub struct BadMac(pub String);
+
+impl core::str::FromStr for MacAddr {
+    type Err = BadMac;
+
+    /// `aa:bb:cc:dd:ee:ff`.
+    fn from_str(v: &str) -> Result<MacAddr, BadMac> {
+        let bad = || BadMac(v.to_string());
+        let mut m = [0u8; 6];
+        let mut parts = v.split(':');
+        for b in m.iter_mut() {
+            let p = parts
+                .next()
+                .filter(|p| (1..=2).contains(&p.len()))
+                .ok_or_else(bad)?;
+            *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        }
+        match parts.next() {
+            Some(_) => Err(bad()),
+            None => Ok(MacAddr(m)),
+        }
+    }
+}
+
 /// The TCI of an 802.1Q tag: priority code point (0..7), drop eligible
 /// indicator and VLAN id (0..4095; 0 = priority-tagged, no VLAN).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -215,6 +242,22 @@ impl EthernetRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mac_parses_from_its_text_and_prints_back() {
+        let m: MacAddr = "02:77:00:0a:ff:3".parse().unwrap();
+        assert_eq!(m, MacAddr([2, 0x77, 0, 0x0a, 0xff, 3]));
+        assert_eq!(m.to_string(), "02:77:00:0a:ff:03");
+        for bad in [
+            "",
+            "02:77:00:0a:ff",
+            "02:77:00:0a:ff:03:04",
+            "02:77:00:0a:ff:x3",
+            "002:77:00:0a:ff:03",
+        ] {
+            assert_eq!(bad.parse::<MacAddr>(), Err(BadMac(bad.into())), "{bad}");
+        }
+    }
 
     fn repr(vlan: Option<VlanTag>) -> EthernetRepr {
         EthernetRepr {

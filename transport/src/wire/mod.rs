@@ -37,7 +37,7 @@ pub use atomic::{AtomicEth, AtomicEthRepr};
 pub use bth::{Bth, BthRepr};
 pub use cnp::Cnp;
 pub use error::{ErrorKind, Layer, WireError};
-pub use ethernet::{check_vlan, EthernetFrame, EthernetRepr, MacAddr, VlanTag};
+pub use ethernet::{check_vlan, BadMac, EthernetFrame, EthernetRepr, MacAddr, VlanTag};
 pub use immdt::ImmDt;
 pub use inflight::{steering_dest_qp, RoceFrame};
 pub use int_response::{emit_int_response, NoResponse};
