@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use testkit::OutputWithin;
+
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bench"))
 }
@@ -15,8 +17,7 @@ fn demo_writes_a_pcap_that_decode_reads() {
         .arg("demo")
         .arg("--pcap")
         .arg(&pcap)
-        .output()
-        .unwrap();
+        .output_within(testkit::LIMIT);
     assert!(
         out.status.success(),
         "{}",
@@ -28,7 +29,10 @@ fn demo_writes_a_pcap_that_decode_reads() {
         "{demo}"
     );
 
-    let out = bench().arg("decode").arg(&pcap).output().unwrap();
+    let out = bench()
+        .arg("decode")
+        .arg(&pcap)
+        .output_within(testkit::LIMIT);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -57,7 +61,7 @@ fn decode_names_the_file_it_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("garbage.pcap");
     std::fs::write(&f, b"not a capture at all").unwrap();
-    let out = bench().arg("decode").arg(&f).output().unwrap();
+    let out = bench().arg("decode").arg(&f).output_within(testkit::LIMIT);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -74,13 +78,15 @@ fn decode_reports_a_truncated_file_after_the_frames_it_read() {
         .arg("demo")
         .arg("--pcap")
         .arg(&pcap)
-        .output()
-        .unwrap()
+        .output_within(testkit::LIMIT)
         .status
         .success());
     let bytes = std::fs::read(&pcap).unwrap();
     std::fs::write(&pcap, &bytes[..bytes.len() - 20]).unwrap();
-    let out = bench().arg("decode").arg(&pcap).output().unwrap();
+    let out = bench()
+        .arg("decode")
+        .arg(&pcap)
+        .output_within(testkit::LIMIT);
     assert!(!out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(

@@ -5,8 +5,10 @@
 //! in benchmarks), only that they exist and are sane.
 
 use std::path::{Path, PathBuf};
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use testkit::OutputWithin;
 
 fn target_bin(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_BIN_EXE_bench")).with_file_name(name);
@@ -57,8 +59,7 @@ fn bench(args: &[&str], sock: &Path) -> Output {
         .args(args)
         .arg("--socket")
         .arg(sock)
-        .output()
-        .unwrap()
+        .output_within(testkit::LIMIT)
 }
 
 fn ok(out: &Output) -> String {
@@ -269,12 +270,12 @@ fn client_and_server_in_two_processes(sock: &Path) {
         .port()
         .to_string();
     for test in ["write-lat", "read-bw"] {
-        let server = Command::new(env!("CARGO_BIN_EXE_bench"))
-            .args([test, "-s", "1024", "-n", "200", "-p", &port, "--socket"])
-            .arg(sock)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut server = testkit::Running::spawn(
+            Command::new(env!("CARGO_BIN_EXE_bench"))
+                .args([test, "-s", "1024", "-n", "200", "-p", &port, "--socket"])
+                .arg(sock),
+        )
+        .unwrap();
         let client = bench(
             &[test, "127.0.0.1", "-s", "1024", "-n", "200", "-p", &port],
             sock,
@@ -282,7 +283,9 @@ fn client_and_server_in_two_processes(sock: &Path) {
         let t = ok(&client);
         assert!(t.contains("Mode            : client"), "{t}");
         assert_eq!(row(&t, 1024)[1], 200.0);
-        let s = ok(&server.wait_with_output().unwrap());
+        let s = server.finish(testkit::LIMIT);
+        assert!(s.success(), "{}", s.text());
+        let s = s.stdout;
         assert!(s.contains("Mode            : server"), "{s}");
     }
 }

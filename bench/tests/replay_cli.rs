@@ -3,12 +3,13 @@
 
 use std::process::Command;
 
+use testkit::OutputWithin;
+
 fn replay(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))
         .arg("hpcc-replay")
         .args(args)
-        .output()
-        .unwrap();
+        .output_within(testkit::LIMIT);
     (
         out.status.success(),
         String::from_utf8(out.stdout).unwrap(),

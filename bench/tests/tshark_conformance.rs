@@ -8,7 +8,9 @@
 //! dissector (`wireshark/rnic.lua`) for those.
 
 use std::process::Command;
+
 use std::time::Duration;
+use testkit::OutputWithin;
 
 use bench::pcap::Writer;
 use bench::samples;
@@ -67,9 +69,8 @@ fn tshark_reads_every_standard_opcode_as_emitted() {
     for f in fields {
         cmd.args(["-e", f]);
     }
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run tshark ({e}); install it (./x test does: apt-get install tshark)")
-    });
+    // (./x test installs tshark: apt-get install tshark)
+    let out = cmd.output_within(testkit::LIMIT);
     assert!(
         out.status.success(),
         "tshark failed: {}",

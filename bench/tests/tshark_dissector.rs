@@ -9,8 +9,10 @@
 //! Needs tshark with Lua (`./x test` installs Debian's tshark).
 
 use std::collections::HashMap;
+
 use std::path::Path;
 use std::process::Command;
+use testkit::OutputWithin;
 
 use transport::wire::Opcode;
 
@@ -114,14 +116,16 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
         .arg("demo")
         .arg("--pcap")
         .arg(&pcap)
-        .output()
-        .unwrap();
+        .output_within(testkit::LIMIT);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = bench().arg("decode").arg(&pcap).output().unwrap();
+    let out = bench()
+        .arg("decode")
+        .arg(&pcap)
+        .output_within(testkit::LIMIT);
     assert!(out.status.success());
     let ours: Vec<HashMap<String, String>> = String::from_utf8(out.stdout)
         .unwrap()
@@ -140,9 +144,8 @@ fn tshark_with_our_dissector_shows_every_telemetry_field_as_bench_decode() {
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let out = cmd.output().unwrap_or_else(|e| {
-        panic!("cannot run tshark ({e}); install it (./x test does: apt-get install tshark)")
-    });
+    // (./x test installs tshark: apt-get install tshark)
+    let out = cmd.output_within(testkit::LIMIT);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tshark failed: {err}");
     assert!(

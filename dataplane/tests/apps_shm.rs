@@ -24,14 +24,14 @@
 //! 6. a daemon whose lcore is pinned runs its control thread on the
 //!    process's other CPUs (when it has any).
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod daemon_util;
-use daemon_util::{start_daemon, start_daemon_with};
+use daemon_util::{start_daemon, start_daemon_with, RUN_LIMIT};
+use testkit::Running;
 
 use verbs::oob::Session;
 use verbs::{
@@ -558,37 +558,31 @@ fn free_addr() -> String {
     l.local_addr().unwrap().to_string()
 }
 
-fn app(socket: &Path, role: &str, addr: &str, extra: &[String]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--role", role, "--socket"])
-        .arg(socket)
-        .args(["--addr", addr])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {role}: {e}"))
+fn app(socket: &Path, role: &str, addr: &str, extra: &[String]) -> Running {
+    Running::spawn(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--role", role, "--socket"])
+            .arg(socket)
+            .args(["--addr", addr])
+            .args(extra),
+    )
+    .unwrap_or_else(|e| panic!("start {role}: {e}"))
 }
 
-/// Waits for an app; returns its output, panicking if it failed.
-fn finish(child: Child, role: &str) -> String {
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    print!("{text}");
-    assert!(out.status.success(), "{role} failed: {:?}", out.status);
-    text
+/// Waits for an app (at most [`RUN_LIMIT`]); returns its output,
+/// panicking if it failed.
+fn finish(mut child: Running, role: &str) -> String {
+    let f = child.finish(RUN_LIMIT);
+    print!("{}", f.stdout);
+    eprint!("{}", f.stderr);
+    assert!(f.success(), "{role} failed: {:?}", f.status);
+    f.stdout
 }
 
-fn read_line_with(child: &mut Child, prefix: &str) -> String {
-    let out = child.stdout.as_mut().unwrap();
-    let mut r = BufReader::new(out);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "no {prefix:?} line");
-        if line.starts_with(prefix) {
-            return line.trim().to_string();
-        }
-    }
+fn read_line_with(child: &mut Running, prefix: &str) -> String {
+    child
+        .line_starting(prefix, RUN_LIMIT)
+        .unwrap_or_else(|| panic!("no {prefix:?} line"))
 }
 
 fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
@@ -602,14 +596,15 @@ fn stats(socket: &Path) -> dataplane::service::ServiceCounters {
 /// the bad value, and closes a connection that sends garbage.
 /// What `dataplane stats --socket` prints about the running daemon.
 fn stats_cli(sock: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["stats", "--socket"])
-        .arg(sock)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "dataplane stats: {text}");
-    text
+    let f = testkit::output_within(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args(["stats", "--socket"])
+            .arg(sock),
+        RUN_LIMIT,
+    )
+    .unwrap();
+    assert!(f.success(), "dataplane stats: {}", f.text());
+    f.stdout
 }
 
 fn control_errors(sock: &Path) {
@@ -787,8 +782,7 @@ fn main() {
     let mut vc = app(&sock, "victim-client", &addr, &[]);
     read_line_with(&mut vc, "victim: running");
     std::thread::sleep(Duration::from_millis(300));
-    vc.kill().unwrap();
-    let _ = vc.wait();
+    vc.kill();
     let out = finish(vs, "victim-server");
     assert!(out.contains("READ failed"), "the peer saw no error");
     let t0 = Instant::now();
@@ -818,16 +812,12 @@ fn main() {
     println!("ok: dataplane stats --socket reads the running daemon");
 
     // 4. SIGTERM.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let mut out = String::new();
-    std::io::Read::read_to_string(d.child.stdout.as_mut().unwrap(), &mut out).unwrap();
-    let status = d.child.wait().unwrap();
+    let (status, out) = d.stop(nix::sys::signal::Signal::SIGTERM);
     print!("{out}");
-    assert!(status.success(), "daemon exit {status:?}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "daemon exit {status:?}"
+    );
     assert!(out.contains("stopped: apps opened"), "{out}");
     println!("ok: SIGTERM stops the daemon");
 

@@ -28,12 +28,7 @@ fn main() {
         } else {
             cc.arg("-libverbs");
         }
-        let st = cc
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("run cc (apt-get install gcc libibverbs-dev)");
-        assert!(st.success(), "the C example {name} does not compile");
+        daemon_util::compile(cc.arg("-o").arg(&exe));
         daemon_util::run_over_lib(&mut Command::new(&exe), &libs, &d.socket)
     };
     let text = run("write_read", true);

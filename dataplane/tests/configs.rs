@@ -6,17 +6,20 @@
 
 use std::process::Command;
 
+/// How long one run of the daemon may take before it is killed and its
+/// test fails.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 fn check(path: &std::path::Path) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("--check")
-        .arg("--config")
-        .arg(path)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    let f = testkit::output_within(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .arg("--check")
+            .arg("--config")
+            .arg(path),
+        LIMIT,
     )
+    .unwrap();
+    (f.success(), f.stderr)
 }
 
 #[test]
@@ -163,18 +166,16 @@ fn check_refuses_each_bad_value_by_key() {
 #[test]
 fn a_lossy_link_still_verifies_every_byte() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .current_dir(&dir)
-        .args(["--config", "configs/loopback_lossy.toml"])
-        .arg(format!("--file-prefix=lossy-{}", std::process::id()))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = testkit::output_within(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .current_dir(&dir)
+            .args(["--config", "configs/loopback_lossy.toml"])
+            .arg(format!("--file-prefix=lossy-{}", std::process::id())),
+        LIMIT,
+    )
+    .unwrap();
+    let text = &out.stdout;
+    assert!(out.success(), "{}", out.text());
     assert!(text.contains("16 WRITEs and READs verified"), "{text}");
     let drops = text
         .lines()

@@ -187,14 +187,16 @@ fn a_bad_domain_key_is_refused_naming_the_key_but_not_showing_it() {
         "the loopback config has a [service] section"
     );
     std::fs::write(&cfg, text).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["--config"])
-        .arg(&cfg)
-        .arg("--check")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let out = testkit::output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args(["--config"])
+            .arg(&cfg)
+            .arg("--check"),
+        daemon_util::RUN_LIMIT,
+    )
+    .unwrap();
+    let err = &out.stderr;
+    assert!(out.status.is_some_and(|s| !s.success()), "{out:?}");
     assert!(err.contains("service.feedback_domain_key"), "{err}");
     assert!(err.contains("hex digits"), "{err}");
     assert!(!err.contains(secret), "the key is not printed: {err}");

@@ -145,7 +145,7 @@ fn main() {
     };
     let mut s = Command::new(&verify);
     env(&mut s);
-    let server =
+    let mut server =
         testkit::Running::spawn(s.args(["-d", "rnic1", "-s", "4096", "-p", &port.to_string()]))
             .unwrap();
     daemon_util::wait_listening(port);

@@ -7,10 +7,9 @@
 //! IBV_EVENT_SQ_DRAINED; then the daemon killed under the running
 //! program: IBV_EVENT_DEVICE_FATAL and failing calls, not a hang.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 mod daemon_util;
 
@@ -18,14 +17,13 @@ mod daemon_util;
 fn build(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_errors.c");
     let exe = dir.join("verbs_errors");
-    let st = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(&src)
-        .args(["-libverbs", "-o"])
-        .arg(&exe)
-        .status()
-        .expect("run cc (apt-get install gcc libibverbs-dev)");
-    assert!(st.success(), "{} does not compile", src.display());
+    daemon_util::compile(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(&src)
+            .args(["-libverbs", "-o"])
+            .arg(&exe),
+    );
     exe
 }
 
@@ -58,35 +56,34 @@ fn a_killed_daemon_is_a_fatal_device_event_then_errors_not_a_hang() {
     let libs = daemon_util::lib_dir(tmp.path());
     let exe = build(tmp.path());
     let mut d = daemon_util::start_daemon("ibverbs-fatal");
-    let mut child = Command::new(&exe)
-        .arg("fatal")
-        .env("LD_LIBRARY_PATH", &libs)
-        .env("RNIC_SOCKET", &d.socket)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().and_then(Result::ok).unwrap_or_default();
-    assert_eq!(first, "ready", "the program did not connect");
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
-    // Read the rest while waiting; a hang is a failure, found after a
-    // bound far above the few milliseconds this takes.
-    let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("the program hangs after the daemon died");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let rest = reader.join().unwrap().join("\n");
+    let mut child = testkit::Running::spawn(
+        Command::new(&exe)
+            .arg("fatal")
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("RNIC_SOCKET", &d.socket),
+    )
+    .unwrap();
+    assert_eq!(
+        child.line_starting("", daemon_util::RUN_LIMIT).as_deref(),
+        Some("ready"),
+        "the program did not connect"
+    );
+    d.stop(nix::sys::signal::Signal::SIGKILL);
+    // A hang is a failure, found after a bound far above the few
+    // milliseconds this takes.
+    let f = child.finish(Duration::from_secs(120));
+    assert!(
+        f.status.is_some(),
+        "the program hangs after the daemon died"
+    );
+    let rest = &f.stdout;
     println!("{rest}");
-    assert!(status.success(), "verbs_errors fatal: {status:?}");
+    assert!(
+        f.success(),
+        "verbs_errors fatal: {:?}\n{}",
+        f.status,
+        f.stderr
+    );
     assert!(
         rest.contains("daemon killed -> local catastrophic error"),
         "{rest}"

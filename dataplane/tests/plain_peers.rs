@@ -127,12 +127,8 @@ fn frames_of_write_to_static_neighbour(
     drop(pd);
     drop(cq);
     drop(dev);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    assert!(d.child.wait().unwrap().success());
+    let (status, _) = d.stop(nix::sys::signal::Signal::SIGTERM);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
     let mut r = nic::pcap::Reader::open(&pcap).unwrap();
     let mut to_peer = Vec::new();
     while let Some(rec) = r.next_record() {

@@ -4,7 +4,9 @@
 //! server and two clients adding concurrently).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
+
+use testkit::Running;
 
 mod daemon_util;
 
@@ -15,39 +17,28 @@ fn example(name: &str) -> PathBuf {
     let dir = deps.parent().unwrap().parent().unwrap().join("examples");
     let exe = dir.join(name);
     if !exe.exists() {
-        let ok = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "verbs", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(ok.success(), "cargo build --example {name} failed");
+        daemon_util::compile(
+            Command::new(env!("CARGO"))
+                .args(["build", "-q", "-p", "verbs", "--example", name])
+                .current_dir(env!("CARGO_MANIFEST_DIR")),
+        );
     }
     assert!(exe.exists(), "{} not built", exe.display());
     exe
 }
 
-fn spawn(exe: &PathBuf, socket: &PathBuf, args: &[&str]) -> Child {
-    Command::new(exe)
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+fn spawn(exe: &PathBuf, socket: &PathBuf, args: &[&str]) -> Running {
+    Running::spawn(Command::new(exe).arg("--socket").arg(socket).args(args))
         .expect("start the example")
 }
 
-fn finish(c: Child, what: &str) -> String {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = c.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&stdout).into_owned();
-    print!("{text}");
-    eprint!("{}", String::from_utf8_lossy(&stderr));
-    assert!(status.success(), "{what} failed: {status:?}");
-    text
+/// Waits for an example (at most `RUN_LIMIT`); its stdout.
+fn finish(mut c: Running, what: &str) -> String {
+    let f = c.finish(daemon_util::RUN_LIMIT);
+    print!("{}", f.stdout);
+    eprint!("{}", f.stderr);
+    assert!(f.success(), "{what} failed: {:?}", f.status);
+    f.stdout
 }
 
 fn free_port() -> u16 {

@@ -12,5 +12,5 @@
 pub mod child;
 pub mod verbs_output;
 
-pub use child::{output_within, Finished, Running};
+pub use child::{output_within, wait_within, Finished, OutputWithin, Running, LIMIT};
 pub use verbs_output::{failures, require_clean};

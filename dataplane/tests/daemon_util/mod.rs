@@ -18,6 +18,26 @@ impl Drop for Daemon {
     }
 }
 
+impl Daemon {
+    /// Sends `signal` and waits for the daemon to exit, at most
+    /// [`RUN_LIMIT`] (killed past that): its exit status (None: killed)
+    /// and what it printed on stdout.
+    pub fn stop(
+        &mut self,
+        signal: nix::sys::signal::Signal,
+    ) -> (Option<std::process::ExitStatus>, String) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal the daemon");
+        let status = testkit::wait_within(&mut self.child, RUN_LIMIT);
+        let mut out = String::new();
+        if let Some(o) = self.child.stdout.as_mut() {
+            // It has exited (or was killed): its stdout is at its end.
+            let _ = std::io::Read::read_to_string(o, &mut out);
+        }
+        (status, out)
+    }
+}
+
 /// Starts `dataplane --serve` on the loopback testbed (net_ring, no
 /// hugepages) with its socket in a fresh directory, and waits until it
 /// listens.
@@ -89,7 +109,7 @@ pub fn lib_dir(tmp: &Path) -> PathBuf {
 
 /// How long a verbs program may run before it is killed and the test
 /// fails (a hung program must not hang the suite).
-pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+pub const RUN_LIMIT: Duration = testkit::LIMIT;
 
 /// Runs `cmd` over our libibverbs (`libs` first on LD_LIBRARY_PATH) and
 /// the daemon at `socket`; prints its output, requires exit 0 within
@@ -131,18 +151,23 @@ pub fn tool(name: &str) -> Command {
 pub fn rc_verify(dir: &Path, wrong_byte: u8) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/scripts/rc_verify.c");
     let exe = dir.join(format!("rc_verify-{wrong_byte}"));
-    let f = testkit::output_within(
+    compile(
         Command::new("cc")
             .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
             .arg(format!("-DRC_VERIFY_WRONG_BYTE={wrong_byte}"))
             .arg(&src)
             .args(["-libverbs", "-o"])
             .arg(&exe),
-        RUN_LIMIT,
-    )
-    .expect("run cc (apt-get install gcc libibverbs-dev)");
-    f.assert_success();
+    );
     exe
+}
+
+/// Runs a compiler (or build) command, at most [`RUN_LIMIT`]; panics with
+/// its output unless it succeeded.
+pub fn compile(cmd: &mut Command) {
+    testkit::output_within(cmd, RUN_LIMIT)
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install gcc libibverbs-dev)"))
+        .assert_success();
 }
 
 /// Waits until some process listens on TCP `port` of localhost (read
@@ -207,7 +232,7 @@ pub fn pair(
     let t0 = Instant::now();
     let mut s = tool(prog);
     env(&mut s);
-    let server = testkit::Running::spawn(s.args(server_args).args(["-p", &port.to_string()]))
+    let mut server = testkit::Running::spawn(s.args(server_args).args(["-p", &port.to_string()]))
         .unwrap_or_else(|e| panic!("{prog}: {e}"));
     wait_listening(port);
     let mut c = tool(prog);
