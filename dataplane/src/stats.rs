@@ -237,7 +237,7 @@ impl Snapshot {
 
     /// QPs a snapshot sent over the control socket lists, so that the
     /// reply stays well within a message's limit (up to ~740 bytes of
-    /// JSON each; `verbs::proto::MAX_MESSAGE` is 1 MiB).
+    /// JSON each; `shm::proto::MAX_MESSAGE` is 1 MiB).
     pub const LISTED_QPS: usize = 512;
 
     /// The JSON of a reply over the control socket: at most
@@ -666,7 +666,7 @@ mod tests {
             .all(|(i, e)| e.host == 0 && e.qpn == i as Qpn));
         let json = serde_json::to_string(&all).unwrap();
         assert!(
-            json.len() < verbs::proto::MAX_MESSAGE / 2,
+            json.len() < shm::proto::MAX_MESSAGE / 2,
             "{} bytes",
             json.len()
         );

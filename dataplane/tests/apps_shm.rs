@@ -213,8 +213,8 @@ fn garbage(a: &Args) {
     assert_eq!(
         (caps.max_send_sge, caps.max_recv_sge, caps.max_inline_data),
         (
-            transport::abi::WQE_MAX_SGE as u32,
-            transport::abi::RECV_WQE_MAX_SGE as u32,
+            shm::abi::WQE_MAX_SGE as u32,
+            shm::abi::RECV_WQE_MAX_SGE as u32,
             transport::rc::MAX_INLINE_DATA as u32
         )
     );
@@ -239,19 +239,19 @@ fn garbage(a: &Args) {
         println!("garbage: {what} -> {:?}", c.status);
     };
     let wqe = |op: u8, lkey: u32, va: u64, len: u32, rkey: u32, rva: u64| {
-        let mut w = transport::abi::Wqe {
+        let mut w = shm::abi::Wqe {
             wr_id: 77,
             remote_va: rva,
             rkey,
             opcode: op,
-            flags: transport::abi::WQE_SIGNALED,
+            flags: shm::abi::WQE_SIGNALED,
             num_sge: 1,
             ..bytemuck::Zeroable::zeroed()
         };
-        w.sges[0] = transport::abi::WqeSge { va, lkey, len };
+        w.sges[0] = shm::abi::WqeSge { va, lkey, len };
         w
     };
-    use transport::abi::wqe_op::{ATOMIC_FETCH_AND_ADD, RDMA_READ, RDMA_WRITE};
+    use shm::abi::wqe_op::{ATOMIC_FETCH_AND_ADD, RDMA_READ, RDMA_WRITE};
     let mine = mr1.remote();
     // A region of the peer without the remote-atomic right.
     let no_atomic = pd1
@@ -265,10 +265,10 @@ fn garbage(a: &Args) {
         .unwrap();
     let many = {
         let mut w = wqe(RDMA_WRITE, mr0.lkey, mr0.va, 8, mine.rkey, mine.va);
-        w.num_sge = transport::abi::WQE_MAX_SGE as u8 + 1;
+        w.num_sge = shm::abi::WQE_MAX_SGE as u8 + 1;
         w
     };
-    let cases: [(&str, transport::abi::Wqe, WcStatus); 9] = [
+    let cases: [(&str, shm::abi::Wqe, WcStatus); 9] = [
         ("a WQE with too many SGEs", many, WcStatus::LocQpOpErr),
         (
             "an SGE outside the app's segment",
@@ -377,7 +377,7 @@ fn garbage(a: &Args) {
             x ^= x << 17;
             *b = x as u8;
         }
-        let mut w: transport::abi::Wqe = bytemuck::cast(bytes);
+        let mut w: shm::abi::Wqe = bytemuck::cast(bytes);
         w.flags &= 1;
         let _ = q0.post_raw(&w);
     }
@@ -608,46 +608,52 @@ fn stats_cli(sock: &Path) -> String {
 }
 
 fn control_errors(sock: &Path) {
-    use verbs::proto::{self, ErrorKind, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
+    use shm::proto::{self, ErrorKind, ReplyMsg, Request, RequestMsg};
+    use shm::VERSION;
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    let mut ask = |v: u32, req: Request| -> verbs::proto::ErrorReply {
+    let mut ask = |v: u32, req: Request| -> shm::proto::ErrorReply {
         proto::send_message(&mut s, &RequestMsg { v, id: 5, req }).unwrap();
         let r: ReplyMsg = proto::read_message(&mut s).unwrap();
         assert_eq!(r.id, 5);
         r.result.expect_err("an error")
     };
-    let open = |abi_version: u32, device: &str, shm_bytes: u64| Request::OpenDevice {
-        abi_version,
+    let open = |device: &str, shm_bytes: u64| Request::OpenDevice {
         device: device.into(),
         shm_bytes,
     };
-    let abi = transport::abi::ABI_VERSION;
+    // A client of another contract version is refused by name at its
+    // first message (the connection stays usable for the right one).
+    let older = VERSION - 1;
     let cases = [
         (
-            ask(PROTOCOL_VERSION, Request::AllocPd),
-            ErrorKind::NotOpen,
-            "OpenDevice",
-        ),
-        (ask(99, Request::QueryPort), ErrorKind::Version, "99"),
-        (
-            ask(PROTOCOL_VERSION, open(99, "rnic0", 1 << 24)),
+            ask(older, open("rnic0", 1 << 24)),
             ErrorKind::Version,
-            "99",
+            format!("contract version {older}, this daemon {VERSION}"),
         ),
         (
-            ask(PROTOCOL_VERSION, open(abi, "rnic9", 1 << 24)),
+            ask(VERSION, Request::AllocPd),
+            ErrorKind::NotOpen,
+            "OpenDevice".into(),
+        ),
+        (
+            ask(99, Request::QueryPort),
+            ErrorKind::Version,
+            "version 99".into(),
+        ),
+        (
+            ask(VERSION, open("rnic9", 1 << 24)),
             ErrorKind::NoSuchDevice,
-            "rnic9",
+            "rnic9".into(),
         ),
         (
-            ask(PROTOCOL_VERSION, open(abi, "rnic0", 1 << 50)),
+            ask(VERSION, open("rnic0", 1 << 50)),
             ErrorKind::InvalidArgument,
-            "1125899906842624",
+            "1125899906842624".into(),
         ),
     ];
     for (e, kind, names) in cases {
         assert_eq!(e.kind, kind, "{e}");
-        assert!(e.message.contains(names), "{e} should name {names}");
+        assert!(e.message.contains(&names), "{e} should name {names}");
         println!("control: {e}");
     }
     // A frame that is not a request: a Malformed reply, then the close.

@@ -10,7 +10,7 @@ mod daemon_util;
 
 use std::time::Duration;
 
-use verbs::proto::{Modify, Request};
+use shm::proto::{Modify, Request};
 use verbs::{poll_one, Device, LocalBuf, MrAccess, WcStatus};
 
 const DOMAIN_KEY: &str = "000102030405060708090a0b0c0d0e0f";

@@ -96,7 +96,7 @@ fn frames_of_write_to_static_neighbour(
     let mut mr = pd
         .alloc_mr(
             4096,
-            verbs::proto::MrAccess {
+            shm::proto::MrAccess {
                 local_write: true,
                 ..Default::default()
             },

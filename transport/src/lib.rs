@@ -1,17 +1,17 @@
 //! The protocol half of the software RDMA NIC.
 //!
 //! `transport` owns the RoCEv2 + telemetry wire codec ([`wire`]), the RC
-//! engine ([`rc`]: QP contexts, requester, responder), memory-region keys,
-//! bounds and protection domains ([`mr`]), and the shared-memory ABI that
-//! applications and the daemon share ([`abi`]: WQE and CQE layouts, SPSC
-//! rings). The verbs API applications link is the `verbs` crate beside it
-//! (`transport/verbs`), which adds the socket, the mapping and the C ABI.
+//! engine ([`rc`]: QP contexts, requester, responder), and memory-region
+//! keys, bounds and protection domains ([`mr`]). What applications and the
+//! daemon agree on (WQE and CQE layouts, rings, control messages, the
+//! segment) is the `shm` crate beside it (`transport/shm`); the verbs API
+//! applications link is `verbs` (`transport/verbs`), and the drop-in
+//! libibverbs is `transport/ibverbs`.
 //!
 //! It is sans-IO: it never reads a clock, never does I/O and never uses
 //! `unsafe`. Time, when it is needed, is a `u64` of nanoseconds passed in.
 #![forbid(unsafe_code)]
 
-pub mod abi;
 pub mod mr;
 pub mod rc;
 pub mod wire;

@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use nic::stage::NO_OPCODE;
 use nic::{FrameKey, Stage};
+use shm::proto::{Reply, Request};
 use transport::wire::Opcode;
-use verbs::proto::{Reply, Request};
 use verbs::Device;
 
 use super::args::{PerfArgs, Test};

@@ -8,7 +8,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use transport::abi;
+use shm::abi;
 use verbs::oob::Session;
 use verbs::{Cq, Device, Endpoint, LocalBuf, Mr, MrAccess, Pd, Qp, RemoteMr};
 

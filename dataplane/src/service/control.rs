@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind as IoKind;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,8 @@ use mio::net::{UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::router::Router;
-use verbs::proto::{self, ErrorKind, ErrorReply, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
+use shm::fds::Wait;
+use shm::proto::{self, ErrorKind, ErrorReply, ReplyMsg, Request, RequestMsg};
 
 /// An application connection.
 pub type ConnId = u64;
@@ -265,17 +266,18 @@ fn service(c: &mut Conn, id: ConnId, router: &mut Router) -> bool {
         // Decode whole frames already buffered.
         while c.outstanding < MAX_OUTSTANDING {
             match proto::unframe::<RequestMsg>(&mut c.inbuf) {
-                Ok(Some(m)) if m.v != PROTOCOL_VERSION => {
+                Ok(Some(m)) if m.v != shm::VERSION => {
                     let e = ErrorReply::new(
                         ErrorKind::Version,
                         format!(
-                            "protocol version {} (this daemon speaks {PROTOCOL_VERSION})",
-                            m.v
+                            "the client speaks application/daemon contract version {}, this daemon {}: use the libibverbs and verbs built with this daemon",
+                            m.v,
+                            shm::VERSION
                         ),
                     );
                     c.out.push_back((
                         proto::frame(&ReplyMsg {
-                            v: PROTOCOL_VERSION,
+                            v: shm::VERSION,
                             id: m.id,
                             result: Err(e),
                         }),
@@ -296,13 +298,13 @@ fn service(c: &mut Conn, id: ConnId, router: &mut Router) -> bool {
                 Ok(None) => break,
                 Err(reason) => {
                     // The stream is out of step: say why, then close.
-                    let e = ErrorReply::new(ErrorKind::Malformed, reason);
+                    let e = ErrorReply::new(ErrorKind::Malformed, reason.to_string());
                     let bytes = proto::frame(&ReplyMsg {
-                        v: PROTOCOL_VERSION,
+                        v: shm::VERSION,
                         id: 0,
                         result: Err(e),
                     });
-                    let _ = proto::send_with_fds(c.stream.as_raw_fd(), &bytes, &[]);
+                    let _ = proto::send_with_fds(c.stream.as_fd(), &bytes, &[]);
                     return false;
                 }
             }
@@ -315,7 +317,7 @@ fn service(c: &mut Conn, id: ConnId, router: &mut Router) -> bool {
             return true;
         }
         let mut chunk = [0u8; 8192];
-        match recv_with_fds(&c.stream, &mut chunk, &mut c.infds) {
+        match shm::fds::recv_with_fds(c.stream.as_fd(), &mut chunk, &mut c.infds, Wait::No) {
             Ok(0) => return false,
             Ok(n) => c.inbuf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == IoKind::WouldBlock => return true,
@@ -329,33 +331,6 @@ fn service(c: &mut Conn, id: ConnId, router: &mut Router) -> bool {
     }
 }
 
-/// One non-blocking read, keeping the descriptors that arrive.
-fn recv_with_fds(
-    stream: &UnixStream,
-    buf: &mut [u8],
-    fds: &mut VecDeque<OwnedFd>,
-) -> std::io::Result<usize> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    use std::os::fd::{FromRawFd, RawFd};
-    let mut space = nix::cmsg_space!([RawFd; proto::MAX_FDS]);
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        stream.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(std::io::Error::from)?;
-    for c in msg.cmsgs().map_err(std::io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            // SAFETY: the kernel installed these descriptors in this
-            // process for this message; nothing else owns them.
-            fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
-        }
-    }
-    Ok(msg.bytes)
-}
-
 /// Writes queued replies; false when the peer is gone or does not read.
 fn flush(c: &mut Conn) -> bool {
     while let Some((bytes, off, fds)) = c.out.front_mut() {
@@ -364,7 +339,7 @@ fn flush(c: &mut Conn) -> bool {
         } else {
             Vec::new()
         };
-        match proto::send_with_fds(c.stream.as_raw_fd(), &bytes[*off..], &borrowed) {
+        match proto::send_with_fds(c.stream.as_fd(), &bytes[*off..], &borrowed) {
             Ok(n) => {
                 *off += n;
                 if *off == bytes.len() {

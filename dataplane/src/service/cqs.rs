@@ -11,8 +11,8 @@ use std::sync::Arc;
 use nic::stage::NO_OPCODE;
 use nic::{FrameKey, Stage};
 use nix::sys::eventfd::EventFd;
-use transport::abi::{self, Producer};
-use verbs::shm::Segment;
+use shm::abi::{self, Producer};
+use shm::segment::Segment;
 
 use super::control::ConnId;
 use super::trace;

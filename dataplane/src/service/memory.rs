@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use nic::Attached;
+use shm::segment::Segment;
 use transport::mr::Memory;
-use verbs::shm::Segment;
 
 use crate::dpdk::{ExtMemory, Mbuf};
 

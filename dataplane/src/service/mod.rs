@@ -39,12 +39,12 @@ use nic::stage::NO_OPCODE;
 use nic::{Direction, FrameKey, Nic, Stage};
 use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
-use transport::abi::{self, Consumer};
+use shm::abi::{self, Consumer};
+use shm::segment::Segment;
 use transport::rc::{
     CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, QpnSpace, RcError, WcOpcode, WcStatus,
 };
 use transport::wire::{MacAddr, VlanTag};
-use verbs::shm::Segment;
 
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, TscClock};
 use crate::host_port::{DpdkLink, HostPort};
@@ -354,7 +354,7 @@ struct App {
     srqs: Vec<u32>,
     next_cq: u32,
     /// Asynchronous events not yet taken, and the eventfd that says so.
-    events: VecDeque<verbs::proto::AsyncEventMsg>,
+    events: VecDeque<shm::proto::AsyncEventMsg>,
     event_fd: Option<EventFd>,
 }
 
@@ -363,7 +363,7 @@ const MAX_EVENTS: usize = 4096;
 
 impl App {
     /// Queues an asynchronous event and wakes the application.
-    fn raise(&mut self, e: verbs::proto::AsyncEventMsg, counters: &mut ServiceCounters) {
+    fn raise(&mut self, e: shm::proto::AsyncEventMsg, counters: &mut ServiceCounters) {
         if self.events.len() >= MAX_EVENTS {
             counters.async_events_dropped += 1;
             return;
@@ -717,8 +717,8 @@ impl Service {
                 };
                 control.reply(ToControl {
                     conn,
-                    msg: verbs::proto::ReplyMsg {
-                        v: verbs::proto::PROTOCOL_VERSION,
+                    msg: shm::proto::ReplyMsg {
+                        v: shm::VERSION,
                         id,
                         result,
                     },
@@ -1202,8 +1202,8 @@ impl Apps<'_> {
 
     /// Hands an engine event to the application that owns its object.
     fn raise(&mut self, e: transport::rc::AsyncEvent) {
+        use shm::proto::AsyncEventMsg as M;
         use transport::rc::{AsyncEvent as E, QpError};
-        use verbs::proto::AsyncEventMsg as M;
         let qp_owner = |qpn: Qpn| self.qps.get(&qpn).map(|rt| rt.app);
         let (app, msg) = match e {
             E::SrqLimitReached(srq) => {
@@ -1279,10 +1279,7 @@ impl Apps<'_> {
             self.counters.cq_overruns += q.backlog.len() as u64;
             q.backlog.clear();
             if let Some(a) = self.apps.get_mut(&q.app) {
-                a.raise(
-                    verbs::proto::AsyncEventMsg::CqErr { cq: q.id },
-                    self.counters,
-                );
+                a.raise(shm::proto::AsyncEventMsg::CqErr { cq: q.id }, self.counters);
             }
             let qps: Vec<Qpn> = self
                 .qps
@@ -1324,7 +1321,7 @@ fn park(rt: &mut QpRt, parked: &mut usize) {
 
 /// Asks the daemon serving on `socket` for its counters.
 pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, StatsError> {
-    use verbs::proto::{self, Reply, ReplyMsg, Request, RequestMsg, PROTOCOL_VERSION};
+    use shm::proto::{self, Reply, ReplyMsg, Request, RequestMsg};
     let daemon = |why: String| StatsError::Daemon {
         path: socket.to_owned(),
         why,
@@ -1337,7 +1334,7 @@ pub fn query_stats(socket: &std::path::Path) -> Result<crate::stats::Snapshot, S
     proto::send_message(
         &mut s,
         &RequestMsg {
-            v: PROTOCOL_VERSION,
+            v: shm::VERSION,
             id: 1,
             req: Request::Stats,
         },

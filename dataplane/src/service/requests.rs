@@ -1,5 +1,5 @@
 //! The control path: one function per request of the protocol
-//! (`verbs::proto::Request`), each answering a reply or a typed error that
+//! (`shm::proto::Request`), each answering a reply or a typed error that
 //! names the bad value. Requests only touch the requesting application's
 //! own objects; handles of other applications are unknown to it.
 
@@ -8,15 +8,15 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use transport::abi::{self, Consumer, Producer, RingLayout, ABI_VERSION};
+use shm::abi::{self, Consumer, Producer, RingLayout};
+use shm::proto::{
+    DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
+};
+use shm::segment::Segment;
 use transport::mr::Access;
 use transport::rc::{
     CcMode, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RtrAttr, RtsAttr, SendLimits,
 };
-use verbs::proto::{
-    DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, Request,
-};
-use verbs::shm::Segment;
 
 use super::alloc::SegmentAlloc;
 use super::control::ConnId;
@@ -162,13 +162,8 @@ impl Service {
     }
 
     pub(super) fn handle(&mut self, conn: ConnId, req: Request, fds: Vec<OwnedFd>) -> Answer {
-        if let Request::OpenDevice {
-            abi_version,
-            device,
-            shm_bytes,
-        } = req
-        {
-            return self.open_device(conn, abi_version, &device, shm_bytes);
+        if let Request::OpenDevice { device, shm_bytes } = req {
+            return self.open_device(conn, &device, shm_bytes);
         }
         if let Request::ListDevices = req {
             // A device sharded over engines is listed once, by shard 0.
@@ -251,7 +246,7 @@ impl Service {
                 let wqes = e.srq_len(srq).map_err(bad)? as u32;
                 let limit = e.srq_limit(srq).map_err(bad)?;
                 let limit_events = h.srqs.get(&srq).map_or(0, |r| r.limit_events);
-                done(Reply::SrqInfo(verbs::proto::SrqInfo {
+                done(Reply::SrqInfo(shm::proto::SrqInfo {
                     wqes,
                     limit,
                     limit_events,
@@ -299,13 +294,7 @@ impl Service {
         self.apps.get_mut(&conn).expect("checked by handle")
     }
 
-    fn open_device(&mut self, conn: ConnId, abi_version: u32, name: &str, bytes: u64) -> Answer {
-        if abi_version != ABI_VERSION {
-            return Err(err(
-                ErrorKind::Version,
-                format!("shared-memory ABI {abi_version} (this daemon has {ABI_VERSION})"),
-            ));
-        }
+    fn open_device(&mut self, conn: ConnId, name: &str, bytes: u64) -> Answer {
         if self.apps.contains_key(&conn) {
             return Err(err(
                 ErrorKind::AlreadyOpen,
@@ -381,7 +370,6 @@ impl Service {
     fn device_info(&self, host: usize) -> DeviceInfo {
         let h = &self.hosts[host];
         DeviceInfo {
-            abi_version: ABI_VERSION,
             name: h.spec.name.clone(),
             ip: h.spec.ip,
             mac: h.spec.mac.0,
@@ -391,9 +379,9 @@ impl Service {
             backend: h.driver.clone(),
             cc: self.cfg.cc.name().to_string(),
             line_gbps: (self.cfg.line_rate_bps / 1_000_000_000) as u32,
-            caps: verbs::proto::DeviceCaps {
-                max_send_sge: transport::abi::WQE_MAX_SGE as u32,
-                max_recv_sge: transport::abi::RECV_WQE_MAX_SGE as u32,
+            caps: shm::proto::DeviceCaps {
+                max_send_sge: shm::abi::WQE_MAX_SGE as u32,
+                max_recv_sge: shm::abi::RECV_WQE_MAX_SGE as u32,
                 max_inline_data: transport::rc::MAX_INLINE_DATA as u32,
                 // The engine takes up to 255, but applications such as
                 // perftest hand this value to the peer's max_rd_atomic,
@@ -499,16 +487,16 @@ impl Service {
         pd: u32,
         (va, len, access): (u64, u64, MrAccess),
         start: u64,
-        pieces: &[verbs::proto::MapPiece],
+        pieces: &[shm::proto::MapPiece],
         fds: &[OwnedFd],
     ) -> Answer {
         self.own_pd(conn, pd)?;
         let bad = |m: String| Err(err(ErrorKind::InvalidArgument, m));
-        if pieces.is_empty() || pieces.len() > verbs::proto::MAX_FDS {
+        if pieces.is_empty() || pieces.len() > shm::proto::MAX_FDS {
             return bad(format!(
                 "{} pieces (1..={} per region)",
                 pieces.len(),
-                verbs::proto::MAX_FDS
+                shm::proto::MAX_FDS
             ));
         }
         let mut list = Vec::with_capacity(pieces.len());
@@ -918,7 +906,7 @@ impl Service {
                 rnr_retry,
                 sqd_notify,
             } => {
-                use verbs::proto::UpdateTo;
+                use shm::proto::UpdateTo;
                 let state = match to {
                     UpdateTo::Init => QpState::Init,
                     UpdateTo::Rts => QpState::Rts,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
 use crossbeam_channel::Sender;
-use verbs::proto::{ErrorKind, ErrorReply, Reply, ReplyMsg, Request, PROTOCOL_VERSION};
+use shm::proto::{ErrorKind, ErrorReply, Reply, ReplyMsg, Request};
 
 use super::control::{ConnId, ToControl, ToDataplane};
 use crate::stats::Snapshot;
@@ -156,7 +156,7 @@ impl Router {
         Some(ToControl {
             conn: r.conn,
             msg: ReplyMsg {
-                v: PROTOCOL_VERSION,
+                v: shm::VERSION,
                 id: r.msg.id,
                 result: self.merge(g),
             },
@@ -253,7 +253,6 @@ mod tests {
 
     fn open(device: &str) -> Request {
         Request::OpenDevice {
-            abi_version: 0,
             device: device.into(),
             shm_bytes: 0,
         }
@@ -270,7 +269,7 @@ mod tests {
         ToControl {
             conn,
             msg: ReplyMsg {
-                v: PROTOCOL_VERSION,
+                v: shm::VERSION,
                 id,
                 result,
             },
@@ -335,8 +334,7 @@ mod tests {
         let (mut r, rx) = router(2);
         r.route(5, 9, Request::ListDevices, Vec::new()).unwrap();
         assert_eq!((got(&rx[0]), got(&rx[1])), (Some((5, 9)), Some((5, 9))));
-        let dev = |name: &str| verbs::proto::DeviceInfo {
-            abi_version: 3,
+        let dev = |name: &str| shm::proto::DeviceInfo {
             name: name.into(),
             ip: std::net::Ipv4Addr::new(10, 0, 0, 1),
             mac: [2, 0, 0, 0, 0, 1],

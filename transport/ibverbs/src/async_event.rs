@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use verbs::proto::{AsyncEventMsg, Reply, Request};
+use shm::proto::{AsyncEventMsg, Reply, Request};
 
 use crate::context::Ctx;
 use crate::sys::*;

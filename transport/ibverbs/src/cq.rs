@@ -11,8 +11,8 @@ use std::ffi::{c_int, c_void};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use transport::abi::{self, Consumer, RingLayout};
-use verbs::proto::{Reply, Request};
+use shm::abi::{self, Consumer, RingLayout};
+use shm::proto::{Reply, Request};
 
 use crate::async_event::Kind;
 use crate::context::Ctx;

@@ -3,9 +3,9 @@
 //! `<infiniband/verbs.h>`) started with this library first on
 //! `LD_LIBRARY_PATH` opens the devices of the rnic daemon instead of the
 //! kernel's: the control verbs become requests on the daemon's socket
-//! (`verbs::proto`, through `verbs::Device`) and the data path
+//! (`shm::proto`, through `verbs::Device`) and the data path
 //! (`ops.post_send`, `ops.post_recv`, `ops.poll_cq`) reads and writes the
-//! shared-memory rings of `transport::abi` in the application's own
+//! shared-memory rings of `shm::abi` in the application's own
 //! process, with no system call.
 //!
 //! Why a whole library and not a provider plugin, and the ABI facts it

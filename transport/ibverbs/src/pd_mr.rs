@@ -6,7 +6,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::AsFd;
 
-use verbs::proto::{MapPiece, MrAccess, Reply, Request};
+use shm::proto::{MapPiece, MrAccess, Reply, Request};
 
 use crate::context::Ctx;
 use crate::remap;

@@ -7,7 +7,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use transport::abi::{self, wqe_op, Producer, Wqe};
+use shm::abi::{self, wqe_op, Producer, Wqe};
 use transport::rc::Sge;
 
 use crate::qp::Qp;
@@ -141,9 +141,9 @@ unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `first` is the caller's valid chain and `bad_wr` NULL or writable.
-unsafe fn post_chain<T: transport::abi::RingEntry, W>(
+unsafe fn post_chain<T: shm::abi::RingEntry, W>(
     ring: &mut Producer<T>,
-    seg: &verbs::shm::Segment,
+    seg: &shm::segment::Segment,
     item: &mut T,
     first: *mut W,
     bad_wr: *mut *mut W,
@@ -230,7 +230,7 @@ pub unsafe extern "C" fn post_send(
 /// `wr` is the caller's valid chain.
 pub unsafe fn post_recv_chain(
     ring: &mut Producer<abi::RecvWqe>,
-    seg: &verbs::shm::Segment,
+    seg: &shm::segment::Segment,
     max_sge: usize,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,

@@ -8,8 +8,8 @@ use std::ffi::c_int;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use transport::abi::{self, Producer, RingLayout};
-use verbs::proto::{Modify, QpAccessFlags, Reply, Request, UpdateTo};
+use shm::abi::{self, Producer, RingLayout};
+use shm::proto::{Modify, QpAccessFlags, Reply, Request, UpdateTo};
 
 use crate::async_event::Kind;
 use crate::context::Ctx;

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use verbs::proto::{Reply, Request};
+use shm::proto::{Reply, Request};
 
 use crate::qp::Qp;
 use crate::sys::ibv_qp;

@@ -7,8 +7,8 @@ use std::cell::UnsafeCell;
 use std::ffi::c_int;
 use std::sync::atomic::AtomicBool;
 
-use transport::abi::{self, Producer, RingLayout};
-use verbs::proto::{Reply, Request};
+use shm::abi::{self, Producer, RingLayout};
+use shm::proto::{Reply, Request};
 
 use crate::async_event::Kind;
 use crate::context::Ctx;

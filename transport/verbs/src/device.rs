@@ -18,16 +18,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use transport::abi::{self, Consumer, Producer, RingError, RingLayout, ABI_VERSION};
+use shm::abi::{self, Consumer, Producer, RingError, RingLayout};
 use transport::rc::{
     Cqe as Completion, InlineData, RecvWr, SgList, Sge, WcStatus, WrHead, WrOp, WrParts, WrPayload,
 };
 
-use crate::proto::{
+use shm::proto::{
     self, DeviceInfo, ErrorKind, ErrorReply, Modify, MrAccess, PortInfo, QpInfo, Reply, ReplyMsg,
-    Request, RequestMsg, PROTOCOL_VERSION,
+    Request, RequestMsg,
 };
-use crate::shm::Segment;
+use shm::segment::Segment;
 
 /// Segment size an application gets unless it asks otherwise.
 pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
@@ -66,7 +66,7 @@ pub enum VerbsError {
     #[error("protocol: {0}")]
     Protocol(String),
     #[error("shared memory: {0}")]
-    Shm(#[from] crate::shm::ShmError),
+    Shm(#[from] shm::segment::ShmError),
     #[error("ring: {0}")]
     Ring(#[from] RingError),
     #[error("send queue of QP {qpn:#x} has {free} free slots, {wanted} wanted")]
@@ -157,23 +157,25 @@ fn call_with(
 ) -> Result<(Reply, Vec<OwnedFd>)> {
     use std::io::Write;
     let bytes = proto::frame(&RequestMsg {
-        v: PROTOCOL_VERSION,
+        v: shm::VERSION,
         id,
         req,
     });
     let sent = if fds.is_empty() {
         0
     } else {
-        use std::os::fd::AsRawFd;
-        proto::send_with_fds(c.sock.as_raw_fd(), &bytes, fds)?
+        use std::os::fd::AsFd;
+        proto::send_with_fds(c.sock.as_fd(), &bytes, fds)?
     };
     c.sock.write_all(&bytes[sent..])?;
     let mut fds = Vec::new();
     let r: ReplyMsg = proto::recv_message(&mut c.sock, &mut c.buf, &mut fds)?;
-    if r.v != PROTOCOL_VERSION || r.id != id {
+    if r.v != shm::VERSION || r.id != id {
         return Err(VerbsError::Protocol(format!(
-            "reply v{} id {} to request v{PROTOCOL_VERSION} id {id}",
-            r.v, r.id
+            "reply v{} id {} to request v{} id {id}",
+            r.v,
+            r.id,
+            shm::VERSION
         )));
     }
     Ok((r.result?, fds))
@@ -212,7 +214,6 @@ impl Device {
             &mut conn,
             0,
             Request::OpenDevice {
-                abi_version: ABI_VERSION,
                 device: name.to_string(),
                 shm_bytes,
             },
@@ -415,7 +416,7 @@ impl Pd {
             recv_depth: 128,
             recv_cq: None,
             srq: None,
-            min_rnr_timer: crate::proto::DEFAULT_MIN_RNR_TIMER,
+            min_rnr_timer: shm::proto::DEFAULT_MIN_RNR_TIMER,
             rnr_retry: 7,
             feedback_key: None,
         }
@@ -466,7 +467,7 @@ impl Srq {
 
     /// The receive WQEs the daemon holds for it, its armed limit and the
     /// limit events so far.
-    pub fn query(&self) -> Result<crate::proto::SrqInfo> {
+    pub fn query(&self) -> Result<shm::proto::SrqInfo> {
         match self.dev.inner.call(Request::QuerySrq { srq: self.srq })?.0 {
             Reply::SrqInfo(i) => Ok(i),
             r => Err(unexpected(r)),
@@ -1243,7 +1244,7 @@ impl Qp {
     /// the daemon moves the QP to ERR).
     #[doc(hidden)]
     pub fn scribble_sq_index(&self, v: u32) {
-        use transport::abi::SharedMem;
+        use shm::abi::SharedMem;
         let sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         self.dev.inner.seg.store_release(sq.ring.layout().prod(), v);
         // As such an application's next post would: a parked QP's rings

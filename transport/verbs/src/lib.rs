@@ -11,19 +11,17 @@
 //! data path makes no system call. The daemon polls the send rings.
 //!
 //! This crate sits beside `transport` (under `transport/verbs`) because it
-//! does what `transport` must not: socket I/O and, in [`shm`], unsafe
-//! code (the mapping). The layouts both
-//! sides share are `transport::abi`.
+//! does what `transport` must not: socket I/O. What it and the daemon
+//! agree on (the layouts, rings, messages and the segment mapping) is the
+//! `shm` crate, the application/daemon contract.
 
 pub mod device;
 pub mod oob;
-pub mod proto;
-pub mod shm;
 
 pub use device::{
     empty_completion, list_devices, poll_one, socket_path, Cq, Device, Endpoint, LocalBuf, Mr,
     Payload, Pd, PreparedQp, Qp, QpBuilder, RecvRequest, RemoteMr, Srq, VerbsError, WorkRequest,
     DEFAULT_SOCKET, SOCKET_ENV,
 };
-pub use proto::{DeviceInfo, ErrorKind, MrAccess};
+pub use shm::proto::{DeviceInfo, ErrorKind, MrAccess};
 pub use transport::rc::{Cqe as Completion, WcOpcode, WcStatus, WrOp};

@@ -7,7 +7,7 @@
 //! there is, and sees all of it when it asks for it.
 
 use proptest::prelude::*;
-use transport::abi::{Consumer, Cqe, HeapSegment, Producer, RingLayout};
+use shm::abi::{Consumer, Cqe, HeapSegment, Producer, RingLayout};
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -1,27 +1,24 @@
 //! The control protocol between applications and the daemon, over the
 //! daemon's Unix stream socket: every message is a little-endian `u32`
-//! length and that many bytes of JSON. A request carries the protocol
-//! version and an id; the reply carries the same id and either a result
-//! or a typed error. File descriptors (the segment's memfd, a CQ's
-//! eventfd) travel beside a reply as `SCM_RIGHTS`.
+//! length and that many bytes of JSON. A request carries the contract's
+//! [`VERSION`](crate::VERSION) and an id; the reply carries the same
+//! version and id and either a result or a typed error. File descriptors
+//! (the segment's memfd, a CQ's eventfd) travel beside a message as
+//! `SCM_RIGHTS` ([`crate::fds`]).
 //!
 //! The first request of a connection is [`Request::OpenDevice`]; closing
 //! the socket closes the device and frees everything it holds.
 
-use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{Deserialize, Serialize};
 
-/// Version of the messages below.
-pub const PROTOCOL_VERSION: u32 = 1;
+use crate::fds::{recv_with_fds, Wait};
+pub use crate::fds::{send_with_fds, MAX_FDS};
 
 /// Largest message either side accepts.
 pub const MAX_MESSAGE: usize = 1 << 20;
-
-/// Most file descriptors one message carries.
-pub const MAX_FDS: usize = 16;
 
 /// A piece of an application's buffer: `len` bytes of the memfd sent as
 /// descriptor number `fd` of the request, from `offset`.
@@ -138,7 +135,6 @@ pub enum Request {
     ListDevices,
     /// Opens `device` with a shared segment of `shm_bytes`.
     OpenDevice {
-        abi_version: u32,
         device: String,
         shm_bytes: u64,
     },
@@ -272,7 +268,6 @@ pub enum AsyncEventMsg {
 /// The device an application opened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
-    pub abi_version: u32,
     pub name: String,
     pub ip: std::net::Ipv4Addr,
     pub mac: [u8; 6],
@@ -293,7 +288,7 @@ pub struct DeviceInfo {
     #[serde(default)]
     pub line_gbps: u32,
     /// Offset of the application's doorbell block in its segment
-    /// (`transport::abi::Doorbells`; none before a segment exists).
+    /// (`crate::abi::Doorbells`; none before a segment exists).
     #[serde(default)]
     pub doorbells: Option<u64>,
 }
@@ -497,39 +492,32 @@ pub fn frame<T: Serialize>(msg: &T) -> Vec<u8> {
     out
 }
 
+/// A frame that cannot be a message: the stream is out of step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("message of {0} bytes (at most {MAX_MESSAGE})")]
+    TooLong(usize),
+    #[error("not a message of this protocol: {0}")]
+    NotAMessage(String),
+}
+
 /// Splits one whole message off the front of `buf`, if it holds one.
 /// `Err` names a frame longer than [`MAX_MESSAGE`] or bytes that are not
 /// the expected message.
-pub fn unframe<T: for<'de> Deserialize<'de>>(buf: &mut Vec<u8>) -> Result<Option<T>, String> {
-    if buf.len() < 4 {
+pub fn unframe<T: for<'de> Deserialize<'de>>(buf: &mut Vec<u8>) -> Result<Option<T>, FrameError> {
+    let Some(head) = buf.first_chunk::<4>() else {
         return Ok(None);
-    }
-    let n = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+    };
+    let n = u32::from_le_bytes(*head) as usize;
     if n > MAX_MESSAGE {
-        return Err(format!("message of {n} bytes (at most {MAX_MESSAGE})"));
+        return Err(FrameError::TooLong(n));
     }
-    if buf.len() < 4 + n {
+    let Some(body) = buf.get(4..4 + n) else {
         return Ok(None);
-    }
-    let parsed = serde_json::from_slice(&buf[4..4 + n]).map_err(|e| e.to_string());
+    };
+    let parsed = serde_json::from_slice(body).map_err(|e| FrameError::NotAMessage(e.to_string()));
     buf.drain(..4 + n);
     parsed.map(Some)
-}
-
-/// Sends `bytes` on a socket with `fds` attached to the first byte;
-/// returns how many bytes went (the rest is the caller's to send).
-pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<usize> {
-    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let cmsg = [ControlMessage::ScmRights(&raw)];
-    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
-    sendmsg::<()>(
-        sock,
-        &[IoSlice::new(bytes)],
-        cmsgs,
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(std::io::Error::from)
 }
 
 /// Reads from a blocking socket until one whole message is in `buf`,
@@ -539,29 +527,13 @@ pub fn recv_message<T: for<'de> Deserialize<'de>>(
     buf: &mut Vec<u8>,
     fds: &mut Vec<OwnedFd>,
 ) -> std::io::Result<T> {
-    let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let bad = |e: FrameError| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     loop {
         if let Some(m) = unframe(buf).map_err(bad)? {
             return Ok(m);
         }
         let mut chunk = [0u8; 4096];
-        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
-        let mut iov = [IoSliceMut::new(&mut chunk)];
-        let msg = recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(std::io::Error::from)?;
-        for c in msg.cmsgs().map_err(std::io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                // SAFETY: the kernel installed these descriptors in this
-                // process for this message; nothing else owns them.
-                fds.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
-            }
-        }
-        let n = msg.bytes;
+        let n = recv_with_fds(sock.as_fd(), &mut chunk, fds, Wait::Block)?;
         if n == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -586,7 +558,7 @@ pub fn read_message<T: for<'de> Deserialize<'de>>(sock: &mut impl Read) -> std::
     if n > MAX_MESSAGE {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("message of {n} bytes (at most {MAX_MESSAGE})"),
+            FrameError::TooLong(n),
         ));
     }
     let mut body = vec![0u8; n];
@@ -602,12 +574,12 @@ mod tests {
     #[test]
     fn frames_round_trip_and_split_at_message_boundaries() {
         let a = RequestMsg {
-            v: PROTOCOL_VERSION,
+            v: crate::VERSION,
             id: 1,
             req: Request::CreateCq { depth: 64 },
         };
         let b = RequestMsg {
-            v: PROTOCOL_VERSION,
+            v: crate::VERSION,
             id: 2,
             req: Request::QueryPort,
         };
@@ -625,30 +597,33 @@ mod tests {
     #[test]
     fn oversized_and_garbled_frames_are_refused_by_name() {
         let mut big = ((MAX_MESSAGE + 1) as u32).to_le_bytes().to_vec();
-        assert!(unframe::<RequestMsg>(&mut big)
-            .unwrap_err()
-            .contains("bytes"));
+        assert_eq!(
+            unframe::<RequestMsg>(&mut big),
+            Err(FrameError::TooLong(MAX_MESSAGE + 1))
+        );
         let mut junk = 3u32.to_le_bytes().to_vec();
         junk.extend(b"{x}");
-        assert!(unframe::<RequestMsg>(&mut junk).is_err());
+        assert!(matches!(
+            unframe::<RequestMsg>(&mut junk),
+            Err(FrameError::NotAMessage(_))
+        ));
     }
 
     #[test]
     fn descriptors_travel_beside_a_message() {
         let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let (_seg, memfd) = crate::shm::Segment::create("t", 4096, false).unwrap();
+        let (_seg, memfd) = crate::Segment::create("t", 4096, false).unwrap();
         let msg = frame(&ReplyMsg {
-            v: PROTOCOL_VERSION,
+            v: crate::VERSION,
             id: 7,
             result: Ok(Reply::Done),
         });
-        use std::os::fd::AsFd;
-        let sent = send_with_fds(a.as_raw_fd(), &msg, &[memfd.as_fd()]).unwrap();
+        let sent = send_with_fds(a.as_fd(), &msg, &[memfd.as_fd()]).unwrap();
         a.write_all(&msg[sent..]).unwrap();
         let (mut buf, mut fds) = (Vec::new(), Vec::new());
         let got: ReplyMsg = recv_message(&mut b, &mut buf, &mut fds).unwrap();
         assert_eq!(got.id, 7);
         assert_eq!(fds.len(), 1);
-        assert!(crate::shm::Segment::map(&fds[0], 4096).is_ok());
+        assert!(crate::Segment::map(&fds[0], 4096).is_ok());
     }
 }

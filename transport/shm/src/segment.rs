@@ -1,8 +1,8 @@
 //! The shared-memory segment of one application: a memfd (hugepage-backed
 //! when the machine has hugepages to give) mapped read-write and shared by
-//! the daemon and the application. All of the crate's unsafe code that
-//! touches the mapping is here; everything else goes through bounds-checked
-//! copies and atomic index words ([`transport::abi::SharedMem`]).
+//! the daemon and the application. All of the unsafe code that touches
+//! the mapping is here; everything else goes through bounds-checked
+//! copies and atomic index words ([`crate::abi::SharedMem`]).
 //!
 //! Both processes may write the same bytes at once (an RDMA WRITE landing
 //! while the application reads its buffer): bytes are copied with plain
@@ -270,7 +270,7 @@ impl Segment {
     }
 }
 
-impl transport::abi::SharedMem for Segment {
+impl crate::abi::SharedMem for Segment {
     fn load_acquire(&self, off: usize) -> u32 {
         self.word(off).map_or(0, |w| w.load(Ordering::Acquire))
     }
@@ -310,7 +310,7 @@ impl Drop for Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use transport::abi::SharedMem;
+    use crate::abi::SharedMem;
 
     #[test]
     fn two_mappings_of_one_memfd_see_each_others_writes() {

@@ -29,17 +29,15 @@
 //! [`RingError::Corrupt`], never trusted. Slots are addressed by masking,
 //! so no value in shared memory can move an access outside the ring.
 //!
-//! The memory itself is behind [`SharedMem`]: this crate has no unsafe code,
-//! the mapping lives with whoever maps the segment.
+//! The memory itself is behind [`SharedMem`]: this module has no unsafe
+//! code; the mapping is [`crate::segment`]'s. The layouts' version is the
+//! contract's [`crate::VERSION`].
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::rc::{
+use transport::rc::{
     RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
 };
-
-/// Version of this layout; the control protocol refuses another.
-pub const ABI_VERSION: u32 = 4;
 
 /// Cache line size the ring header separates indices by.
 pub const CACHE_LINE: usize = 64;
@@ -109,7 +107,7 @@ pub enum WqeError {
     UnknownFlags(u8),
     #[error("the WQE has {have} scatter/gather entries (at most {max})")]
     TooManySges { have: usize, max: usize },
-    #[error("the WQE has {0} bytes of inline data (at most {max})", max = crate::rc::MAX_INLINE_DATA)]
+    #[error("the WQE has {0} bytes of inline data (at most {max})", max = transport::rc::MAX_INLINE_DATA)]
     InlineTooLong(usize),
 }
 
@@ -127,7 +125,7 @@ impl Wqe {
                 have: s.len(),
                 max: WQE_MAX_SGE,
             }),
-            WrPayload::Inline(d) if d.len() > crate::rc::MAX_INLINE_DATA => {
+            WrPayload::Inline(d) if d.len() > transport::rc::MAX_INLINE_DATA => {
                 Err(WqeError::InlineTooLong(d.len()))
             }
             _ => Ok(()),
@@ -226,7 +224,7 @@ impl Wqe {
         }
         let payload = if self.flags & WQE_INLINE != 0 {
             let n = self.inline_len as usize;
-            if n > crate::rc::MAX_INLINE_DATA {
+            if n > transport::rc::MAX_INLINE_DATA {
                 return Err(WqeError::InlineTooLong(n));
             }
             WrPayload::Inline(&bytemuck::bytes_of(&self.sges)[..n])
@@ -257,7 +255,7 @@ impl Wqe {
         let (sg, inline) = match p.payload {
             WrPayload::Inline(d) => (
                 SgList::EMPTY,
-                Some(crate::rc::InlineData::new(d).map_err(|e| WqeError::InlineTooLong(e.0))?),
+                Some(transport::rc::InlineData::new(d).map_err(|e| WqeError::InlineTooLong(e.0))?),
             ),
             WrPayload::Sges(s) => (
                 SgList::new(s).map_err(|_| WqeError::TooManySges {
@@ -441,7 +439,7 @@ pub fn opcode_from_code(c: u8) -> Option<WcOpcode> {
 
 impl Cqe {
     #[inline]
-    pub fn from_rc(c: &crate::rc::Cqe) -> Cqe {
+    pub fn from_rc(c: &transport::rc::Cqe) -> Cqe {
         Cqe {
             wr_id: c.wr_id,
             qpn: c.qpn,
@@ -458,8 +456,8 @@ impl Cqe {
     /// The completion this entry carries (a status code this version does
     /// not know reads as WR_FLUSH_ERR, an unknown opcode as WRITE).
     #[inline]
-    pub fn to_rc(&self) -> crate::rc::Cqe {
-        crate::rc::Cqe {
+    pub fn to_rc(&self) -> transport::rc::Cqe {
+        transport::rc::Cqe {
             wr_id: self.wr_id,
             qpn: self.qpn,
             status: status_from_code(self.status).unwrap_or(WcStatus::WrFlushErr),
@@ -655,7 +653,7 @@ impl RingLayout {
 }
 
 /// An application's doorbells, a block in its segment: a bit per QP
-/// (by QPN, from [`crate::rc::QPN_BASE`]) in 32-bit words, and above them
+/// (by QPN, from [`transport::rc::QPN_BASE`]) in 32-bit words, and above them
 /// a summary bit per group of 32 words, so that the daemon reads one
 /// cache line per application and pass while no bell rings. A producer
 /// rings the QP's bell only when the daemon parked the QP
@@ -668,7 +666,7 @@ pub struct Doorbells {
 }
 
 /// QPs a doorbell block has bits for.
-const BELLS: usize = crate::rc::MAX_QPS;
+const BELLS: usize = transport::rc::MAX_QPS;
 /// Words of QP bits.
 const BELL_WORDS: usize = BELLS / 32;
 /// Words of summary bits (a bit per 32 words).
@@ -681,7 +679,7 @@ impl Doorbells {
     /// Rings the bell of QP `qpn` (its bit, then its group's summary
     /// bit). A QPN outside the block rings nothing.
     pub fn ring(&self, mem: &impl SharedMem, qpn: u32) {
-        let Some(i) = qpn.checked_sub(crate::rc::QPN_BASE).map(|i| i as usize) else {
+        let Some(i) = qpn.checked_sub(transport::rc::QPN_BASE).map(|i| i as usize) else {
             return;
         };
         if i >= BELLS {
@@ -704,7 +702,7 @@ impl Doorbells {
                 let group = t * 32 + g;
                 for word in group * 32..(group + 1) * 32 {
                     take_bits(mem, self.offset + CACHE_LINE + 4 * word, |b| {
-                        woken(crate::rc::QPN_BASE + (word * 32 + b) as u32)
+                        woken(transport::rc::QPN_BASE + (word * 32 + b) as u32)
                     });
                 }
             });
@@ -1003,7 +1001,7 @@ mod tests {
     fn a_rung_bell_is_taken_once_and_names_its_qp() {
         let mem = HeapSegment::new(Doorbells::BYTES + 64);
         let bells = Doorbells { offset: 64 };
-        let base = crate::rc::QPN_BASE;
+        let base = transport::rc::QPN_BASE;
         let qpns = [base, base + 31, base + 32, base + 5000, base + 65535];
         for q in qpns {
             bells.ring(&mem, q);
@@ -1056,7 +1054,7 @@ mod tests {
         let seg = HeapSegment::new(RingLayout::bytes(4, core::mem::size_of::<Wqe>()));
         let mut p = Producer::<Wqe>::new(l);
         let mut c = Consumer::<Wqe>::new(l);
-        let local = crate::rc::Sge {
+        let local = transport::rc::Sge {
             lkey: 1,
             va: 2,
             len: 3,
@@ -1068,7 +1066,7 @@ mod tests {
         };
         let inline = SendWr {
             sg: SgList::EMPTY,
-            inline: Some(crate::rc::InlineData::new(&[9; 100]).unwrap()),
+            inline: Some(transport::rc::InlineData::new(&[9; 100]).unwrap()),
             ..one
         };
         // A full slot of garbage first: only the used prefix is rewritten.
@@ -1214,7 +1212,7 @@ mod tests {
 
     #[test]
     fn wqe_round_trips_and_bad_opcodes_are_named() {
-        let local = crate::rc::Sge {
+        let local = transport::rc::Sge {
             lkey: 1,
             va: 2,
             len: 8,
@@ -1244,12 +1242,12 @@ mod tests {
         assert_eq!(w.to_wr(), Err(WqeError::UnknownFlags(0x80)));
         // Up to WQE_MAX_SGE entries, or the bytes inline.
         let many = SendWr {
-            sg: crate::rc::SgList::new(&[local; WQE_MAX_SGE]).unwrap(),
+            sg: transport::rc::SgList::new(&[local; WQE_MAX_SGE]).unwrap(),
             ..wr
         };
         assert_eq!(Wqe::from_wr(&many).unwrap().to_wr(), Ok(many));
         let too_many = SendWr {
-            sg: crate::rc::SgList::new(&[local; WQE_MAX_SGE + 1]).unwrap(),
+            sg: transport::rc::SgList::new(&[local; WQE_MAX_SGE + 1]).unwrap(),
             ..wr
         };
         assert_eq!(
@@ -1261,7 +1259,7 @@ mod tests {
         );
         let inline = SendWr {
             sg: SgList::EMPTY,
-            inline: Some(crate::rc::InlineData::new(&[7; 100]).unwrap()),
+            inline: Some(transport::rc::InlineData::new(&[7; 100]).unwrap()),
             ..wr
         };
         let w = Wqe::from_wr(&inline).unwrap();

@@ -9,11 +9,11 @@
 use std::mem::size_of;
 
 use libfuzzer_sys::fuzz_target;
-use transport::abi::{Consumer, Cqe, HeapSegment, Producer, RecvWqe, RingLayout, Wqe};
+use shm::abi::{Consumer, Cqe, HeapSegment, Producer, RecvWqe, RingLayout, Wqe};
 
 fuzz_target!(|data: &[u8]| {
     let mut frames = data.to_vec();
-    while let Ok(Some(_)) = verbs::proto::unframe::<verbs::proto::RequestMsg>(&mut frames) {}
+    while let Ok(Some(_)) = shm::proto::unframe::<shm::proto::RequestMsg>(&mut frames) {}
 
     let sq_bytes = RingLayout::bytes(8, size_of::<Wqe>());
     let rq_bytes = RingLayout::bytes(8, size_of::<RecvWqe>());
