@@ -682,8 +682,13 @@ impl ServiceSection {
             .feedback_domain_key
             .as_deref()
             .map(|v| {
-                transport::rc::auth::FeedbackKey::from_hex(v)
-                    .map_err(|why| c.bad("service.feedback_domain_key", "(a key, not shown)", why))
+                transport::rc::auth::FeedbackKey::from_hex(v).map_err(|why| {
+                    c.bad(
+                        "service.feedback_domain_key",
+                        "(a key, not shown)",
+                        why.to_string(),
+                    )
+                })
             })
             .transpose()?;
         let std_name = self.standard_cc.as_deref().unwrap_or("dcqcn");

@@ -33,15 +33,30 @@ fn done(r: Reply) -> Answer {
     Ok((r, Vec::new()))
 }
 
+/// Why an eventfd pair could not be made: the system call and its error.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {source}")]
+struct NoEventFd {
+    call: &'static str,
+    source: std::io::Error,
+}
+
 /// A non-blocking eventfd the daemon keeps, and a descriptor of it for
 /// the application.
-fn eventfd_pair() -> Result<(EventFd, OwnedFd), String> {
-    let ev = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-        .map_err(|e| format!("eventfd: {e}"))?;
+fn eventfd_pair() -> Result<(EventFd, OwnedFd), NoEventFd> {
+    let ev = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|e| {
+        NoEventFd {
+            call: "eventfd",
+            source: e.into(),
+        }
+    })?;
     let theirs = ev
         .as_fd()
         .try_clone_to_owned()
-        .map_err(|e| format!("dup: {e}"))?;
+        .map_err(|source| NoEventFd {
+            call: "dup",
+            source,
+        })?;
     Ok((ev, theirs))
 }
 
@@ -253,7 +268,8 @@ impl Service {
                 }))
             }
             Request::AsyncEventFd => {
-                let (ev, theirs) = eventfd_pair().map_err(|e| err(ErrorKind::NoSpace, e))?;
+                let (ev, theirs) =
+                    eventfd_pair().map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
                 let a = self.app(conn);
                 if !a.events.is_empty() {
                     let _ = ev.write(1);
@@ -580,7 +596,7 @@ impl Service {
             Ok(f) => f,
             Err(e) => {
                 a.alloc.release(off, bytes);
-                return Err(err(ErrorKind::NoSpace, e));
+                return Err(err(ErrorKind::NoSpace, e.to_string()));
             }
         };
         let cq = a.next_cq;

@@ -100,7 +100,19 @@ enum Kind {
     Ours,
 }
 
-fn kind(v: &Vma) -> Result<Kind, String> {
+/// Memory that cannot be shared with the NIC: what it is, and the
+/// mapping as /proc/self/maps shows it.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} ({start:#x}-{end:#x} {perms} {path})")]
+struct NotShareable {
+    what: &'static str,
+    start: usize,
+    end: usize,
+    perms: String,
+    path: String,
+}
+
+fn kind(v: &Vma) -> Result<Kind, NotShareable> {
     let private_rw = v.perms.starts_with("rw") && v.perms.ends_with('p');
     if v.path.starts_with("/memfd:rnic-mr-") && v.perms.starts_with("rw") && v.perms.ends_with('s')
     {
@@ -118,10 +130,13 @@ fn kind(v: &Vma) -> Result<Kind, String> {
         (_, p) if p.ends_with('s') => "shared memory",
         _ => "file-backed",
     };
-    Err(format!(
-        "{what} ({:#x}-{:#x} {} {})",
-        v.start, v.end, v.perms, v.path
-    ))
+    Err(NotShareable {
+        what,
+        start: v.start,
+        end: v.end,
+        perms: v.perms.clone(),
+        path: v.path.clone(),
+    })
 }
 
 /// Moves `[addr, addr + len)` into memfds (or finds it moved) and takes a

@@ -44,24 +44,30 @@ impl std::fmt::Debug for FeedbackKey {
     }
 }
 
+/// Why a feedback key's text is not a key (it never quotes the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadKey {
+    #[error("a feedback key is hex digits; it has other characters")]
+    NotAscii,
+    #[error("a feedback key is 32 hex digits (128 bits), got {0} characters")]
+    Length(usize),
+    #[error("a feedback key is hex digits; character {0} is not")]
+    NotHex(usize),
+}
+
 impl FeedbackKey {
     /// Parses 32 hex digits (a key in a config file or on a command line);
     /// the error names what is wrong, never the key.
-    pub fn from_hex(s: &str) -> Result<Self, String> {
+    pub fn from_hex(s: &str) -> Result<Self, BadKey> {
         let s = s.trim();
         if !s.is_ascii() {
-            return Err("a feedback key is hex digits; it has other characters".into());
+            return Err(BadKey::NotAscii);
         }
         if s.len() != 32 {
-            return Err(format!(
-                "a feedback key is 32 hex digits (128 bits), got {} characters",
-                s.len()
-            ));
+            return Err(BadKey::Length(s.len()));
         }
         if let Some(at) = s.bytes().position(|c| !c.is_ascii_hexdigit()) {
-            return Err(format!(
-                "a feedback key is hex digits; character {at} is not"
-            ));
+            return Err(BadKey::NotHex(at));
         }
         // Every character is a hex digit (checked above).
         let nibble = |c: u8| char::from(c).to_digit(16).unwrap_or(0) as u8;
@@ -426,14 +432,20 @@ mod tests {
         let k = FeedbackKey::from_hex("000102030405060708090a0b0c0d0e0F").unwrap();
         assert_eq!(k.0[15], 15);
         let e = FeedbackKey::from_hex("0001").unwrap_err();
-        assert!(e.contains("32 hex digits"), "{e}");
+        assert_eq!(e, BadKey::Length(4));
+        assert!(e.to_string().contains("32 hex digits"), "{e}");
         let e = FeedbackKey::from_hex("zz0102030405060708090a0b0c0d0e0f").unwrap_err();
-        assert!(e.contains("character 0"), "{e}");
+        assert_eq!(e, BadKey::NotHex(0));
         let e = FeedbackKey::from_hex("0z0102030405060708090a0b0c0d0e0f").unwrap_err();
-        assert!(e.contains("character 1"), "{e}");
+        assert_eq!(e, BadKey::NotHex(1));
+        assert!(e.to_string().contains("character 1"), "{e}");
         // from_str_radix would take a sign.
         let e = FeedbackKey::from_hex("+f0102030405060708090a0b0c0d0e0f").unwrap_err();
-        assert!(e.contains("character 0"), "{e}");
+        assert_eq!(e, BadKey::NotHex(0));
+        assert_eq!(
+            FeedbackKey::from_hex("é0102030405060708090a0b0c0d0e0f"),
+            Err(BadKey::NotAscii)
+        );
         let a = (std::net::Ipv4Addr::new(10, 0, 0, 1), 0x11);
         let b = (std::net::Ipv4Addr::new(10, 0, 0, 2), 0x22);
         assert_eq!(connection_key(&k, a, b), connection_key(&k, b, a));
