@@ -49,6 +49,9 @@ pub struct Conn {
     pub remote_endpoints: Vec<Endpoint>,
     pub session: Option<Session>,
     pub backend: String,
+    /// The least payload the device sends from where it lies (none: it
+    /// copies every payload).
+    pub zero_copy_tx_min: Option<u32>,
     pub cc: String,
     pub mtu: u32,
     pub device: String,
@@ -191,6 +194,7 @@ impl Conn {
                 remote_endpoints: se,
                 session: None,
                 backend: info.backend,
+                zero_copy_tx_min: info.zero_copy_tx_min,
                 cc: info.cc,
                 mtu,
                 shm: (info.shm_bytes, info.hugepages),
@@ -227,6 +231,7 @@ impl Conn {
             remote_endpoints: theirs,
             session: Some(session),
             backend: info.backend,
+            zero_copy_tx_min: info.zero_copy_tx_min,
             cc: info.cc,
             mtu,
             shm: (info.shm_bytes, info.hugepages),

@@ -3,7 +3,8 @@
 //! and WRITEs back, the client spins on its own; half the round trip is
 //! reported. READ: the client READs the server's buffer and polls its CQ;
 //! the full round trip is reported. With `--loopback` one thread drives
-//! both ends.
+//! both ends. Each sample reads the clock twice, before and after, and
+//! never while it waits ([`super::patience`]), as every floor does.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use verbs::{Completion, Cq, WcStatus, WorkRequest, WrOp};
 
 use super::args::{PerfArgs, Test};
 use super::conn::{Conn, Side};
+use super::patience::{self, Patience};
 
 /// One size's latencies (ns of the reported latency).
 pub struct LatResult {
@@ -52,34 +54,35 @@ pub fn drain(cq: &Cq, buf: &mut [Completion]) -> Result<usize, String> {
 }
 
 /// Spins until byte `off` of `side`'s region reads `want`, draining the
-/// CQ meanwhile; errors after 30 s (a lost peer, not a speed bound).
+/// CQ meanwhile; gives up after [`patience::GIVE_UP`] (a lost peer, not a
+/// speed bound) without reading the clock per poll.
 fn spin_byte(side: &Side, off: usize, want: u8, buf: &mut [Completion]) -> Result<(), String> {
-    let t0 = Instant::now();
-    let mut k = 0u32;
+    let mut p = Patience::new();
     while side.mr.poll_byte(off) != want {
-        k += 1;
-        if k % 1024 == 0 {
+        if !p.go_on() {
+            return Err(format!(
+                "no WRITE landed at byte {off} in {:?}",
+                patience::GIVE_UP
+            ));
+        }
+        if p.polls() % 1024 == 0 {
             drain(&side.cq, buf)?;
-            if t0.elapsed() > Duration::from_secs(30) {
-                return Err(format!("no WRITE landed at byte {off} in 30 s"));
-            }
         }
     }
     drain(&side.cq, buf)?;
     Ok(())
 }
 
-/// Spins until one completion arrives on `side`'s CQ.
+/// Spins until one completion arrives on `side`'s CQ (gives up as
+/// [`spin_byte`] does).
 fn spin_cq(side: &Side, buf: &mut [Completion]) -> Result<(), String> {
-    let t0 = Instant::now();
-    loop {
-        if drain(&side.cq, &mut buf[..1])? == 1 {
-            return Ok(());
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            return Err("no completion in 30 s".into());
+    let mut p = Patience::new();
+    while drain(&side.cq, &mut buf[..1])? == 0 {
+        if !p.go_on() {
+            return Err(format!("no completion in {:?}", patience::GIVE_UP));
         }
     }
+    Ok(())
 }
 
 /// Posts the WRITE of the side's send buffer, inline when the message

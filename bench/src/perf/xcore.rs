@@ -1,24 +1,37 @@
-//! The cross-core floor of `write-lat --compare`: what any NIC whose
-//! dataplane runs on another core than the application pays, with no
-//! protocol at all. A helper thread stands for the dataplane: it spins on
-//! the stamp the application side writes right after the message (for
-//! 64 B, in a second line, as a WQE with its data inline takes two: its
-//! header with the stamp, then the data), copies the message into
-//! the receiver's buffer, its last word last, and the receiver spins on
-//! that word (as perftest spins on the last byte of the data). One round
-//! trip is two such hops (client -> server, server -> client), as a WRITE
-//! ping-pong through our daemon; each hop moves the message and its stamp
-//! to the helper's core and the message back, each buffer in cache lines
-//! of its own (no line shared between the two directions, or between the
-//! sender's and the receiver's buffers). The helper runs where the daemon's lcore runs (its CPU when
-//! `--pin` placed it, floating otherwise); outside a measurement it
-//! sleeps, so that it takes no CPU from the rounds of ours and the other
-//! baselines.
+//! The cross-core floor of `write-lat` and `read-lat --compare`: what
+//! any NIC whose dataplane runs on another core than the application pays,
+//! with no protocol at all. A helper thread stands for the dataplane: it
+//! spins on the stamp the application side writes last, moves what a NIC
+//! on that core must move into the receiving buffer, its last word last,
+//! and the receiver spins on that word (as perftest spins on the last byte
+//! of the data, or polls its CQ).
+//!
+//! What one round trip moves:
+//! - WRITE ping-pong (`write-lat`): two hops, client -> server and server
+//!   -> client. Each hop takes the message with its stamp written right
+//!   after it to the helper's core (for 64 B, two lines, as a WQE with its
+//!   data inline takes: its header with the stamp, then the data), and
+//!   the message back into the receiver's buffer.
+//! - READ (`read-lat`): one hop: the READ's WQE (its header and one SGE,
+//!   one line, the stamp in it) to the helper's core, and a completion
+//!   (one CQE, its stamp last) back; the READ's data is written into the
+//!   client's buffer on the helper's core, which the client never reads in
+//!   the loop, so it crosses nothing.
+//!
+//! Every buffer is in cache lines of its own (no line shared between the
+//! two directions, or between a sender's and a receiver's buffers). The
+//! helper runs where the daemon's lcore runs (its CPU when `--pin` placed
+//! it, floating otherwise); outside a measurement it sleeps, so that it
+//! takes no CPU from the rounds of ours and the other baselines. Each
+//! sample reads the clock twice, before and after, and never while it
+//! waits ([`super::patience`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::patience::{self, Patience};
 
 /// One cache line of words.
 #[repr(align(64))]
@@ -48,61 +61,72 @@ impl Words {
     }
 }
 
-/// One direction's buffers: the sender's message followed by its stamp,
-/// and the receiver's copy.
+/// One direction's buffers: what the sender writes (its last word the
+/// stamp), and what the helper writes for the receiver.
 struct Hop {
-    /// `words` message words, then the stamp.
+    /// `src.n - 1` words, then the stamp.
     src: Words,
     dst: Words,
-    words: usize,
 }
 
 impl Hop {
-    fn new(words: usize) -> Hop {
+    /// `there` words to the helper (the stamp among them, last), `back`
+    /// words from it.
+    fn new(there: usize, back: usize) -> Hop {
         Hop {
-            src: Words::new(words + 1),
-            dst: Words::new(words),
-            words,
+            src: Words::new(there.max(1)),
+            dst: Words::new(back.max(1)),
         }
     }
 
-    /// The application side writes the message, then its stamp.
+    fn stamp(&self) -> &AtomicU64 {
+        self.src.word(self.src.n - 1)
+    }
+
+    /// The application side writes what it sends, its stamp last.
     fn post(&self, seq: u64) {
-        for w in self.src.iter().take(self.words) {
+        for w in self.src.iter().take(self.src.n - 1) {
             w.store(seq, Ordering::Relaxed);
         }
-        self.src.word(self.words).store(seq, Ordering::Release);
+        self.stamp().store(seq, Ordering::Release);
     }
 
-    /// The dataplane side: a new stamp moves the message, its last word
-    /// last; returns whether one did.
+    /// The dataplane side: a new stamp has it read what was sent and
+    /// write what the receiver gets, its last word last; returns whether
+    /// one did.
     fn serve(&self, seen: &mut u64) -> bool {
-        let seq = self.src.word(self.words).load(Ordering::Acquire);
+        let seq = self.stamp().load(Ordering::Acquire);
         if seq == *seen {
             return false;
         }
         *seen = seq;
-        let last = self.words - 1;
+        let last = self.dst.n - 1;
         for i in 0..last {
-            let v = self.src.word(i).load(Ordering::Relaxed);
+            let v = self.src.word(i.min(self.src.n - 1)).load(Ordering::Relaxed);
             self.dst.word(i).store(v, Ordering::Relaxed);
         }
-        let v = self.src.word(last).load(Ordering::Relaxed);
-        self.dst.word(last).store(v, Ordering::Release);
+        // What the copy did not read is read too (a NIC reads a WQE whole).
+        let mut rest = 0u64;
+        for i in last..self.src.n {
+            rest = rest.wrapping_add(self.src.word(i).load(Ordering::Relaxed));
+        }
+        std::hint::black_box(rest);
+        self.dst.word(last).store(seq, Ordering::Release);
         true
     }
 
-    /// The receiving application spins until the message `seq` is there
-    /// (its last word).
+    /// The receiving application spins until `seq` is there (the last
+    /// word of its buffer).
     fn wait(&self, seq: u64, stop: &AtomicBool) -> Result<(), String> {
-        let t0 = Instant::now();
-        let mut k = 0u32;
-        let last = self.dst.word(self.words - 1);
+        let mut p = Patience::new();
+        let last = self.dst.word(self.dst.n - 1);
         while last.load(Ordering::Acquire) != seq {
-            k = k.wrapping_add(1);
-            if k % 4096 == 0 && t0.elapsed() > Duration::from_secs(30) {
+            if !p.go_on() {
                 stop.store(true, Ordering::Relaxed);
-                return Err("the cross-core helper did not move a message in 30 s".into());
+                return Err(format!(
+                    "the cross-core helper did not move a message in {:?}",
+                    patience::GIVE_UP
+                ));
             }
         }
         Ok(())
@@ -110,28 +134,41 @@ impl Hop {
 }
 
 struct Shared {
-    there: Hop,
-    back: Hop,
+    /// A WRITE ping-pong's two hops, or a READ's one.
+    hops: Vec<Hop>,
     stop: AtomicBool,
     /// A measurement runs: the helper spins.
     active: AtomicBool,
 }
 
-/// The helper thread and the two directions it serves.
+/// The helper thread and the hops it serves.
 pub struct CrossCore {
     shared: Arc<Shared>,
     helper: Option<JoinHandle<()>>,
     seq: u64,
 }
 
+/// Words of a READ's WQE (its header and one SGE: one line, the stamp in
+/// it) and of its completion.
+fn read_words() -> (usize, usize) {
+    let wqe = shm::abi::WQE_HEADER_LEN + std::mem::size_of::<transport::rc::Sge>();
+    (wqe / 8, std::mem::size_of::<shm::abi::Cqe>() / 8)
+}
+
 impl CrossCore {
-    /// Buffers for messages of `size` bytes (rounded up to 8); the helper
-    /// on CPU `cpu`, or floating.
-    pub fn new(size: u32, cpu: Option<usize>) -> CrossCore {
-        let words = (size as usize).div_ceil(8).max(1);
+    /// The hops of one round trip of `write-lat` (`read` false: messages
+    /// of `size` bytes, rounded up to 8, each way) or of `read-lat`; the
+    /// helper on CPU `cpu`, or floating.
+    pub fn new(read: bool, size: u32, cpu: Option<usize>) -> CrossCore {
+        let hops = if read {
+            let (wqe, cqe) = read_words();
+            vec![Hop::new(wqe, cqe)]
+        } else {
+            let words = (size as usize).div_ceil(8).max(1);
+            vec![Hop::new(words + 1, words), Hop::new(words + 1, words)]
+        };
         let shared = Arc::new(Shared {
-            there: Hop::new(words),
-            back: Hop::new(words),
+            hops,
             stop: AtomicBool::new(false),
             active: AtomicBool::new(false),
         });
@@ -140,14 +177,15 @@ impl CrossCore {
             if let Some(id) = cpu {
                 core_affinity::set_for_current(core_affinity::CoreId { id });
             }
-            let (mut a, mut b) = (0, 0);
+            let mut seen = vec![0u64; s.hops.len()];
             while !s.stop.load(Ordering::Relaxed) {
                 if !s.active.load(Ordering::Acquire) {
                     std::thread::park_timeout(Duration::from_millis(1));
                     continue;
                 }
-                s.there.serve(&mut a);
-                s.back.serve(&mut b);
+                for (h, seen) in s.hops.iter().zip(seen.iter_mut()) {
+                    h.serve(seen);
+                }
             }
         });
         CrossCore {
@@ -157,28 +195,44 @@ impl CrossCore {
         }
     }
 
-    /// Median round trip (two hops) over `iters` ping-pongs, ns.
-    pub fn rtt_ns(&mut self, iters: u64) -> Result<f64, String> {
-        let s = Arc::clone(&self.shared);
-        s.active.store(true, Ordering::Release);
+    /// Wakes the helper: it spins until [`CrossCore::rest`].
+    pub fn wake(&self) {
+        self.shared.active.store(true, Ordering::Release);
         if let Some(h) = &self.helper {
             h.thread().unpark();
         }
+    }
+
+    /// Lets the helper sleep between measurements.
+    pub fn rest(&self) {
+        self.shared.active.store(false, Ordering::Release);
+    }
+
+    /// One round trip: each hop posted and waited for in turn (the helper
+    /// awake).
+    pub fn round(&mut self) -> Result<(), String> {
+        self.seq += 1;
+        for h in &self.shared.hops {
+            h.post(self.seq);
+            h.wait(self.seq, &self.shared.stop)?;
+        }
+        Ok(())
+    }
+
+    /// Median round trip over `iters` round trips, ns.
+    pub fn rtt_ns(&mut self, iters: u64) -> Result<f64, String> {
+        self.wake();
         let mut v = Vec::with_capacity(iters as usize);
         let mut run = || -> Result<(), String> {
             for _ in 0..iters.max(1) {
-                self.seq += 1;
                 let t0 = Instant::now();
-                s.there.post(self.seq);
-                s.there.wait(self.seq, &s.stop)?;
-                s.back.post(self.seq);
-                s.back.wait(self.seq, &s.stop)?;
+                self.round()?;
                 v.push(t0.elapsed().as_nanos() as f64);
             }
             Ok(())
         };
         let r = run();
-        s.active.store(false, Ordering::Release);
+        self.rest();
         r?;
         Ok(super::baseline::median(&mut v))
     }
@@ -198,16 +252,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_hop_delivers_the_message() {
+    fn a_write_ping_pong_moves_the_message_both_ways() {
         for size in [0, 12, 64, 4096] {
-            let mut x = CrossCore::new(size, None);
+            let mut x = CrossCore::new(false, size, None);
             assert!(x.rtt_ns(100).unwrap() > 0.0);
-            let s = &x.shared;
-            for h in [&s.there, &s.back] {
+            let words = (size as usize).div_ceil(8).max(1);
+            assert_eq!(x.shared.hops.len(), 2);
+            for h in &x.shared.hops {
+                // The message and its stamp there, the message back.
+                assert_eq!((h.src.n, h.dst.n), (words + 1, words));
                 // Every word the helper copied holds the last message.
-                assert_eq!(h.dst.n, (size as usize).div_ceil(8).max(1));
                 assert!(h.dst.iter().all(|w| w.load(Ordering::Relaxed) == 100));
             }
         }
+    }
+
+    #[test]
+    fn a_read_moves_one_wqe_there_and_one_completion_back() {
+        let mut x = CrossCore::new(true, 4096, None);
+        assert!(x.rtt_ns(100).unwrap() > 0.0);
+        assert_eq!(x.shared.hops.len(), 1, "one hop, whatever the size");
+        let h = &x.shared.hops[0];
+        // A 64-byte WQE (header and one SGE), a 32-byte CQE.
+        assert_eq!((h.src.n, h.dst.n), (8, 4));
+        assert_eq!(h.src.lines.len(), 1);
+        assert!(h.dst.iter().all(|w| w.load(Ordering::Relaxed) == 100));
     }
 }

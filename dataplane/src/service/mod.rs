@@ -252,6 +252,13 @@ fn looks_at_control(pass: u32, idle: u32) -> bool {
 /// registered for its DMA first, which the daemon does not do.
 const ZERO_COPY_DRIVERS: [&str; 3] = ["net_ring", "net_tap", "net_af_packet"];
 
+/// The least payload a device on `driver` sends from where it lies (none:
+/// every payload is copied into the frame).
+fn zero_copy_min(cfg: &ServiceConfig, driver: &str) -> Option<usize> {
+    (cfg.zero_copy_tx_min > 0 && ZERO_COPY_DRIVERS.contains(&driver))
+        .then_some(cfg.zero_copy_tx_min)
+}
+
 /// WQEs taken from one SQ per pass.
 const SQ_BUDGET: usize = 32;
 /// CQEs a CQ may hold back beyond its ring before it overruns.
@@ -595,8 +602,8 @@ impl Service {
             if k > 1 {
                 nic = nic.as_shard(shard == 0);
             }
-            if cfg.zero_copy_tx_min > 0 && ZERO_COPY_DRIVERS.contains(&driver.as_str()) {
-                nic = nic.with_split_tx(cfg.zero_copy_tx_min, memory::attach_payload);
+            if let Some(min) = zero_copy_min(cfg, &driver) {
+                nic = nic.with_split_tx(min, memory::attach_payload);
             }
             for &(ip, mac) in &cfg.neighbours {
                 nic.neighbours_mut().add_static(ip, mac);

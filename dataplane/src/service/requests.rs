@@ -393,6 +393,7 @@ impl Service {
             shm_bytes: 0,
             hugepages: false,
             backend: h.driver.clone(),
+            zero_copy_tx_min: super::zero_copy_min(&self.cfg, &h.driver).map(|m| m as u32),
             cc: self.cfg.cc.name().to_string(),
             line_gbps: (self.cfg.line_rate_bps / 1_000_000_000) as u32,
             caps: shm::proto::DeviceCaps {

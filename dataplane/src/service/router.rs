@@ -342,6 +342,7 @@ mod tests {
             shm_bytes: 0,
             hugepages: false,
             backend: "net_ring".into(),
+            zero_copy_tx_min: Some(1024),
             cc: "none".into(),
             caps: Default::default(),
             line_gbps: 100,

@@ -278,6 +278,11 @@ pub struct DeviceInfo {
     /// The port's PMD (net_ring, net_memif, ...).
     #[serde(default)]
     pub backend: String,
+    /// The least payload of a packet the device sends from where it lies
+    /// in the application's memory (none: every payload is copied into
+    /// the frame).
+    #[serde(default)]
+    pub zero_copy_tx_min: Option<u32>,
     /// Congestion control of the device's QPs.
     #[serde(default)]
     pub cc: String,
