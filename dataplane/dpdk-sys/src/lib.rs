@@ -12,6 +12,8 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #![allow(clippy::all)]
 #![allow(rustdoc::all)]
+// bindgen's output: its unsafe blocks are the FFI layouts' own.
+#![allow(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 

@@ -144,16 +144,26 @@ mod tests {
 
     #[test]
     fn the_mapping_lives_until_the_owner_and_every_reference_let_go() {
-        let data = Arc::new(vec![7u8; 64]);
+        // 128 bytes, of which the mapping covers the first 64.
+        let data = Arc::new(vec![7u8; 128]);
         let weak = Arc::downgrade(&data);
         let base = data.as_ptr();
         // SAFETY: the Vec's bytes live as long as the Arc kept.
         let ext = unsafe { ExtMemory::new(base, 64, data) };
-        assert!(ext.contains(unsafe { std::slice::from_raw_parts(base, 64) }));
-        assert!(!ext.contains(unsafe { std::slice::from_raw_parts(base, 65) }));
+        // SAFETY: 64 and 65 bytes of the Vec's 128, alive while `ext`
+        // holds the Arc (until it is dropped below).
+        let (whole, longer) = unsafe {
+            (
+                std::slice::from_raw_parts(base, 64),
+                std::slice::from_raw_parts(base, 65),
+            )
+        };
+        assert!(ext.contains(whole));
+        assert!(!ext.contains(longer));
         let shinfo = ext.take_ref().expect("a reference");
         // As many references out as the cap allows: no more are taken,
         // the 16-bit counter never wraps.
+        // SAFETY: `shinfo` is the live shared info `take_ref` returned.
         unsafe { dpdk_sys::rnic_ext_refcnt_update(shinfo, (MAX_REFS - 2) as i16) };
         assert!(ext.take_ref().is_none(), "past the cap");
         for _ in 0..MAX_REFS - 2 {
@@ -164,6 +174,8 @@ mod tests {
         drop(ext);
         assert!(weak.upgrade().is_some(), "an mbuf's reference keeps it");
         // What DPDK does when that mbuf is freed.
+        // SAFETY: `shinfo` is still alive (one reference is out); its free
+        // callback is the one ExtMemory set, called once, at zero.
         unsafe {
             if dpdk_sys::rnic_ext_refcnt_update(shinfo, -1) == 0 {
                 let s = &*shinfo;
