@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the ICRC of every RoCEv2 frame of a classic pcap, independently of
 our Rust codec (stdlib only: zlib.crc32 over the masked fields, as
-../shared/spec/wire.md gives them), and that no frame carries our telemetry
+docs/spec/wire.md gives them), and that no frame carries our telemetry
 (BTH T bit, opcodes 0xC0-0xC2): a standard peer must never get it.
 
     interop/icrc_check.py FILE.pcap

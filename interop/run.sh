@@ -3,7 +3,8 @@
 # port on a tap) and rxe in a QEMU VM (virtme-ng, pure emulation, the host's
 # own root filesystem) run the same unmodified perftest against each other,
 # each test with the server in the VM and the client on our NIC, then the
-# other way round. See ../../shared/spec/interop.md for the recipe.
+# other way round. See docs/spec/interop.md for the recipe, docs/interop.md
+# for how this script runs it.
 #
 #   interop/run.sh [--quick | --bench] [--phases P,...] [--keep DIR] [TEST ...] [-- PERFTEST FLAGS]
 #

@@ -1,5 +1,5 @@
 -- Wireshark dissector for this project's HPCC++ telemetry on RoCEv2
--- (../shared/spec/wire.md and docs/wire.md): the TLM block (header, full
+-- (docs/spec/wire.md and docs/wire.md): the TLM block (header, full
 -- 16-byte or COMPACT 8-byte hop records, SUBSCRIBE, NFLOWS with the
 -- receiver's flow count N), TLM_REQUEST / TLM_RESPONSE
 -- (PROBE), CC_NOTIFY (NOTIFY) and INT_RESPONSE.

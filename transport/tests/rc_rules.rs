@@ -1,4 +1,4 @@
-//! One test per rule of ../shared/spec/rc.md, named after the rule.
+//! One test per rule of docs/spec/rc.md, named after the rule.
 
 mod rc_util;
 

@@ -9,7 +9,7 @@
 //! process, with no system call.
 //!
 //! Why a whole library and not a provider plugin, and the ABI facts it
-//! rests on: `../shared/spec/ibverbs.md`. The structs are the system's
+//! rests on: `docs/spec/ibverbs.md`. The structs are the system's
 //! (bindgen over `<infiniband/verbs.h>`, [`sys`]); every symbol of
 //! Debian's `libibverbs.so.1` is exported in its version node
 //! (`libibverbs.map`); what the NIC does not do fails with `EOPNOTSUPP`

@@ -47,7 +47,7 @@ fn default_min_rnr_timer() -> u8 {
     DEFAULT_MIN_RNR_TIMER
 }
 
-/// A QP state transition and its attributes (`../shared/spec/rc.md`).
+/// A QP state transition and its attributes (`docs/spec/rc.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Modify {
     Init {

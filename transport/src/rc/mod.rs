@@ -1,5 +1,5 @@
 //! The sans-IO Reliable Connected engine of one NIC: QP contexts, the RC
-//! requester and responder of `../shared/spec/rc.md`, memory regions, the
+//! requester and responder of `docs/spec/rc.md`, memory regions, the
 //! flow scheduler and a congestion controller per QP.
 //!
 //! Driven like quinn-proto: the caller owns time and the network.

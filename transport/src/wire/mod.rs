@@ -1,4 +1,4 @@
-//! The RoCEv2 + telemetry wire codec of `../shared/spec/wire.md`.
+//! The RoCEv2 + telemetry wire codec of `docs/spec/wire.md`.
 //!
 //! Each header has a zero-copy view (`Foo<T: AsRef<[u8]>>`, whose
 //! `new_checked` validates lengths once so that no accessor can panic) and
