@@ -249,8 +249,15 @@ impl Dpdk {
 /// destination. No headers are built or parsed, no ring is crossed: the
 /// loop is the bytes' cost alone.
 pub struct ByteFloor {
-    src: Vec<u8>,
-    dst: Vec<u8>,
+    /// The source message, then (at `dst_at`) the destination: one
+    /// allocation, the two 2 KiB off each other's page offsets. A copy
+    /// between buffers whose distance is a few bytes past a multiple of
+    /// 4 KiB runs ten times slower on this machine (4K aliasing: 2.15 us
+    /// against 0.18 us for 4 KiB with 16 bytes of distance), which would
+    /// make the floor a measure of its own placement.
+    mem: Vec<u8>,
+    size: usize,
+    dst_at: usize,
     frame: Vec<u8>,
     /// The least payload sent without a copy (none: every one is copied).
     zero_copy_min: Option<usize>,
@@ -266,9 +273,16 @@ impl ByteFloor {
         let mut frame = vec![0u8; HEADERS + mtu as usize];
         frame[12] = 0x08; // EtherType IPv4
         frame[14] = 0x45; // IPv4, 20-byte header
+        let size = size as usize;
+        let dst_at = size.next_multiple_of(4096) + 2048;
+        let mut mem = vec![0u8; dst_at + size];
+        for (i, b) in mem[..size].iter_mut().enumerate() {
+            *b = i as u8;
+        }
         ByteFloor {
-            src: (0..size).map(|i| i as u8).collect(),
-            dst: vec![0u8; size as usize],
+            mem,
+            size,
+            dst_at,
             frame,
             zero_copy_min: zero_copy_min.map(|m| m as usize),
         }
@@ -279,9 +293,11 @@ impl ByteFloor {
     /// payload.
     pub fn bps(&mut self, mtu: u32, bytes: u64) -> Result<f64, String> {
         use transport::wire::icrc;
-        let size = self.src.len();
+        let size = self.size;
         let mtu = (mtu as usize).min(self.frame.len() - HEADERS);
         let (mut done, mut bad) = (0u64, 0u64);
+        let (src, dst) = self.mem.split_at_mut(self.dst_at);
+        let (src, dst) = (&src[..size], &mut dst[..size]);
         let t0 = Instant::now();
         while done < bytes.max(1) {
             let mut off = 0;
@@ -292,7 +308,7 @@ impl ByteFloor {
                     // Sent from where it lies: the ICRC over the headers
                     // and the payload in place, checked over the same
                     // pieces; one copy, into the destination.
-                    let payload = &self.src[off..off + p];
+                    let payload = &src[off..off + p];
                     let pad = &[0u8; 3][..(4 - p % 4) % 4];
                     let head = &self.frame[14..FLOOR_PAYLOAD_AT];
                     let crc =
@@ -300,7 +316,7 @@ impl ByteFloor {
                     let got = icrc::compute_split(head, 0, std::hint::black_box(payload), pad)
                         .map_err(|e| e.to_string())?;
                     bad += u64::from(got != crc);
-                    self.dst[off..off + p].copy_from_slice(payload);
+                    dst[off..off + p].copy_from_slice(payload);
                     off += p;
                     if off >= size {
                         break;
@@ -308,7 +324,7 @@ impl ByteFloor {
                     continue;
                 }
                 // Send: the payload into the frame, the ICRC after it.
-                self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&self.src[off..off + p]);
+                self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&src[off..off + p]);
                 let crc =
                     icrc::compute_in_frame(&self.frame, 14, end, 0).map_err(|e| e.to_string())?;
                 self.frame[end..end + 4].copy_from_slice(&crc.to_le_bytes());
@@ -316,19 +332,29 @@ impl ByteFloor {
                 let got = icrc::compute_in_frame(std::hint::black_box(&self.frame), 14, end, 0)
                     .map_err(|e| e.to_string())?;
                 bad += u64::from(got.to_le_bytes() != self.frame[end..end + 4]);
-                self.dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
+                dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
                 off += p;
                 if off >= size {
                     break;
                 }
             }
-            std::hint::black_box(&self.dst);
+            std::hint::black_box(&dst);
             done += size.max(1) as u64;
         }
-        if bad > 0 || self.dst != self.src {
+        if bad > 0 || dst != src {
             return Err("the byte floor corrupted its own frames".into());
         }
         Ok(done as f64 * 8.0 / t0.elapsed().as_secs_f64())
+    }
+
+    #[cfg(test)]
+    fn src(&self) -> &[u8] {
+        &self.mem[..self.size]
+    }
+
+    #[cfg(test)]
+    fn dst(&self) -> &[u8] {
+        &self.mem[self.dst_at..self.dst_at + self.size]
     }
 }
 
@@ -550,7 +576,7 @@ mod tests {
             for zero_copy in [None, Some(1024)] {
                 let mut f = ByteFloor::new(size, mtu, zero_copy);
                 assert!(f.bps(mtu, 1 << 16).unwrap() > 0.0);
-                assert_eq!(f.dst, f.src, "size {size} mtu {mtu}");
+                assert_eq!(f.dst(), f.src(), "size {size} mtu {mtu}");
             }
         }
     }
@@ -561,19 +587,22 @@ mod tests {
         let mut f = ByteFloor::new(1500, 1024, Some(1024));
         f.bps(1024, 1500).unwrap();
         let copied = &f.frame[FLOOR_PAYLOAD_AT..FLOOR_PAYLOAD_AT + 476];
-        assert_eq!(copied, &f.src[1024..]);
+        assert_eq!(copied, &f.src()[1024..]);
         // Every packet from where it lies: the frame's payload untouched.
         let mut f = ByteFloor::new(65536, 1024, Some(1024));
         f.bps(1024, 65536).unwrap();
         assert!(f.frame[FLOOR_PAYLOAD_AT..].iter().all(|&b| b == 0));
-        assert_eq!(f.dst, f.src);
+        assert_eq!(f.dst(), f.src());
         // A device that copies every payload: the frame holds the last.
         let mut f = ByteFloor::new(65536, 1024, None);
         f.bps(1024, 65536).unwrap();
         assert_eq!(
             &f.frame[FLOOR_PAYLOAD_AT..FLOOR_PAYLOAD_AT + 1024],
-            &f.src[64512..]
+            &f.src()[64512..]
         );
+        // The two buffers 2 KiB off each other's page offsets.
+        let apart = f.dst().as_ptr() as usize - f.src().as_ptr() as usize;
+        assert_eq!(apart % 4096, 2048);
     }
 
     #[test]
