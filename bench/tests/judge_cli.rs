@@ -4,7 +4,6 @@
 //! it.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const SERVER: &str =
@@ -14,12 +13,11 @@ const SERVER: &str =
 5 iters in 0.00 seconds = 10.00 usec/iter
 ";
 
-fn judge(dir: &Path, ours: &str, rxe: &str) -> testkit::Finished {
-    let (o, r) = (dir.join("ours.out"), dir.join("rxe.out"));
-    std::fs::write(&o, ours).unwrap();
-    std::fs::write(&r, rxe).unwrap();
+/// `bench judge` on a pingpong run in phase mtu1024 where both sides
+/// exited 0, with these output files.
+fn judge(ours: &Path, rxe: &Path) -> testkit::Finished {
     testkit::output_within(
-        Command::new(env!("CARGO_BIN_EXE_bench"))
+        std::process::Command::new(env!("CARGO_BIN_EXE_bench"))
             .args([
                 "judge",
                 "--program",
@@ -28,27 +26,29 @@ fn judge(dir: &Path, ours: &str, rxe: &str) -> testkit::Finished {
                 "mtu1024",
             ])
             .args(["--args", "-d roce0 -g 1 -c -m 1024 -s 1 -n 5"])
-            .args([
-                "--ours-rc",
-                "0",
-                "--rxe-rc",
-                "0",
-                "--our-mac",
-                "02:77:00:00:00:03",
-            ])
+            .args(["--ours-rc", "0", "--rxe-rc", "0"])
+            .args(["--our-mac", "02:77:00:00:00:03"])
             .arg("--ours-output")
-            .arg(&o)
+            .arg(ours)
             .arg("--rxe-output")
-            .arg(&r),
+            .arg(rxe),
         Duration::from_secs(120),
     )
     .unwrap()
 }
 
+/// [`judge`] of these outputs, written to files in `dir`.
+fn judge_outputs(dir: &Path, ours: &str, rxe: &str) -> testkit::Finished {
+    let (o, r) = (dir.join("ours.out"), dir.join("rxe.out"));
+    std::fs::write(&o, ours).unwrap();
+    std::fs::write(&r, rxe).unwrap();
+    judge(&o, &r)
+}
+
 #[test]
 fn a_corrupted_pingpong_page_is_refused_though_both_exited_0() {
     let dir = tempfile::tempdir().unwrap();
-    let f = judge(
+    let f = judge_outputs(
         dir.path(),
         SERVER,
         &format!("{SERVER}invalid data in page 0\n"),
@@ -63,34 +63,17 @@ fn a_corrupted_pingpong_page_is_refused_though_both_exited_0() {
 #[test]
 fn a_clean_run_passes() {
     let dir = tempfile::tempdir().unwrap();
-    let f = judge(dir.path(), SERVER, SERVER);
+    let f = judge_outputs(dir.path(), SERVER, SERVER);
     f.assert_success();
     assert_eq!(f.stdout, "ok\n");
 }
 
 #[test]
 fn a_missing_output_file_is_named() {
-    let f = testkit::output_within(
-        Command::new(env!("CARGO_BIN_EXE_bench")).args([
-            "judge",
-            "--program",
-            "ib_write_bw",
-            "--phase",
-            "mtu1024",
-            "--ours-rc",
-            "0",
-            "--rxe-rc",
-            "0",
-            "--our-mac",
-            "02:77:00:00:00:03",
-            "--ours-output",
-            "/nonexistent/ours.out",
-            "--rxe-output",
-            "/nonexistent/rxe.out",
-        ]),
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    let f = judge(
+        Path::new("/nonexistent/ours.out"),
+        Path::new("/nonexistent/rxe.out"),
+    );
     assert_eq!(f.status.and_then(|s| s.code()), Some(2));
     assert!(f.stderr.contains("/nonexistent/ours.out"), "{}", f.stderr);
 }

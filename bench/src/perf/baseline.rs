@@ -70,7 +70,7 @@ pub struct Dpdk {
     _eal: Eal,
 }
 
-use super::patience::{Patience, GIVE_UP};
+use super::patience::{Patience, Samples, GIVE_UP};
 
 impl Dpdk {
     pub fn start(backend: &str) -> Result<Dpdk, String> {
@@ -190,15 +190,13 @@ impl Dpdk {
     /// message, `iters` times.
     pub fn echo_rtt_ns(&mut self, size: u32, mtu: u32, iters: u64) -> Result<f64, String> {
         let mut e = Echo::new(size, mtu);
-        let mut rtts = Vec::with_capacity(iters as usize);
+        let mut rtts = Samples::with_capacity(iters);
         for _ in 0..iters {
             self.echo_prepare(&mut e)?;
-            let t0 = Instant::now();
-            self.echo_once(&mut e)?;
-            rtts.push(t0.elapsed().as_nanos() as f64);
+            rtts.time(|| self.echo_once(&mut e))?;
         }
         e.there.clear();
-        Ok(median(&mut rtts))
+        Ok(rtts.median())
     }
 
     /// One-way forwarding of `frames` frames of `payload` bytes each (a
@@ -435,13 +433,11 @@ impl IcrcFloor {
     /// Median ns of the ICRC work of one round trip, over `iters` round
     /// trips each timed as ours is (two clock reads).
     pub fn round_trip_ns(&mut self, iters: u64) -> Result<f64, String> {
-        let mut v = Vec::with_capacity(iters as usize);
+        let mut v = Samples::with_capacity(iters);
         for _ in 0..iters.max(1) {
-            let t0 = Instant::now();
-            self.round()?;
-            v.push(t0.elapsed().as_nanos() as f64);
+            v.time(|| self.round())?;
         }
-        Ok(median(&mut v))
+        Ok(v.median())
     }
 }
 
@@ -523,14 +519,14 @@ impl Udp {
     /// Median round trip (ns) of a `size`-byte ping-pong.
     pub fn ping_pong_rtt_ns(&mut self, size: u32, iters: u64) -> Result<f64, String> {
         let chunks = Self::chunks(size);
-        let mut rtts = Vec::with_capacity(iters as usize);
+        let mut rtts = Samples::with_capacity(iters);
         for _ in 0..iters {
-            let t0 = Instant::now();
-            Self::hop(&self.a, &self.b, &chunks, &mut self.buf)?;
-            Self::hop(&self.b, &self.a, &chunks, &mut self.buf)?;
-            rtts.push(t0.elapsed().as_nanos() as f64);
+            rtts.time(|| {
+                Self::hop(&self.a, &self.b, &chunks, &mut self.buf)?;
+                Self::hop(&self.b, &self.a, &chunks, &mut self.buf)
+            })?;
         }
-        Ok(median(&mut rtts))
+        Ok(rtts.median())
     }
 
     /// A one-way stream of `size`-byte messages until `bytes` arrived;

@@ -112,23 +112,18 @@ fn floors_rtt_ns(
     icrc: &baseline::IcrcFloor,
     iters: u64,
 ) -> Result<f64, String> {
-    xcore.wake();
-    let mut v = Vec::with_capacity(iters as usize);
-    let mut run = || -> Result<(), String> {
+    xcore.awake(|x| {
+        let mut v = patience::Samples::with_capacity(iters);
         for _ in 0..iters.max(1) {
             floor.echo_prepare(echo)?;
-            let t0 = Instant::now();
-            floor.echo_once(echo)?;
-            xcore.round()?;
-            icrc.round()?;
-            v.push(t0.elapsed().as_nanos() as f64);
+            v.time(|| {
+                floor.echo_once(echo)?;
+                x.round()?;
+                icrc.round()
+            })?;
         }
-        Ok(())
-    };
-    let r = run();
-    xcore.rest();
-    r?;
-    Ok(baseline::median(&mut v))
+        Ok(v.median())
+    })
 }
 
 /// `--compare`: A B A B rounds of ours and each baseline at one size;

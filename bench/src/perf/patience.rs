@@ -1,4 +1,5 @@
-//! How a timed wait gives up without reading the clock while it waits.
+//! How a sample is timed ([`Samples`]), and how a wait inside it gives up
+//! without reading the clock while it waits ([`Patience`]).
 //!
 //! Every sample of ours and of every floor is bounded by exactly two clock
 //! reads (`Instant::now()` before, `elapsed()` after). The waits inside a
@@ -11,6 +12,31 @@
 //! far above any round trip measured) reads the clock exactly twice.
 
 use std::time::{Duration, Instant};
+
+/// Samples timed as every floor's are: two clock reads around the work,
+/// none inside it (ours, in `lat`, takes its samples the same way).
+#[derive(Debug, Default)]
+pub struct Samples(Vec<f64>);
+
+impl Samples {
+    pub fn with_capacity(n: u64) -> Samples {
+        Samples(Vec::with_capacity(n as usize))
+    }
+
+    /// Times `work` as one sample.
+    #[inline]
+    pub fn time<T>(&mut self, work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        let t0 = Instant::now();
+        let r = work()?;
+        self.0.push(t0.elapsed().as_nanos() as f64);
+        Ok(r)
+    }
+
+    /// The median sample, ns (NaN when there is none).
+    pub fn median(mut self) -> f64 {
+        super::baseline::median(&mut self.0)
+    }
+}
 
 /// How long a wait polls before it gives up.
 pub const GIVE_UP: Duration = Duration::from_secs(30);

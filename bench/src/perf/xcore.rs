@@ -29,9 +29,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::patience::{self, Patience};
+use super::patience::{self, Patience, Samples};
 
 /// One cache line of words.
 #[repr(align(64))]
@@ -196,7 +196,7 @@ impl CrossCore {
     }
 
     /// Wakes the helper: it spins until [`CrossCore::rest`].
-    pub fn wake(&self) {
+    fn wake(&self) {
         self.shared.active.store(true, Ordering::Release);
         if let Some(h) = &self.helper {
             h.thread().unpark();
@@ -204,7 +204,7 @@ impl CrossCore {
     }
 
     /// Lets the helper sleep between measurements.
-    pub fn rest(&self) {
+    fn rest(&self) {
         self.shared.active.store(false, Ordering::Release);
     }
 
@@ -219,22 +219,27 @@ impl CrossCore {
         Ok(())
     }
 
+    /// Runs `f` with the helper awake (it sleeps again after, also on
+    /// an error).
+    pub fn awake<T>(
+        &mut self,
+        f: impl FnOnce(&mut CrossCore) -> Result<T, String>,
+    ) -> Result<T, String> {
+        self.wake();
+        let r = f(self);
+        self.rest();
+        r
+    }
+
     /// Median round trip over `iters` round trips, ns.
     pub fn rtt_ns(&mut self, iters: u64) -> Result<f64, String> {
-        self.wake();
-        let mut v = Vec::with_capacity(iters as usize);
-        let mut run = || -> Result<(), String> {
+        self.awake(|x| {
+            let mut v = Samples::with_capacity(iters);
             for _ in 0..iters.max(1) {
-                let t0 = Instant::now();
-                self.round()?;
-                v.push(t0.elapsed().as_nanos() as f64);
+                v.time(|| x.round())?;
             }
-            Ok(())
-        };
-        let r = run();
-        self.rest();
-        r?;
-        Ok(super::baseline::median(&mut v))
+            Ok(v.median())
+        })
     }
 }
 
