@@ -265,10 +265,10 @@ for phase in "${phase_list[@]}"; do
         shards:*) sizes=() ;;
         lossy:ib_write_bw) sizes=("-s 65536 -n 50") ;;
         lossy:ibv_rc_pingpong) sizes=("-s 65536 -n 50") ;;
-        lossy:rc_verify) sizes=("-s 65536 -n 10") ;;
+        lossy:rc_verify) sizes=("-s 65536 -n 5") ;;
         lossy:*) sizes=() ;;
         *:ibv_rc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
-        *:rc_verify) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        *:rc_verify) sizes=("-s 65536 -n 3") ;;
         *:ib_atomic_lat) sizes=("-n 20") ;;
         *_lat) sizes=("-s 1 -n 20" "-s 4096 -n 20") ;;
         *) sizes=("-s 65536 -n 20") ;;
