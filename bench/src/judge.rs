@@ -93,16 +93,6 @@ fn flag(args: &str, flag: &str) -> Option<u64> {
     None
 }
 
-/// The QPN and first PSN a pingpong printed as its `local address:`.
-fn local_qp(output: &str) -> Option<(u32, u32)> {
-    let line = output.lines().find(|l| l.contains("local address:"))?;
-    let hex = |key: &str| {
-        let v = line.split(key).nth(1)?.split(',').next()?.trim();
-        u32::from_str_radix(v.trim_start_matches("0x"), 16).ok()
-    };
-    Some((hex("QPN ")?, hex("PSN ")?))
-}
-
 impl Run {
     fn rc(&self, s: Side) -> Option<i32> {
         match s {
@@ -188,17 +178,15 @@ impl Run {
             .lost
             .as_ref()
             .ok_or("no record of the frames our fault injector lost was given")?;
-        let (qpn, first_psn) =
-            local_qp(self.output(bad)).ok_or("its output names no local QPN and PSN")?;
+        let (qpn, first_psn) = testkit::verbs_output::local_qp(self.output(bad))
+            .ok_or("its output names no local QPN and PSN")?;
         let size = flag(&self.args, "-s").unwrap_or(4096).max(1);
         let mtu = flag(&self.args, "-m").unwrap_or(1024).max(256);
         let packets = size.div_ceil(mtu);
         let last_psn = (u64::from(first_psn) + iters * packets - 1) as u32 & PSN_MASK;
-        let way = |src: MacAddr| match (bad, src == self.our_mac) {
-            // Our side failed: the ACK came from rxe, lost on our RX.
-            (Side::Ours, false) | (Side::Rxe, true) => true,
-            _ => false,
-        };
+        // Towards the failing side: from rxe (lost on our RX) when ours
+        // failed, from us (lost on our TX) when rxe's did.
+        let way = |src: MacAddr| (src == self.our_mac) == (bad == Side::Rxe);
         let acks = lost
             .iter()
             .filter_map(|f| Packet::parse(f).ok())

@@ -31,13 +31,8 @@ fn stats(socket: &std::path::Path) -> String {
 /// The QP shard (of 2) of the QP an `ibv_rc_pingpong` printed as its
 /// local address.
 fn qp_shard(out: &str) -> u32 {
-    let qpn = out
-        .lines()
-        .find(|l| l.contains("local address:"))
-        .and_then(|l| l.split("QPN ").nth(1))
-        .and_then(|q| q.split(',').next())
-        .and_then(|q| u32::from_str_radix(q.trim().trim_start_matches("0x"), 16).ok())
-        .unwrap_or_else(|| panic!("no local QPN in\n{out}"));
+    let (qpn, _) =
+        testkit::verbs_output::local_qp(out).unwrap_or_else(|| panic!("no local QPN in\n{out}"));
     transport::rc::QpnSpace::owner(qpn, 2)
 }
 

@@ -315,22 +315,18 @@ impl ByteFloor {
                         .map_err(|e| e.to_string())?;
                     bad += u64::from(got != crc);
                     dst[off..off + p].copy_from_slice(payload);
-                    off += p;
-                    if off >= size {
-                        break;
-                    }
-                    continue;
+                } else {
+                    // Send: the payload into the frame, the ICRC after it.
+                    self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&src[off..off + p]);
+                    let crc = icrc::compute_in_frame(&self.frame, 14, end, 0)
+                        .map_err(|e| e.to_string())?;
+                    self.frame[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+                    // Receive: the ICRC checked, the payload out of the frame.
+                    let got = icrc::compute_in_frame(std::hint::black_box(&self.frame), 14, end, 0)
+                        .map_err(|e| e.to_string())?;
+                    bad += u64::from(got.to_le_bytes() != self.frame[end..end + 4]);
+                    dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
                 }
-                // Send: the payload into the frame, the ICRC after it.
-                self.frame[FLOOR_PAYLOAD_AT..end].copy_from_slice(&src[off..off + p]);
-                let crc =
-                    icrc::compute_in_frame(&self.frame, 14, end, 0).map_err(|e| e.to_string())?;
-                self.frame[end..end + 4].copy_from_slice(&crc.to_le_bytes());
-                // Receive: the ICRC checked, the payload out of the frame.
-                let got = icrc::compute_in_frame(std::hint::black_box(&self.frame), 14, end, 0)
-                    .map_err(|e| e.to_string())?;
-                bad += u64::from(got.to_le_bytes() != self.frame[end..end + 4]);
-                dst[off..off + p].copy_from_slice(&self.frame[FLOOR_PAYLOAD_AT..end]);
                 off += p;
                 if off >= size {
                     break;

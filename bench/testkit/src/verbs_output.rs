@@ -56,6 +56,17 @@ pub fn require_clean(what: &str, output: &str) {
     );
 }
 
+/// The QPN and first PSN an rdma-core example (`ibv_rc_pingpong`, ...)
+/// printed as its `local address:`.
+pub fn local_qp(output: &str) -> Option<(u32, u32)> {
+    let line = output.lines().find(|l| l.contains("local address:"))?;
+    let hex = |key: &str| {
+        let v = line.split(key).nth(1)?.split(',').next()?.trim();
+        u32::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+    };
+    Some((hex("QPN ")?, hex("PSN ")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +114,12 @@ invalid data in page 3
         ] {
             assert_eq!(failures(line), [line], "{line}");
         }
+    }
+
+    #[test]
+    fn a_pingpong_s_local_qp_is_read_from_its_output() {
+        assert_eq!(local_qp(CORRUPTED_PAGE), Some((0x11, 0x2a3b4c)));
+        assert_eq!(local_qp("no address here"), None);
     }
 
     #[test]

@@ -113,30 +113,7 @@ impl Reader {
 /// little-endian).
 pub struct Writer {
     path: PathBuf,
-    inner: PcapWriter<Sink>,
-}
-
-/// Where a writer's bytes go: through a buffer, or straight to the file
-/// (each frame readable at once, for a file read while it grows).
-enum Sink {
-    Buffered(BufWriter<File>),
-    Direct(File),
-}
-
-impl Write for Sink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Sink::Buffered(w) => w.write(b),
-            Sink::Direct(f) => f.write(b),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Sink::Buffered(w) => w.flush(),
-            Sink::Direct(f) => f.flush(),
-        }
-    }
+    inner: PcapWriter<BufWriter<File>>,
 }
 
 impl Writer {
@@ -164,11 +141,8 @@ impl Writer {
             endianness: Endianness::Little,
             ..PcapHeader::default()
         };
-        let sink = if buffered {
-            Sink::Buffered(BufWriter::new(f))
-        } else {
-            Sink::Direct(f)
-        };
+        // A buffer of no bytes passes every write straight to the file.
+        let sink = BufWriter::with_capacity(if buffered { 8192 } else { 0 }, f);
         let inner = PcapWriter::with_header(sink, header).map_err(|e| PcapFileError::Write {
             path: path.to_owned(),
             why: e.to_string(),
