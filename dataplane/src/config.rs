@@ -13,6 +13,7 @@ use transport::rc::{CcMode, PathMtu};
 use transport::wire::{MacAddr, VlanTag};
 
 use crate::incast::IncastConfig;
+use crate::service::sleep::PollPolicy;
 use crate::service::{HostSpec, ServiceConfig};
 use crate::testbed::{HostFaults, LoopbackConfig};
 
@@ -177,6 +178,21 @@ pub struct ServiceSection {
     /// that processes sharing its CPU run; 0 busy-polls forever, yielding
     /// the CPU each pass [default: 50 us].
     pub idle_sleep_us: Option<u32>,
+    /// What an idle dataplane lcore does, each lcore for itself: "spin"
+    /// polls (with `idle_sleep_us` rests after a long idle stretch: for
+    /// lcores with cores of their own); "event" sleeps as soon as a pass
+    /// finds nothing to do, until an application's doorbell, a frame, a
+    /// control request or its next timer wakes it; "adaptive" spins while
+    /// work keeps coming and it has its core to itself, and sleeps as
+    /// "event" does once idle for 200 us, or at once while it shares its
+    /// core (more runnable threads than CPUs, or its thread preempted)
+    /// [default: adaptive].
+    pub poll: Option<String>,
+    /// A sleeping lcore whose port may receive frames it is not woken for
+    /// (any port but the loopback testbed's ring pair) looks at it after
+    /// a nap: 20 us after work, doubling while naps find nothing, up to
+    /// this [default: 1000 us].
+    pub nap_us: Option<u32>,
     /// ACK coalescing between our own NICs: a QP towards a peer that
     /// speaks our telemetry asks for an ACK at least every this many
     /// messages, and always on a signaled WR's last packet; the peer's
@@ -636,6 +652,20 @@ impl ServiceSection {
                 format!("at most {MAX_IDLE_SLEEP_US} (100 ms)"),
             ));
         }
+        let poll = match &self.poll {
+            None => PollPolicy::default(),
+            Some(p) => p
+                .parse::<PollPolicy>()
+                .map_err(|why| c.bad("service.poll", format!("{p:?}"), why))?,
+        };
+        let nap_us = self.nap_us.unwrap_or(1000);
+        if !(20..=MAX_IDLE_SLEEP_US).contains(&nap_us) {
+            return Err(c.bad(
+                "service.nap_us",
+                nap_us,
+                format!("20 to {MAX_IDLE_SLEEP_US} (100 ms)"),
+            ));
+        }
         let lcores = self.lcores.unwrap_or(1);
         check_lcores(c, "service.lcores", lcores)?;
         let qp_shards = self.qp_shards.unwrap_or(1);
@@ -756,6 +786,7 @@ impl ServiceSection {
                 ip,
                 port: d.port,
                 vlan,
+                internal: false,
             });
         }
         let mut neighbours = Vec::new();
@@ -795,6 +826,8 @@ impl ServiceSection {
             max_shm_bytes,
             hugepages: self.hugepages.unwrap_or(true),
             idle_sleep_us,
+            poll,
+            nap_us,
             ack_coalesce,
             zero_copy_tx_min: zero_copy_tx_min as usize,
             lcores: lcores as usize,

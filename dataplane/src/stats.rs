@@ -201,6 +201,10 @@ pub struct Snapshot {
     /// The application service's counters, when the daemon serves apps.
     #[serde(default)]
     pub service: Option<crate::service::ServiceCounters>,
+    /// Each dataplane lcore's loop: time working, spinning and sleeping,
+    /// wake-ups by cause, wake-up latency.
+    #[serde(default)]
+    pub lcores: Vec<crate::service::sleep::LcoreCounters>,
 }
 
 impl PortEntry {
@@ -229,7 +233,9 @@ impl Snapshot {
             if let Some(c) = p.service {
                 all.service.get_or_insert_with(Default::default).add(&c);
             }
+            all.lcores.extend(p.lcores);
         }
+        all.lcores.sort_by_key(|l| l.lcore);
         all.ports.sort_by_key(|e| (e.host, e.qp_shard));
         all.qps.sort_by_key(|e| (e.host, e.qpn));
         all
@@ -575,6 +581,43 @@ impl Snapshot {
                 c.rests,
                 c.busy_ns as f64 / 1e6
             );
+        }
+        for l in &self.lcores {
+            let ms = |ns: u64| ns as f64 / 1e6;
+            let us = |ns: u64| ns as f64 / 1e3;
+            let _ = writeln!(
+                s,
+                "lcore {} poll {}: working {:.3} ms  spinning {:.3} ms  sleeping {:.3} ms  sleeps {} (aborted {})  woken by bell {} nudge {} rx {} timer {} nap {}  core shared {}/{} looks",
+                l.lcore, l.poll, ms(l.working_ns), ms(l.spinning_ns), ms(l.sleeping_ns),
+                l.sleeps, l.sleeps_aborted, l.woken_bell, l.woken_nudge, l.woken_rx,
+                l.woken_timer, l.woken_nap, l.sharing_found, l.sharing_looks
+            );
+            if !l.bell_latency.is_empty() {
+                let buckets: Vec<String> = l
+                    .bell_latency
+                    .iter()
+                    .map(|(upto, n)| format!("<={:.0}us:{n}", us(*upto)))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "lcore {} bell-to-running latency: p50 {:.1} us  p99 {:.1} us  max {:.1} us  [{}]",
+                    l.lcore,
+                    us(l.bell_latency_p50_ns),
+                    us(l.bell_latency_p99_ns),
+                    us(l.bell_latency_max_ns),
+                    buckets.join(" ")
+                );
+            }
+            if l.woken_timer > 0 {
+                let _ = writeln!(
+                    s,
+                    "lcore {} timer lateness: p50 {:.1} us  p99 {:.1} us  max {:.1} us",
+                    l.lcore,
+                    us(l.timer_late_p50_ns),
+                    us(l.timer_late_p99_ns),
+                    us(l.timer_late_max_ns)
+                );
+            }
         }
         if !self.switch_ports.is_empty() {
             let _ = writeln!(

@@ -2,7 +2,8 @@
 //! per-QP congestion control from `rnicdv.h`; a SEND/RECV ping-pong between
 //! two processes, one sleeping on a completion channel; a counter shared by
 //! two processes over FETCH_ADD; forks after registering heap memory with
-//! both processes busy in malloc) compile against `<infiniband/verbs.h>`
+//! both processes busy in malloc; a completion channel armed for
+//! solicited events only) compile against `<infiniband/verbs.h>`
 //! with -Wall -Werror and run over our libibverbs.so.1 and the daemon on
 //! the loopback testbed. The ping-pong and the counter link Debian's
 //! `-libverbs` and get ours from LD_LIBRARY_PATH (the drop-in); write_read
@@ -52,6 +53,11 @@ fn main() {
     let text = run("fork_heap", false);
     assert!(
         text.contains("ok: 40 forks after registering heap memory"),
+        "{text}"
+    );
+    let text = run("solicited", false);
+    assert!(
+        text.contains("ok: solicited-only arming woke for the solicited SEND only"),
         "{text}"
     );
     println!("ok: the C examples build and run");

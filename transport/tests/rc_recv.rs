@@ -143,6 +143,47 @@ fn send_with_immediate_reports_the_value_in_the_receive_completion() {
 }
 
 #[test]
+fn a_solicited_message_sets_the_se_bit_on_its_last_packet_only_and_its_receive_completion_says_so()
+{
+    let mut p = Pair::new(Setup::default());
+    for i in 0..3 {
+        let wr = p.recv_wr(10 + i, RX + i * 4096, 4096);
+        p.post_recv_b(wr);
+    }
+    // 2500 B at MTU 1024: FIRST, MIDDLE, LAST; then an unsolicited SEND,
+    // then a solicited WRITE with immediate (ONLY).
+    let mut wr = p.wr(1, WrOp::Send, 0, 0, 2500);
+    wr.solicited = true;
+    p.post(wr);
+    let wr = p.wr(2, WrOp::Send, 0, 0, 100);
+    p.post(wr);
+    let mut wr = p.wr(3, WrOp::WriteImm(9), 0, RX + 3 * 4096, 100);
+    wr.solicited = true;
+    p.post(wr);
+    // A solicited READ asks nothing of the responder's CQ: no SE bit.
+    let mut wr = p.wr(4, WrOp::Read, 8192, RX, 100);
+    wr.solicited = true;
+    p.post(wr);
+    p.run(1_000_000_000);
+    let se = p.logged(Dir::AtoB, |pk| (pk.repr.bth.opcode, pk.repr.bth.solicited));
+    assert_eq!(
+        se,
+        [
+            (Opcode::SendFirst, false),
+            (Opcode::SendMiddle, false),
+            (Opcode::SendLast, true),
+            (Opcode::SendOnly, false),
+            (Opcode::RdmaWriteOnlyWithImmediate, true),
+            (Opcode::RdmaReadRequest, false),
+        ]
+    );
+    let b = p.completions_b();
+    let got: Vec<(u64, bool)> = b.iter().map(|c| (c.wr_id, c.solicited)).collect();
+    assert_eq!(got, [(10, true), (11, false), (12, true)]);
+    assert!(p.completions_a().iter().all(|c| !c.solicited));
+}
+
+#[test]
 fn write_with_immediate_consumes_a_receive_wqe_and_reports_the_write_length() {
     let mut p = Pair::new(Setup::default());
     let wr = p.recv_wr(3, RX, 64);

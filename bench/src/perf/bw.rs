@@ -178,6 +178,7 @@ pub fn run(
                     rkey: c.remote.rkey,
                     signaled: false,
                     fence: false,
+                    solicited: false,
                     payload: verbs::Payload::Local,
                 });
             }

@@ -97,6 +97,8 @@ fn serve(
         cfg.socket = s;
     }
     let hosts: Vec<HostSpec> = if cfg.devices.is_empty() {
+        // A ring pair made here carries only what the two hosts send.
+        let internal = ports.is_none();
         let (pa, pb) = match ports {
             Some([a, b]) => (a, b),
             None => {
@@ -114,6 +116,7 @@ fn serve(
                 ip: dataplane::testbed::host_ip(i as u8),
                 port,
                 vlan: None,
+                internal,
             })
             .collect()
     } else {

@@ -23,6 +23,7 @@ use mio::net::{UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::router::Router;
+use super::sleep::LcoreWake;
 use shm::fds::Wait;
 use shm::proto::{self, ErrorKind, ErrorReply, ReplyMsg, Request, RequestMsg};
 
@@ -41,6 +42,26 @@ pub enum ToDataplane {
     },
     /// The application closed its socket (or died).
     Closed { conn: ConnId },
+}
+
+/// The control thread's end of an lcore's requests: each message sent
+/// nudges the lcore, which may be asleep.
+pub struct ToLcore {
+    tx: Sender<ToDataplane>,
+    wake: Arc<LcoreWake>,
+}
+
+impl ToLcore {
+    pub fn new(tx: Sender<ToDataplane>, wake: Arc<LcoreWake>) -> ToLcore {
+        ToLcore { tx, wake }
+    }
+
+    /// Queues `m` and wakes the lcore; fails when the lcore is gone.
+    pub fn send(&self, m: ToDataplane) -> Result<(), ToDataplane> {
+        self.tx.send(m).map_err(|e| e.into_inner())?;
+        self.wake.nudge();
+        Ok(())
+    }
 }
 
 /// A reply for a connection, with descriptors to pass.
@@ -104,6 +125,7 @@ impl Control {
     pub fn spawn(
         path: &Path,
         devices: Vec<(String, usize)>,
+        wakes: Vec<Arc<LcoreWake>>,
         cpus: Option<nix::sched::CpuSet>,
     ) -> std::io::Result<(Control, Vec<ShardLink>)> {
         if path.exists() {
@@ -124,17 +146,17 @@ impl Control {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let lcores = devices.iter().map(|d| d.1 + 1).max().unwrap_or(1);
         let (rep_tx, rep_rx) = unbounded();
-        let (senders, links): (Vec<_>, Vec<_>) = (0..lcores)
-            .map(|_| {
+        let (senders, links): (Vec<_>, Vec<_>) = wakes
+            .into_iter()
+            .map(|wake| {
                 let (tx, rx) = unbounded();
                 let link = ShardLink {
                     requests: rx,
                     replies: rep_tx.clone(),
                     waker: waker.clone(),
                 };
-                (tx, link)
+                (ToLcore { tx, wake }, link)
             })
             .unzip();
         let router = Router::new(senders, devices);

@@ -34,8 +34,10 @@ pub(super) struct CqRt {
     /// QPs that complete into it (it cannot be destroyed while any do).
     pub qps: usize,
     /// CQEs were written since its flag was last looked at
-    /// ([`Cqs::wake_owed`]).
+    /// ([`Cqs::wake_owed`]), and whether one of them is a solicited event
+    /// (for an application armed for those only).
     pub wake_owed: bool,
+    pub owed_solicited: bool,
 }
 
 /// CQs by slot; a freed slot is taken by the next CQ created.
@@ -92,7 +94,9 @@ impl Cqs {
         counters: &mut ServiceCounters,
         trace: Option<(&mut trace::Trace, usize)>,
     ) -> bool {
-        self.owing_wake(slot, |q| write_now(q, c, counters, trace))
+        self.owing_wake(slot, |q| {
+            write_now(q, c, counters, trace).then(|| solicited_event(c))
+        })
     }
 
     /// Moves the CQEs held back for the CQ in `slot` into its ring while
@@ -110,14 +114,15 @@ impl Cqs {
     /// Runs `write` on the CQ in `slot`; when it wrote, owes the CQ a
     /// look at its wake-up flag at the next [`Cqs::wake_owed`]. Whether
     /// it wrote.
-    fn owing_wake(&mut self, slot: usize, write: impl FnOnce(&mut CqRt) -> bool) -> bool {
+    fn owing_wake(&mut self, slot: usize, write: impl FnOnce(&mut CqRt) -> Option<bool>) -> bool {
         let Cqs { slots, owed, .. } = self;
         let Some(q) = slots.get_mut(slot).and_then(Option::as_mut) else {
             return false;
         };
-        if !write(q) {
+        let Some(solicited) = write(q) else {
             return false;
-        }
+        };
+        q.owed_solicited |= solicited;
         if !std::mem::replace(&mut q.wake_owed, true) {
             owed.push(slot);
         }
@@ -148,23 +153,24 @@ impl Cqs {
     }
 }
 
-/// Moves held-back CQEs into the ring while it has room; true when it
-/// wrote any.
+/// Moves held-back CQEs into the ring while it has room; when it wrote
+/// any, whether one of them is a solicited event.
 fn drain_backlog(
     q: &mut CqRt,
     counters: &mut ServiceCounters,
     trace: Option<(&mut trace::Trace, usize)>,
-) -> bool {
+) -> Option<bool> {
     // Full, or the application scribbled the consumer index: hold the
     // CQEs until it reads (or overruns).
     let want = u32::try_from(q.backlog.len()).unwrap_or(u32::MAX);
     let Ok(free) = q.ring.free(&*q.seg, want) else {
-        return false;
+        return None;
     };
     let n = (free as usize).min(q.backlog.len());
     if n == 0 {
-        return false;
+        return None;
     }
+    let solicited = q.backlog.range(..n).any(solicited_event);
     for c in q.backlog.range(..n) {
         q.ring.write(&*q.seg, c);
     }
@@ -175,7 +181,14 @@ fn drain_backlog(
     }
     q.backlog.drain(..n);
     counters.cqes_delivered += n as u64;
-    true
+    Some(solicited)
+}
+
+/// Whether `c` signals a CQ armed for solicited events only: a receive
+/// whose sender asked for it, or an error.
+fn solicited_event(c: &abi::Cqe) -> bool {
+    c.flags & abi::CQE_SOLICITED != 0
+        || c.status != abi::status_code(transport::rc::WcStatus::Success)
 }
 
 /// Writes `c` into the ring at once when nothing is held back and the
@@ -197,9 +210,11 @@ fn write_now(
     true
 }
 
-/// Signals the application's eventfd if it armed the CQ.
-fn wake(q: &CqRt) {
-    if q.ring.take_armed(&*q.seg) {
+/// Signals the application's eventfd if it armed the CQ (for every
+/// completion, or for solicited events and one of those came).
+fn wake(q: &mut CqRt) {
+    let solicited = std::mem::take(&mut q.owed_solicited);
+    if q.ring.take_armed_for(&*q.seg, solicited) {
         let _ = q.event.write(1);
     }
 }

@@ -23,6 +23,7 @@ pub mod memory;
 mod qp_table;
 mod requests;
 mod router;
+pub mod sleep;
 pub mod trace;
 
 use std::collections::VecDeque;
@@ -69,8 +70,14 @@ pub struct ServiceConfig {
     pub max_shm_bytes: u64,
     /// Try hugepage-backed segments first.
     pub hugepages: bool,
-    /// Sleep between passes after a long idle stretch, us (0: yield).
+    /// Sleep between passes after a long idle stretch, us (0: yield), with
+    /// `poll = spin`.
     pub idle_sleep_us: u32,
+    /// What an idle lcore does.
+    pub poll: sleep::PollPolicy,
+    /// The longest nap of a sleeping lcore whose port has no wake-up for
+    /// its frames, us.
+    pub nap_us: u32,
     /// AckReq at least every this many messages towards our own peers
     /// (`EngineConfig::ack_req_msgs`).
     pub ack_coalesce: u32,
@@ -115,6 +122,10 @@ pub struct HostSpec {
     pub port: u16,
     /// The 802.1Q tag of its frames (VLAN id and priority); None: untagged.
     pub vlan: Option<VlanTag>,
+    /// Its port receives only what the daemon's own devices send (one end
+    /// of a ring pair the daemon made): a sleeping lcore is woken for its
+    /// frames by the lcore that sent them, and needs no nap.
+    pub internal: bool,
 }
 
 /// Counters of the service itself.
@@ -363,6 +374,8 @@ struct App {
     /// Asynchronous events not yet taken, and the eventfd that says so.
     events: VecDeque<shm::proto::AsyncEventMsg>,
     event_fd: Option<EventFd>,
+    /// The wake-up time it stamped last, as the lcore last read it.
+    last_rung: u64,
 }
 
 /// Asynchronous events an application may leave untaken.
@@ -449,8 +462,20 @@ pub struct Service {
     /// The latency trace, and whether it is taking stamps.
     trace: trace::Trace,
     tracing: bool,
-    /// The start of the last pass, if it moved something (for `busy_ns`).
-    busy_since: Option<u64>,
+    /// The start of the last pass and whether it moved something (for
+    /// `busy_ns` and the lcore's time working and spinning); none after
+    /// a sleep.
+    last_pass: Option<(u64, bool)>,
+    /// Its lcore's wake-up descriptors.
+    wake: Arc<sleep::LcoreWake>,
+    /// The lcores this one passes frames to (other ends of its hosts'
+    /// ring pairs, other QP shards of its devices), nudged after a pass
+    /// that moved something while they sleep.
+    downstream: Vec<Arc<sleep::LcoreWake>>,
+    /// Its sleep accounting, whether it shares its core, its naps.
+    sleep: sleep::SleepStats,
+    sharing: sleep::Sharing,
+    nap: sleep::Nap,
 }
 
 impl Service {
@@ -495,8 +520,20 @@ impl Service {
             })?;
         let per_host = cfg.qp_shards.max(1);
         let n = lcores.clamp(1, (hosts.len() * per_host).max(1));
-        let mut shards: Vec<Service> = (0..n)
-            .map(|_| Service {
+        let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .map(|set| cpus_in(&set).len())
+            .unwrap_or(1);
+        let wakes = (0..n)
+            .map(|_| sleep::LcoreWake::new().map(Arc::new))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| DpdkError {
+                what: "an lcore's wake-up eventfds".into(),
+                reason: e.to_string(),
+            })?;
+        let mut shards: Vec<Service> = wakes
+            .into_iter()
+            .enumerate()
+            .map(|(lcore, wake)| Service {
                 hosts: Vec::new(),
                 peers: Vec::new(),
                 apps: FxHashMap::default(),
@@ -511,7 +548,12 @@ impl Service {
                 lost: lost.clone(),
                 trace: trace::Trace::default(),
                 tracing: false,
-                busy_since: None,
+                last_pass: None,
+                wake,
+                downstream: Vec::new(),
+                sleep: sleep::SleepStats::new(lcore, cfg.poll),
+                sharing: sleep::Sharing::new(cpus),
+                nap: sleep::Nap::new(u64::from(cfg.nap_us) * 1_000),
             })
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
@@ -530,6 +572,44 @@ impl Service {
         let peers: Vec<HostSpec> = peers.into_iter().map(|p| p.1).collect();
         for s in &mut shards {
             s.peers = peers.clone();
+        }
+        // Frames of a ring pair's host reach the lcores of the device at
+        // its other end; frames a QP shard steers reach its siblings'.
+        let lcores_of = |host: usize| -> Vec<usize> {
+            (0..n)
+                .filter(|&l| shards[l].hosts.iter().any(|h| h.index == host))
+                .collect()
+        };
+        let downstream: Vec<Vec<usize>> = (0..n)
+            .map(|l| {
+                let mut to: Vec<usize> = shards[l]
+                    .hosts
+                    .iter()
+                    .flat_map(|h| {
+                        let mut reach = Vec::new();
+                        if per_host > 1 {
+                            reach.extend(lcores_of(h.index));
+                        }
+                        if h.spec.internal {
+                            let others = hosts
+                                .iter()
+                                .enumerate()
+                                .filter(|(i, o)| *i != h.index && o.internal);
+                            for (i, _) in others {
+                                reach.extend(lcores_of(i));
+                            }
+                        }
+                        reach
+                    })
+                    .filter(|&o| o != l)
+                    .collect();
+                to.sort_unstable();
+                to.dedup();
+                to
+            })
+            .collect();
+        for (l, to) in downstream.into_iter().enumerate() {
+            shards[l].downstream = to.iter().map(|&o| shards[o].wake.clone()).collect();
         }
         Ok(shards)
     }
@@ -662,17 +742,22 @@ impl Service {
     }
 
     /// One lcore's loop until `stop` is set: its control requests, then
-    /// its hosts' pipelines. Gives the CPU away after a long idle stretch
-    /// so that applications on the same cores can run; `every` sees the
-    /// service every 200 ms.
+    /// its hosts' pipelines. An idle lcore gives its CPU away as its
+    /// policy says (`ServiceConfig::poll`); `every` sees the service
+    /// every 200 ms.
     fn run_lcore(&mut self, link: &ShardLink, stop: &AtomicBool, every: &dyn Fn(&Service)) {
+        if self.cfg.poll != sleep::PollPolicy::Spin {
+            sleep::tighten_timer_slack();
+        }
         let mut idle = 0u32;
+        let mut idle_since = 0u64;
         let mut last_report = 0u64;
         let mut pass = 0u32;
+        let mut nudged = false;
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
             pass = pass.wrapping_add(1);
-            if looks_at_control(pass, idle) {
+            if std::mem::take(&mut nudged) || looks_at_control(pass, idle) {
                 while let Ok(m) = link.requests.try_recv() {
                     busy = true;
                     self.on_control(link, m);
@@ -685,9 +770,24 @@ impl Service {
             } else {
                 self.counters.idle_passes += 1;
                 idle = idle.saturating_add(1);
-                if idle > IDLE_PASSES {
-                    self.counters.rests += 1;
-                    self.rest();
+                let now = self.clock.now_ns();
+                if idle == 1 {
+                    idle_since = now;
+                }
+                match self.cfg.poll {
+                    sleep::PollPolicy::Spin => {
+                        if idle > IDLE_PASSES {
+                            self.counters.rests += 1;
+                            self.rest();
+                        }
+                    }
+                    sleep::PollPolicy::Event => nudged = self.sleep_if_idle(link, stop),
+                    sleep::PollPolicy::Adaptive => {
+                        let long = now.saturating_sub(idle_since) >= sleep::ADAPTIVE_SPIN_NS;
+                        if long || self.sharing.shared(now) {
+                            nudged = self.sleep_if_idle(link, stop);
+                        }
+                    }
                 }
             }
             // The report clock, like the control channel, every 64 passes.
@@ -708,6 +808,110 @@ impl Service {
         match self.cfg.idle_sleep_us {
             0 => std::thread::yield_now(),
             us => std::thread::sleep(std::time::Duration::from_micros(u64::from(us))),
+        }
+    }
+
+    /// After an idle pass: sleeps until something gives the lcore work.
+    /// It first says so (in every application's segment and to the other
+    /// lcores), asks every watched ring for a doorbell, and runs one more
+    /// pass: what was posted before the flags were seen is taken by that
+    /// pass, and whoever posts after them wakes the lcore. Whether a
+    /// nudge (a control request, perhaps) woke it.
+    fn sleep_if_idle(&mut self, link: &ShardLink, stop: &AtomicBool) -> bool {
+        self.wake.set_asleep();
+        for app in self.apps.values() {
+            app.bells.set_asleep(&*app.seg);
+        }
+        for h in &self.hosts {
+            for qpn in &h.active {
+                if let Some(rt) = h.qps.get(qpn) {
+                    rt.sq.arm(&*rt.seg);
+                    if let Some(rq) = &rt.rq {
+                        rq.ring.arm(&*rt.seg);
+                    }
+                }
+            }
+            for rt in h.srqs.values() {
+                rt.ring.ring.arm(&*rt.seg);
+            }
+        }
+        let moved = self.poll();
+        let now = self.clock.now_ns();
+        let due = self
+            .hosts
+            .iter()
+            .filter_map(|h| h.nic.next_wakeup(now))
+            .min();
+        if moved
+            || !link.requests.is_empty()
+            || stop.load(Ordering::Relaxed)
+            || due.is_some_and(|t| t <= now)
+        {
+            self.sleep.counters.sleeps_aborted += 1;
+            self.awake();
+            return false;
+        }
+        let mut timeout = due
+            .map_or(sleep::MAX_SLEEP_NS, |t| t - now)
+            .min(sleep::MAX_SLEEP_NS);
+        let timer = timeout < sleep::MAX_SLEEP_NS;
+        let mut nap = false;
+        if !self.pending.is_empty() && sleep::BACKLOG_NAP_NS < timeout {
+            timeout = sleep::BACKLOG_NAP_NS;
+            nap = true;
+        }
+        let external = self.hosts.iter().any(|h| !h.spec.internal);
+        if external && self.nap.length_ns() < timeout {
+            timeout = self.nap.length_ns();
+            nap = true;
+        }
+        self.sleep.counters.sleeps += 1;
+        let woken = self.wake.wait(&[], timeout);
+        let after = self.clock.now_ns();
+        self.sleep.counters.sleeping_ns += after.saturating_sub(now);
+        self.last_pass = None;
+        let c = &mut self.sleep.counters;
+        if woken.bell {
+            c.woken_bell += 1;
+            let mono = sleep::monotonic_ns();
+            for app in self.apps.values_mut() {
+                let rung = app.bells.rung_at(&*app.seg);
+                if rung != app.last_rung {
+                    app.last_rung = rung;
+                    // A stamp from the future or from long ago is not a
+                    // wake-up of this sleep (or was scribbled).
+                    if let Some(ns) = mono.checked_sub(rung).filter(|&ns| ns < 1_000_000_000) {
+                        self.sleep.bell_latency(ns);
+                    }
+                }
+            }
+        } else if woken.nudge {
+            c.woken_nudge += 1;
+        } else if woken.rx {
+            c.woken_rx += 1;
+        } else if woken.timeout && nap {
+            c.woken_nap += 1;
+        } else if woken.timeout && timer {
+            c.woken_timer += 1;
+            self.sleep.timer_late(after.saturating_sub(now + timeout));
+        }
+        self.awake();
+        if nap && woken.timeout {
+            // Whether the nap's pass finds frames is the next pass's to
+            // say; a nap that ends in work starts the next one short.
+            let found = self.poll();
+            self.nap.after(found);
+        } else {
+            self.nap.after(true);
+        }
+        woken.nudge
+    }
+
+    /// Clears the "asleep" flags [`Service::sleep_if_idle`] set.
+    fn awake(&mut self) {
+        self.wake.set_awake();
+        for app in self.apps.values() {
+            app.bells.clear_asleep(&*app.seg);
         }
     }
 
@@ -739,8 +943,13 @@ impl Service {
     /// One pass of every host's pipeline; returns whether anything moved.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now_ns();
-        if let Some(t) = self.busy_since {
-            self.counters.busy_ns += now.saturating_sub(t);
+        match self.last_pass {
+            Some((t, true)) => {
+                self.counters.busy_ns += now.saturating_sub(t);
+                self.sleep.counters.working_ns += now.saturating_sub(t);
+            }
+            Some((t, false)) => self.sleep.counters.spinning_ns += now.saturating_sub(t),
+            None => {}
         }
         let mut moved = false;
         for h in 0..self.hosts.len() {
@@ -752,7 +961,12 @@ impl Service {
             moved |= crate::host_port::link_mut(nic.port_mut()).take_moved();
         }
         self.cqs.wake_owed();
-        self.busy_since = moved.then_some(now);
+        self.last_pass = Some((now, moved));
+        if moved {
+            for l in &self.downstream {
+                l.nudge_if_asleep();
+            }
+        }
         moved
     }
 
@@ -815,6 +1029,7 @@ impl Service {
             .map(|h| h.nic.counters().tx_no_buffer + h.nic.counters().tx_buffer_too_small)
             .sum();
         s.service = Some(c);
+        s.lcores = vec![self.sleep.snapshot(&self.sharing)];
         s
     }
 
@@ -916,7 +1131,8 @@ pub fn serve(
     let control_set = allowed
         .zip(nix::sched::sched_getaffinity(this).ok())
         .and_then(|(allowed, main)| control_cpus(allowed, &main, lcore_cpus));
-    let (control, links) = Control::spawn(&socket, Service::placement(shards), control_set)?;
+    let wakes = shards.iter().map(|s| s.wake.clone()).collect();
+    let (control, links) = Control::spawn(&socket, Service::placement(shards), wakes, control_set)?;
     let lcores = shards.len();
     let pin = move |k: usize| -> std::io::Result<()> {
         if lcores < 2 || cpus.is_empty() {
@@ -1097,6 +1313,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                         opcode: wqe.op().map_or(WcOpcode::RdmaWrite, |o| o.wc_opcode()),
                         byte_len: 0,
                         imm: None,
+                        solicited: false,
                     };
                     errors.push((rt.cq, abi::Cqe::from_rc(&c)));
                 }
@@ -1394,6 +1611,7 @@ fn take_recv_wqes(
             opcode: WcOpcode::Recv,
             byte_len: 0,
             imm: None,
+            solicited: false,
         };
         errors.push((rt.recv_cq, abi::Cqe::from_rc(&c)));
     }

@@ -339,6 +339,12 @@ impl Service {
                 ),
             ));
         }
+        let bell = self.wake.bell_for_app().map_err(|e| {
+            err(
+                ErrorKind::NoSpace,
+                format!("the lcore's wake-up eventfd: {e}"),
+            )
+        })?;
         let (seg, fd) = Segment::create(&format!("rnic-app-{conn}"), bytes, self.cfg.hugepages)
             .map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
         let seg = Arc::new(seg);
@@ -376,10 +382,11 @@ impl Service {
                 next_cq: 1,
                 events: VecDeque::new(),
                 event_fd: None,
+                last_rung: 0,
             },
         );
         self.counters.apps_opened += 1;
-        Ok((Reply::DeviceOpened(info), vec![fd]))
+        Ok((Reply::DeviceOpened(info), vec![fd, bell]))
     }
 
     /// What an application sees of host `host` (no segment yet).
@@ -613,6 +620,7 @@ impl Service {
             block: (off, bytes),
             qps: 0,
             wake_owed: false,
+            owed_solicited: false,
         });
         self.app(conn).cqs.insert(cq, slot);
         Ok((

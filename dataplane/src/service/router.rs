@@ -14,10 +14,9 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
-use crossbeam_channel::Sender;
 use shm::proto::{ErrorKind, ErrorReply, Reply, ReplyMsg, Request};
 
-use super::control::{ConnId, ToControl, ToDataplane};
+use super::control::{ConnId, ToControl, ToDataplane, ToLcore};
 use crate::stats::Snapshot;
 
 /// A request every shard answers, and how the answers become one.
@@ -49,7 +48,7 @@ struct Gathering {
 
 /// The shards' request channels and who serves what.
 pub struct Router {
-    shards: Vec<Sender<ToDataplane>>,
+    shards: Vec<ToLcore>,
     /// Device names in the daemon's order, and the shard serving each (a
     /// device sharded over several lcores is named once for each).
     devices: Vec<(String, usize)>,
@@ -66,7 +65,7 @@ pub struct Stopped;
 impl Router {
     /// Routes to `shards` (one channel each); `devices` names every
     /// device in the daemon's order with the index of its shard.
-    pub fn new(shards: Vec<Sender<ToDataplane>>, devices: Vec<(String, usize)>) -> Router {
+    pub fn new(shards: Vec<ToLcore>, devices: Vec<(String, usize)>) -> Router {
         Router {
             shards,
             devices,
@@ -246,9 +245,20 @@ mod tests {
     use crossbeam_channel::{unbounded, Receiver};
 
     fn router(n: usize) -> (Router, Vec<Receiver<ToDataplane>>) {
-        let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded()).unzip();
+        let (tx, rx) = channels(n);
         let devices = (0..n).map(|s| (format!("rnic{s}"), s)).collect();
         (Router::new(tx, devices), rx)
+    }
+
+    /// A channel to each of `n` lcores, each with its wake-up.
+    fn channels(n: usize) -> (Vec<ToLcore>, Vec<Receiver<ToDataplane>>) {
+        (0..n)
+            .map(|_| {
+                let (tx, rx) = unbounded();
+                let wake = std::sync::Arc::new(crate::service::sleep::LcoreWake::new().unwrap());
+                (ToLcore::new(tx, wake), rx)
+            })
+            .unzip()
     }
 
     fn open(device: &str) -> Request {
@@ -292,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_device_sharded_over_lcores_is_opened_where_it_serves_fewest() {
-        let (tx, rx): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded()).unzip();
+        let (tx, rx) = channels(2);
         let devices = ["rnic0", "rnic0", "rnic1", "rnic1"]
             .iter()
             .zip([0, 1, 0, 1])

@@ -298,8 +298,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
     0
 }
 
-/// `ops.req_notify_cq`: the next completion signals the CQ's eventfd.
-pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+/// `ops.req_notify_cq`: the next completion signals the CQ's eventfd (with
+/// `solicited_only`, the next receive whose sender set IBV_SEND_SOLICITED,
+/// or the next error).
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: verbs' contract: a live CQ of ours.
     let Some(c) = (unsafe { Cq::from_ptr(cq) }) else {
         return libc::EINVAL;
@@ -312,7 +314,12 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) 
     }
     // SAFETY: arming writes only the ring's shared arm word, which the
     // consumer side may do from any thread.
-    unsafe { &*c.ring.get() }.arm(ctx.device.segment());
+    let ring = unsafe { &*c.ring.get() };
+    if solicited_only != 0 {
+        ring.arm_solicited(ctx.device.segment());
+    } else {
+        ring.arm(ctx.device.segment());
+    }
     0
 }
 

@@ -69,6 +69,9 @@ unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
     if wr.send_flags & IBV_SEND_FENCE != 0 {
         w.flags |= abi::WQE_FENCE;
     }
+    if wr.send_flags & IBV_SEND_SOLICITED != 0 {
+        w.flags |= abi::WQE_SOLICITED;
+    }
     // SAFETY: reading the union members the opcode selects.
     unsafe {
         match op {

@@ -228,7 +228,9 @@ pub unsafe extern "C" fn post_srq_recv(
     // SAFETY: the busy flag is ours: no other thread touches the ring.
     let ring = unsafe { &mut *s.ring.get() };
     // SAFETY: the caller's chain.
-    unsafe {
+    let r = unsafe {
         crate::post::post_recv_chain(ring, ctx.device.segment(), s.max_sge as usize, wr, bad_wr)
-    }
+    };
+    ctx.device.wake_if_armed(ring);
+    r
 }

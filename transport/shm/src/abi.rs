@@ -59,6 +59,9 @@ pub const WQE_SIGNALED: u8 = 1;
 pub const WQE_FENCE: u8 = 2;
 /// WQE flag: the message's bytes are in the WQE (IBV_SEND_INLINE).
 pub const WQE_INLINE: u8 = 4;
+/// WQE flag: the message's last packet carries the Solicited Event bit
+/// (IBV_SEND_SOLICITED).
+pub const WQE_SOLICITED: u8 = 8;
 
 /// Scatter/gather entries a send WQE carries (max_send_sge).
 pub const WQE_MAX_SGE: usize = 13;
@@ -161,7 +164,8 @@ impl Wqe {
         self.imm = imm;
         self.opcode = opcode;
         self.flags = if op.head.signaled { WQE_SIGNALED } else { 0 }
-            | if op.head.fence { WQE_FENCE } else { 0 };
+            | if op.head.fence { WQE_FENCE } else { 0 }
+            | if op.head.solicited { WQE_SOLICITED } else { 0 };
         self._pad = 0;
         match op.payload {
             WrPayload::Inline(data) => {
@@ -219,7 +223,7 @@ impl Wqe {
     #[inline]
     pub fn parts(&self) -> Result<WrParts<'_>, WqeError> {
         let op = self.op()?;
-        if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE) != 0 {
+        if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE | WQE_SOLICITED) != 0 {
             return Err(WqeError::UnknownFlags(self.flags));
         }
         let payload = if self.flags & WQE_INLINE != 0 {
@@ -244,6 +248,7 @@ impl Wqe {
                 remote_va: self.remote_va,
                 signaled: self.flags & WQE_SIGNALED != 0,
                 fence: self.flags & WQE_FENCE != 0,
+                solicited: self.flags & WQE_SOLICITED != 0,
             },
             payload,
         })
@@ -274,6 +279,7 @@ impl Wqe {
             remote_va: h.remote_va,
             signaled: h.signaled,
             fence: h.fence,
+            solicited: h.solicited,
             inline,
         })
     }
@@ -370,6 +376,9 @@ pub struct Cqe {
 
 /// CQE flag: the completion carries immediate data.
 pub const CQE_WITH_IMM: u8 = 1;
+/// CQE flag: a receive completion of a message whose sender asked for a
+/// solicited event (a solicited-only armed CQ signals it).
+pub const CQE_SOLICITED: u8 = 2;
 
 /// Completion statuses and their `ibv_wc_status` values.
 const STATUSES: [(WcStatus, u8); 10] = [
@@ -446,7 +455,8 @@ impl Cqe {
             byte_len: c.byte_len,
             status: status_code(c.status),
             opcode: opcode_code(c.opcode),
-            flags: if c.imm.is_some() { CQE_WITH_IMM } else { 0 },
+            flags: if c.imm.is_some() { CQE_WITH_IMM } else { 0 }
+                | if c.solicited { CQE_SOLICITED } else { 0 },
             _pad: 0,
             imm: c.imm.unwrap_or(0),
             _reserved: [0; 8],
@@ -464,6 +474,7 @@ impl Cqe {
             opcode: opcode_from_code(self.opcode).unwrap_or(WcOpcode::RdmaWrite),
             byte_len: self.byte_len,
             imm: (self.flags & CQE_WITH_IMM != 0).then_some(self.imm),
+            solicited: self.flags & CQE_SOLICITED != 0,
         }
     }
 }
@@ -673,8 +684,53 @@ const BELL_WORDS: usize = BELLS / 32;
 const BELL_SUMMARY_WORDS: usize = BELL_WORDS / 32 / 32;
 
 impl Doorbells {
-    /// Bytes of the block: the summary's line, then the QP bits.
-    pub const BYTES: usize = CACHE_LINE + BELL_WORDS * 4;
+    /// Bytes of the block: the summary's line, the QP bits, then the wake
+    /// line ([`Doorbells::set_asleep`]).
+    pub const BYTES: usize = CACHE_LINE + BELL_WORDS * 4 + CACHE_LINE;
+
+    /// Offset of the wake line: the lcore's "asleep" word, then the time
+    /// (two words, low first) the application rang the lcore's wake-up.
+    fn wake_line(&self) -> usize {
+        self.offset + CACHE_LINE + BELL_WORDS * 4
+    }
+
+    /// The daemon, before its lcore sleeps: says so to the application
+    /// (which then wakes it after ringing a bell). The swap is a full
+    /// barrier between this word and every ring the lcore reads after
+    /// it: either the lcore sees the application's new entries, or the
+    /// application sees this word ([`Doorbells::take_asleep`]).
+    pub fn set_asleep(&self, mem: &impl SharedMem) {
+        mem.swap(self.wake_line(), 1);
+    }
+
+    /// The daemon, once its lcore is awake again.
+    pub fn clear_asleep(&self, mem: &impl SharedMem) {
+        mem.store_release(self.wake_line(), 0);
+    }
+
+    /// The application, after ringing a bell (or writing an SRQ ring the
+    /// lcore armed): clears the lcore's "asleep" word and says whether
+    /// it was set, in which case the application wakes the lcore (its
+    /// eventfd). Only the first poster after the lcore fell asleep pays
+    /// for the system call.
+    pub fn take_asleep(&self, mem: &impl SharedMem) -> bool {
+        mem.swap(self.wake_line(), 0) != 0
+    }
+
+    /// The application, when it wakes the lcore: the time it did (ns of
+    /// `CLOCK_MONOTONIC`), for the daemon's wake-up latency.
+    pub fn stamp_rung(&self, mem: &impl SharedMem, ns: u64) {
+        mem.store_release(self.wake_line() + 8, ns as u32);
+        mem.store_release(self.wake_line() + 12, (ns >> 32) as u32);
+    }
+
+    /// The daemon: the time last stamped by [`Doorbells::stamp_rung`] (any
+    /// value: the application's to scribble on, or torn by a race).
+    pub fn rung_at(&self, mem: &impl SharedMem) -> u64 {
+        let lo = mem.load_acquire(self.wake_line() + 8);
+        let hi = mem.load_acquire(self.wake_line() + 12);
+        u64::from(hi) << 32 | u64::from(lo)
+    }
 
     /// Rings the bell of QP `qpn` (its bit, then its group's summary
     /// bit). A QPN outside the block rings nothing.
@@ -709,6 +765,9 @@ impl Doorbells {
         }
     }
 }
+
+/// The value of a ring's wake-up flag armed for solicited events only.
+const ARMED_SOLICITED: u32 = 2;
 
 /// The producer's side of a ring of `T`.
 #[derive(Debug)]
@@ -816,6 +875,19 @@ impl<T: RingEntry> Producer<T> {
     /// consumer has just armed it.
     pub fn take_armed(&self, mem: &impl SharedMem) -> bool {
         mem.swap(self.layout.armed(), 0) != 0
+    }
+
+    /// [`Producer::take_armed`] for a CQ, after CQEs of which `solicited`
+    /// says whether any is a solicited event (a solicited receive or an
+    /// error): a consumer armed with [`Consumer::arm_solicited`] keeps its
+    /// flag, and is not woken, until one is. The first read is a full
+    /// barrier as the swap is.
+    pub fn take_armed_for(&self, mem: &impl SharedMem, solicited: bool) -> bool {
+        match mem.fetch_or(self.layout.armed(), 0) {
+            0 => false,
+            ARMED_SOLICITED if !solicited => false,
+            _ => self.take_armed(mem),
+        }
     }
 }
 
@@ -969,6 +1041,18 @@ impl<T: RingEntry> Consumer<T> {
         mem.swap(self.layout.armed(), 1);
     }
 
+    /// [`Consumer::arm`] for solicited events only (a CQ armed by
+    /// `ibv_req_notify_cq` with `solicited_only`): the producer signals
+    /// the next solicited or error completion
+    /// ([`Producer::take_armed_for`]). Arming for every completion while
+    /// armed for solicited ones widens it, as verbs asks.
+    pub fn arm_solicited(&self, mem: &impl SharedMem) {
+        let at = self.layout.armed();
+        if mem.fetch_or(at, 0) != 1 {
+            mem.swap(at, ARMED_SOLICITED);
+        }
+    }
+
     /// Stops watching the ring: arms it (the producer rings the doorbell
     /// for its next entries) and says whether the ring is still empty.
     /// When it is not (an entry raced in before the flag was seen), keep
@@ -1016,6 +1100,47 @@ mod tests {
         let mut raw = vec![0u8; Doorbells::BYTES + 64];
         mem.read_bytes(0, &mut raw);
         assert!(raw.iter().all(|&b| b == 0), "every bit cleared");
+    }
+
+    #[test]
+    fn a_cq_armed_for_solicited_events_is_signaled_by_the_first_one_only() {
+        let mem = HeapSegment::new(4096);
+        let layout = RingLayout::new(0, 8, core::mem::size_of::<Cqe>()).unwrap();
+        let (p, c) = (Producer::<Cqe>::new(layout), Consumer::<Cqe>::new(layout));
+        assert!(!p.take_armed_for(&mem, true), "not armed");
+        c.arm_solicited(&mem);
+        assert!(!p.take_armed_for(&mem, false), "an unsolicited CQE");
+        assert!(p.take_armed_for(&mem, true), "the solicited one");
+        assert!(!p.take_armed_for(&mem, true), "once");
+        c.arm(&mem);
+        c.arm_solicited(&mem);
+        assert!(
+            p.take_armed_for(&mem, false),
+            "armed for every completion: the narrower arming does not narrow it"
+        );
+    }
+
+    #[test]
+    fn a_sleeping_lcore_is_woken_by_the_first_poster_only() {
+        let mem = HeapSegment::new(Doorbells::BYTES + 64);
+        let bells = Doorbells { offset: 64 };
+        assert!(!bells.take_asleep(&mem), "awake: no wake-up");
+        bells.set_asleep(&mem);
+        assert!(bells.take_asleep(&mem), "asleep: the first poster wakes it");
+        assert!(!bells.take_asleep(&mem), "the next one does not");
+        bells.set_asleep(&mem);
+        bells.clear_asleep(&mem);
+        assert!(!bells.take_asleep(&mem), "woken by something else");
+        bells.stamp_rung(&mem, 0x1234_5678_9abc_def0);
+        assert_eq!(bells.rung_at(&mem), 0x1234_5678_9abc_def0);
+        bells.ring(&mem, transport::rc::QPN_BASE + 65535);
+        let mut got = Vec::new();
+        bells.take(&mem, |q| got.push(q));
+        assert_eq!(
+            got,
+            [transport::rc::QPN_BASE + 65535],
+            "the wake line is not a bell"
+        );
     }
 
     #[test]

@@ -375,7 +375,9 @@ pub struct PortInfo {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    /// With the segment's memfd.
+    /// With two descriptors: the segment's memfd, then the eventfd that
+    /// wakes the device's lcore when it sleeps
+    /// ([`crate::abi::Doorbells::take_asleep`]).
     DeviceOpened(DeviceInfo),
     /// Every device, in the daemon's order (no segment: `shm_bytes` 0).
     Devices(Vec<DeviceInfo>),

@@ -1155,6 +1155,7 @@ impl<M: Memory> Engine<M> {
                 opcode: r.opcode,
                 byte_len: r.byte_len,
                 imm: r.imm,
+                solicited: r.solicited,
             });
         }
         if outcome.srq_limit {
@@ -1469,6 +1470,7 @@ fn recv_flush(qpn: Qpn, wr: &RecvWr) -> Cqe {
         opcode: WcOpcode::Recv,
         byte_len: 0,
         imm: None,
+        solicited: false,
     }
 }
 

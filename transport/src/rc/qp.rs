@@ -1026,6 +1026,7 @@ impl Qp {
     fn request_bth(&self, t: &TxItem) -> BthRepr {
         let mut bth = BthRepr::new(t.opcode, self.rtr.map_or(0, |r| r.dest_qpn), t.psn);
         bth.ack_req = t.ack_req;
+        bth.solicited = t.solicited;
         bth
     }
 

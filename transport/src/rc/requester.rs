@@ -107,6 +107,9 @@ pub(crate) struct TxItem {
     /// AtomicETH (CMP_SWAP, FETCH_ADD).
     pub atomic: Option<AtomicEthRepr>,
     pub imm: Option<u32>,
+    /// The BTH's Solicited Event bit: the last packet of a SEND or RDMA
+    /// WRITE with immediate whose WR asked for it (IBV_SEND_SOLICITED).
+    pub solicited: bool,
     /// A packet sent before (after go-back-N).
     pub retransmit: bool,
 }
@@ -543,6 +546,7 @@ impl Requester {
                     compare,
                 }),
                 imm: None,
+                solicited: false,
                 retransmit,
             });
         }
@@ -569,6 +573,9 @@ impl Requester {
             reth: (k == 0 && !send).then_some((e.wr.remote_va, e.wr.rkey, e.len)),
             atomic: None,
             imm,
+            solicited: last
+                && e.wr.solicited
+                && matches!(e.wr.op, WrOp::Send | WrOp::SendImm(_) | WrOp::WriteImm(_)),
             retransmit,
         })
     }
@@ -1149,6 +1156,7 @@ pub(crate) fn cqe(qpn: Qpn, wr: &Done, status: WcStatus) -> Cqe {
             0
         },
         imm: None,
+        solicited: false,
     }
 }
 
@@ -1172,6 +1180,7 @@ mod tests {
                 remote_va: 0,
                 signaled,
                 fence: false,
+                solicited: false,
             },
             payload: WrPayload::Sges(&sge),
         };

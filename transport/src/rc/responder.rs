@@ -134,6 +134,8 @@ pub(crate) struct RecvDone {
     pub opcode: WcOpcode,
     pub byte_len: u32,
     pub imm: Option<u32>,
+    /// The message's last packet carried the Solicited Event bit.
+    pub solicited: bool,
 }
 
 /// What the responder made of a request.
@@ -536,7 +538,7 @@ impl Responder {
         };
         if let Some((status, nak)) = failed {
             self.msg = None;
-            self.finish(wr_id, status, WcOpcode::Recv, 0, None);
+            self.finish(wr_id, status, WcOpcode::Recv, 0, None, false);
             return self.fatal(psn, nak);
         }
         if last {
@@ -548,6 +550,7 @@ impl Responder {
                 WcOpcode::Recv,
                 at + plen,
                 p.repr.imm,
+                p.repr.bth.solicited,
             );
         }
         self.accepted(p, 1)
@@ -560,6 +563,7 @@ impl Responder {
         opcode: WcOpcode,
         len: u64,
         imm: Option<u32>,
+        solicited: bool,
     ) {
         self.done = Some(RecvDone {
             wr_id,
@@ -567,6 +571,7 @@ impl Responder {
             opcode,
             byte_len: len.min(u64::from(u32::MAX)) as u32,
             imm,
+            solicited,
         });
     }
 
@@ -642,6 +647,7 @@ impl Responder {
                     WcOpcode::RecvRdmaWithImm,
                     total,
                     p.repr.imm,
+                    p.repr.bth.solicited,
                 );
             }
         } else {

@@ -308,6 +308,10 @@ pub struct SendWr {
     /// IBV_SEND_FENCE: wait until every earlier READ and atomic of the QP
     /// has completed before starting.
     pub fence: bool,
+    /// IBV_SEND_SOLICITED: the last packet of a SEND or RDMA WRITE with
+    /// immediate carries the BTH's Solicited Event bit, so that the
+    /// receiver's CQ signals a solicited-only waiter.
+    pub solicited: bool,
     /// IBV_SEND_INLINE: the bytes of a SEND or WRITE, copied at post (the
     /// local buffers are then not read).
     pub inline: Option<InlineData>,
@@ -369,6 +373,7 @@ impl SendWr {
             remote_va,
             signaled: true,
             fence: false,
+            solicited: false,
             inline: None,
         }
     }
@@ -393,6 +398,7 @@ pub struct WrHead {
     pub remote_va: u64,
     pub signaled: bool,
     pub fence: bool,
+    pub solicited: bool,
 }
 
 /// A send work request as borrowed parts: what the engine queues, so that
@@ -423,6 +429,7 @@ impl<'a> WrParts<'a> {
                 remote_va: wr.remote_va,
                 signaled: wr.signaled,
                 fence: wr.fence,
+                solicited: wr.solicited,
             },
             payload: match &wr.inline {
                 Some(d) => WrPayload::Inline(d.as_slice()),
@@ -498,6 +505,9 @@ pub struct Cqe {
     /// Immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM (receive
     /// completions), as the value the sender posted.
     pub imm: Option<u32>,
+    /// A receive completion of a message whose last packet carried the
+    /// Solicited Event bit.
+    pub solicited: bool,
 }
 
 /// Why a control-path call or a post was refused.

@@ -117,6 +117,8 @@ struct Inner {
     next_id: AtomicU64,
     seg: Segment,
     info: DeviceInfo,
+    /// The eventfd that wakes the device's lcore when it sleeps.
+    wake: Option<OwnedFd>,
 }
 
 impl Inner {
@@ -125,10 +127,39 @@ impl Inner {
     fn ring_bell<T: abi::RingEntry>(&self, ring: &Producer<T>, qpn: u32) {
         if let Some(off) = self.info.doorbells {
             if ring.take_armed(&self.seg) {
-                abi::Doorbells {
+                let bells = abi::Doorbells {
                     offset: off as usize,
+                };
+                bells.ring(&self.seg, qpn);
+                self.wake_lcore(bells);
+            }
+        }
+    }
+
+    /// After writing entries into a ring the daemon reads without bells
+    /// (an SRQ's): wakes the lcore if it asked (it armed the ring before
+    /// sleeping).
+    fn wake_if_armed<T: abi::RingEntry>(&self, ring: &Producer<T>) {
+        if let Some(off) = self.info.doorbells {
+            if ring.take_armed(&self.seg) {
+                self.wake_lcore(abi::Doorbells {
+                    offset: off as usize,
+                });
+            }
+        }
+    }
+
+    /// After a bell: wakes the device's lcore if it sleeps (the first
+    /// poster since it fell asleep pays for the system call; while it
+    /// polls, nobody does).
+    fn wake_lcore(&self, bells: abi::Doorbells) {
+        if let Some(fd) = &self.wake {
+            if bells.take_asleep(&self.seg) {
+                if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+                    let ns = t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64;
+                    bells.stamp_rung(&self.seg, ns);
                 }
-                .ring(&self.seg, qpn);
+                let _ = nix::unistd::write(fd, &1u64.to_ne_bytes());
             }
         }
     }
@@ -225,12 +256,15 @@ impl Device {
             .first()
             .ok_or_else(|| VerbsError::Protocol("no segment descriptor with the reply".into()))?;
         let seg = Segment::map(fd, info.shm_bytes as usize)?;
+        let mut fds = fds.into_iter();
+        let _segment = fds.next();
         Ok(Device {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
                 next_id: AtomicU64::new(1),
                 seg,
                 info,
+                wake: fds.next(),
             }),
         })
     }
@@ -262,6 +296,12 @@ impl Device {
     /// rings, such as the libibverbs provider.
     pub fn ring_bell<T: abi::RingEntry>(&self, ring: &Producer<T>, qpn: u32) {
         self.inner.ring_bell(ring, qpn);
+    }
+
+    /// After writing entries into an SRQ's ring: wakes the device's lcore
+    /// if it sleeps and asked to be woken for them.
+    pub fn wake_if_armed<T: abi::RingEntry>(&self, ring: &Producer<T>) {
+        self.inner.wake_if_armed(ring);
     }
 
     /// The shared segment (rings and regions).
@@ -556,8 +596,9 @@ fn post_recvs(
         let wqe = w.wqe()?;
         rq.write_prefix(seg, &wqe, wqe.used_len());
     }
-    if let Some(qpn) = qpn {
-        dev.inner.ring_bell(&rq, qpn);
+    match qpn {
+        Some(qpn) => dev.inner.ring_bell(&rq, qpn),
+        None => dev.inner.wake_if_armed(&rq),
     }
     Ok(())
 }
@@ -954,6 +995,9 @@ pub struct WorkRequest {
     pub signaled: bool,
     /// Wait for earlier READs and atomics (IBV_SEND_FENCE).
     pub fence: bool,
+    /// The receiver's solicited-only waiters are signaled
+    /// (IBV_SEND_SOLICITED; SEND and RDMA WRITE with immediate).
+    pub solicited: bool,
     /// Local buffers in place of `local` (a scatter/gather list), or the
     /// message itself (inline).
     pub payload: Payload,
@@ -985,6 +1029,7 @@ impl WorkRequest {
             rkey,
             signaled: true,
             fence: false,
+            solicited: false,
             payload: Payload::Local,
         }
     }
@@ -1214,6 +1259,7 @@ fn with_parts<R>(
             remote_va: w.remote_va,
             signaled: w.signaled,
             fence: w.fence,
+            solicited: w.solicited,
         },
         payload,
     };
@@ -1310,6 +1356,7 @@ pub fn empty_completion() -> Completion {
         opcode: transport::rc::WcOpcode::RdmaWrite,
         byte_len: 0,
         imm: None,
+        solicited: false,
     }
 }
 

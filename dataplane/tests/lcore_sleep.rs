@@ -1,0 +1,123 @@
+//! A dataplane lcore that sleeps (`[service] poll = "event"`) is woken by
+//! whatever gives it work: an application's post racing its decision to
+//! sleep (the handshake in the segment's wake line), and its own timers.
+//! A lost wake-up shows as a completion that never comes.
+
+mod daemon_util;
+
+use std::path::Path;
+use std::time::Duration;
+
+use dataplane::service::sleep::LcoreCounters;
+use verbs::{poll_one, Cq, Device, LocalBuf, MrAccess, Pd, PreparedQp, WcStatus};
+
+const ALL: MrAccess = MrAccess {
+    local_write: true,
+    remote_write: true,
+    remote_read: true,
+    remote_atomic: false,
+};
+
+/// The hang guard of one completion (not a speed bound: a lost wake-up
+/// never completes).
+const HANG: Duration = Duration::from_secs(60);
+
+fn lcores(dev: &Device) -> Vec<LcoreCounters> {
+    let json = dev.stats().unwrap();
+    serde_json::from_str::<dataplane::stats::Snapshot>(&json)
+        .unwrap()
+        .lcores
+}
+
+struct Side {
+    dev: Device,
+    pd: Pd,
+    cq: Cq,
+}
+
+fn side(socket: &Path, name: &str) -> Side {
+    let dev = Device::open(socket, name).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    Side { dev, pd, cq }
+}
+
+fn qp(s: &Side, timeout: (u8, u8)) -> PreparedQp {
+    s.pd.qp_builder(&s.cq)
+        .timeout(timeout.0, timeout.1)
+        .build()
+        .unwrap()
+}
+
+/// Spins `n` rounds: a gap of a varying length between two posts, so
+/// that they land everywhere in the lcore's path from its last pass to
+/// its sleep.
+fn gap(n: u32) {
+    for i in 0..n {
+        std::hint::black_box(i);
+    }
+}
+
+#[test]
+fn a_post_racing_the_lcores_sleep_always_wakes_it() {
+    let d = daemon_util::start_daemon_with("sleep-race", "", "poll = \"event\"");
+    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
+    let (mra, mrb) = (
+        a.pd.alloc_mr(4096, ALL).unwrap(),
+        b.pd.alloc_mr(4096, ALL).unwrap(),
+    );
+    let (pa, pb) = (qp(&a, (14, 7)), qp(&b, (14, 7)));
+    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
+    eb.mr = Some(mrb.remote());
+    let qa = pa.connect(&eb).unwrap();
+    let _qb = pb.connect(&ea).unwrap();
+    let remote = eb.mr.unwrap();
+    const ROUNDS: u32 = 20_000;
+    for i in 0..ROUNDS {
+        qa.post_write(LocalBuf::of(&mra, 0, 64), &remote, 0, u64::from(i), true)
+            .unwrap();
+        let c = poll_one(&a.cq, HANG)
+            .unwrap()
+            .unwrap_or_else(|| panic!("WRITE {i}: no completion (a lost wake-up)"));
+        assert_eq!(c.status, WcStatus::Success, "WRITE {i}");
+        gap((i * 7919) % 20_000);
+    }
+    let l = &lcores(&a.dev)[0];
+    println!("{l:?}");
+    assert_eq!(l.poll, "event");
+    assert!(l.sleeps > 0, "the lcore slept");
+    assert!(l.woken_bell > 0, "posts woke it");
+    assert!(
+        l.sleeps_aborted > 0,
+        "some posts came between its decision to sleep and its sleep"
+    );
+}
+
+#[test]
+fn a_sleeping_lcore_wakes_for_its_retransmission_timer() {
+    let d = daemon_util::start_daemon_with("sleep-timer", "", "poll = \"event\"");
+    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
+    let mra = a.pd.alloc_mr(4096, ALL).unwrap();
+    let mrb = b.pd.alloc_mr(4096, ALL).unwrap();
+    // Local ACK timeout 4.096 us x 2^8 (about 1 ms), one retry.
+    let (pa, pb) = (qp(&a, (8, 1)), qp(&b, (8, 1)));
+    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
+    eb.mr = Some(mrb.remote());
+    let qa = pa.connect(&eb).unwrap();
+    let qb = pb.connect(&ea).unwrap();
+    // The responder is gone: only the requester's timer can end the WR.
+    drop(qb);
+    let before = lcores(&a.dev)[0].woken_timer;
+    qa.post_write(LocalBuf::of(&mra, 0, 64), &eb.mr.unwrap(), 0, 7, true)
+        .unwrap();
+    let c = poll_one(&a.cq, HANG)
+        .unwrap()
+        .expect("the retry-exceeded completion");
+    assert_eq!(c.status, WcStatus::RetryExcErr);
+    let l = &lcores(&a.dev)[0];
+    println!("{l:?}");
+    assert!(
+        l.woken_timer > before,
+        "the retransmission timer woke the lcore: {l:?}"
+    );
+}
