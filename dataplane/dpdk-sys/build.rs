@@ -102,6 +102,7 @@ fn main() {
         .allowlist_function("rte_eth_stats_get")
         .allowlist_function("rte_eth_stats_reset")
         .allowlist_function("rte_eth_link_get_nowait")
+        .allowlist_function("rte_eth_dev_rx_intr_ctl_q_get_fd")
         // Rings, and net_ring ports made from them (the loopback testbed).
         .allowlist_function("rte_ring_create")
         .allowlist_function("rte_ring_free")

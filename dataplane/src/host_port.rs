@@ -35,6 +35,16 @@ impl DpdkLink {
         }
     }
 
+    /// The interrupt descriptors of the RX queues this end polls, when
+    /// each has one (none while pipelined: the RX pipe thread polls).
+    pub fn rx_wakeups(&self) -> Option<Vec<crate::dpdk::RxWakeup>> {
+        match self {
+            DpdkLink::Port(p) => p.rx_wakeups(),
+            DpdkLink::Shard(s) => s.queue().rx_wakeups(),
+            DpdkLink::Pipe(_) => None,
+        }
+    }
+
     /// The DPDK port, when the lcore drives it (not while pipelined, nor
     /// for a QP shard, which drives one queue pair of it).
     pub fn port(&self) -> Option<&Port> {

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use dataplane::service::sleep::LcoreCounters;
+use testkit::OutputWithin;
 use verbs::{poll_one, Cq, Device, LocalBuf, MrAccess, Pd, PreparedQp, WcStatus};
 
 const ALL: MrAccess = MrAccess {
@@ -120,4 +121,43 @@ fn a_sleeping_lcore_wakes_for_its_retransmission_timer() {
         l.woken_timer > before,
         "the retransmission timer woke the lcore: {l:?}"
     );
+}
+
+#[test]
+fn a_sleeping_lcore_wakes_for_a_frame_on_a_tap_port_without_napping() {
+    if !nix::unistd::geteuid().is_root() || !Path::new("/dev/net/tun").exists() {
+        println!("skipped: a tap device needs root and /dev/net/tun");
+        return;
+    }
+    let iface = format!("rnictap{}", std::process::id() % 100_000);
+    let d = daemon_util::start_daemon_with(
+        "sleep-tap",
+        &format!(", \"--vdev=net_tap0,iface={iface}\""),
+        "poll = \"event\"\n[[service.devices]]\nname = \"tap0\"\nport = 0\nip = \"10.99.0.2\"",
+    );
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output_within(testkit::LIMIT);
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ip(&["addr", "add", "10.99.0.1/24", "dev", &iface]);
+    ip(&["link", "set", &iface, "up"]);
+    let dev = Device::open(&d.socket, "tap0").unwrap();
+    let before = lcores(&dev)[0].clone();
+    // A datagram to the device's address over the tap: the kernel first
+    // asks ARP for it, and the sleeping lcore must wake for the request
+    // and answer it. (The datagrams, not RoCE, are dropped and counted.)
+    let udp = std::net::UdpSocket::bind("10.99.0.1:0").unwrap();
+    for _ in 0..5 {
+        let _ = udp.send_to(b"wake up", "10.99.0.2:4791");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let neigh = ip(&["neigh", "show", "10.99.0.2", "dev", &iface]);
+    let l = &lcores(&dev)[0];
+    println!("{neigh}\n{l:?}");
+    assert!(neigh.contains("lladdr"), "the device answered ARP: {neigh}");
+    assert!(l.woken_rx > before.woken_rx, "an RX interrupt woke it: {l:?}");
+    assert_eq!(l.woken_nap, 0, "a port with RX interrupts needs no nap");
 }

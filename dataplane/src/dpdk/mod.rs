@@ -13,7 +13,7 @@ pub mod port;
 pub use eal::{rdtsc, Eal, LcoreGuard, TscClock};
 pub use extbuf::ExtMemory;
 pub use mbuf::{Mbuf, Mempool, BULK};
-pub use port::{ring_pair, ring_pair_queues, Port, PortStats, RxHalf, TxHalf};
+pub use port::{ring_pair, ring_pair_queues, Port, PortStats, RxHalf, RxWakeup, TxHalf};
 
 /// An error from DPDK, with what was being done and `rte_errno`'s text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -15,6 +15,7 @@ use std::ffi::CString;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use dpdk_sys::{rte_eth_conf, rte_eth_stats, rte_mbuf, rte_ring};
@@ -37,6 +38,9 @@ type NotSync = PhantomData<Cell<()>>;
 struct Device {
     id: u16,
     pool: Arc<Mempool>,
+    /// Each RX queue's interrupt descriptor (readable while frames wait),
+    /// by queue; empty when the driver offers none ([`RX_WAKEUP_DRIVERS`]).
+    rx_fds: Vec<RawFd>,
 }
 
 impl Drop for Device {
@@ -84,6 +88,33 @@ pub struct Port {
     pub rss: bool,
     /// The PMD's name (net_ring, net_memif, net_af_packet, ...).
     pub driver: String,
+}
+
+/// Drivers whose RX queues the daemon asks for interrupt descriptors
+/// (`intr_conf.rxq`) in DPDK 22.11: net_tap's is the queue's own file
+/// descriptor, readable while frames wait, with nothing to arm. net_ring,
+/// net_af_packet, net_pcap, net_memif and net_af_xdp offer none there; the
+/// hardware and virtio drivers that do want each queue's interrupt armed
+/// (`rte_eth_dev_rx_intr_enable`) and are not tried on this machine. A
+/// sleeping lcore naps instead on every other port.
+pub const RX_WAKEUP_DRIVERS: [&str; 1] = ["net_tap"];
+
+/// An RX queue's interrupt descriptor, to sleep on (`poll`): readable
+/// while frames wait in the queue.
+#[derive(Clone)]
+pub struct RxWakeup {
+    fd: RawFd,
+    /// The port stays open (and the driver keeps the descriptor) while
+    /// this lives.
+    _dev: Arc<Device>,
+}
+
+impl std::os::fd::AsFd for RxWakeup {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the driver opened `fd` for the queue and closes it when
+        // the port closes, which `_dev` holds off while `self` lives.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+    }
 }
 
 /// Port counters from the driver.
@@ -153,6 +184,10 @@ impl Port {
                 .to_string_lossy()
                 .into_owned()
         };
+        let rx_wakeups = RX_WAKEUP_DRIVERS.contains(&driver.as_str());
+        if rx_wakeups {
+            conf.intr_conf.set_rxq(1);
+        }
         // SAFETY: the EAL is initialised; `conf` and `pool` are valid for
         // the calls; the driver copies the configuration.
         unsafe {
@@ -183,9 +218,18 @@ impl Port {
                 return Err(DpdkError::last(format!("start port {id}"), r));
             }
         }
+        let rx_fds: Vec<RawFd> = if rx_wakeups {
+            // SAFETY: a started port and its configured queues.
+            (0..nq)
+                .map(|q| unsafe { dpdk_sys::rte_eth_dev_rx_intr_ctl_q_get_fd(id, q) })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let dev = Arc::new(Device {
             id,
             pool: pool.clone(),
+            rx_fds,
         });
         let mut mac = dpdk_sys::rte_ether_addr::default();
         let mut mtu = 0u16;
@@ -210,6 +254,21 @@ impl Port {
             rss,
             driver,
         })
+    }
+
+    /// The interrupt descriptors of the RX queues this port polls, when
+    /// every one has one (a sleeping lcore then needs no nap for it).
+    pub fn rx_wakeups(&self) -> Option<Vec<RxWakeup>> {
+        self.rx
+            .clone()
+            .map(|q| {
+                let fd = *self.dev.rx_fds.get(usize::from(q))?;
+                (fd >= 0).then(|| RxWakeup {
+                    fd,
+                    _dev: self.dev.clone(),
+                })
+            })
+            .collect()
     }
 
     /// The port as one port per queue pair `q` (RX queue `q`, TX queue

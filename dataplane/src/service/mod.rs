@@ -472,6 +472,11 @@ pub struct Service {
     /// ring pairs, other QP shards of its devices), nudged after a pass
     /// that moved something while they sleep.
     downstream: Vec<Arc<sleep::LcoreWake>>,
+    /// The RX interrupt descriptors of its hosts' ports that have them,
+    /// and whether a host receives frames from outside the daemon on a
+    /// port without one (a sleeping lcore then naps).
+    rx_wakeups: Vec<crate::dpdk::RxWakeup>,
+    naps: bool,
     /// Its sleep accounting, whether it shares its core, its naps.
     sleep: sleep::SleepStats,
     sharing: sleep::Sharing,
@@ -551,6 +556,8 @@ impl Service {
                 last_pass: None,
                 wake,
                 downstream: Vec::new(),
+                rx_wakeups: Vec::new(),
+                naps: false,
                 sleep: sleep::SleepStats::new(lcore, cfg.poll),
                 sharing: sleep::Sharing::new(cpus),
                 nap: sleep::Nap::new(u64::from(cfg.nap_us) * 1_000),
@@ -610,6 +617,17 @@ impl Service {
             .collect();
         for (l, to) in downstream.into_iter().enumerate() {
             shards[l].downstream = to.iter().map(|&o| shards[o].wake.clone()).collect();
+        }
+        for s in &mut shards {
+            for h in &s.hosts {
+                if h.spec.internal {
+                    continue;
+                }
+                match crate::host_port::link(h.nic.port()).rx_wakeups() {
+                    Some(w) => s.rx_wakeups.extend(w),
+                    None => s.naps = true,
+                }
+            }
         }
         Ok(shards)
     }
@@ -860,13 +878,17 @@ impl Service {
             timeout = sleep::BACKLOG_NAP_NS;
             nap = true;
         }
-        let external = self.hosts.iter().any(|h| !h.spec.internal);
-        if external && self.nap.length_ns() < timeout {
+        if self.naps && self.nap.length_ns() < timeout {
             timeout = self.nap.length_ns();
             nap = true;
         }
         self.sleep.counters.sleeps += 1;
-        let woken = self.wake.wait(&[], timeout);
+        let rx: Vec<std::os::fd::BorrowedFd<'_>> = self
+            .rx_wakeups
+            .iter()
+            .map(std::os::fd::AsFd::as_fd)
+            .collect();
+        let woken = self.wake.wait(&rx, timeout);
         let after = self.clock.now_ns();
         self.sleep.counters.sleeping_ns += after.saturating_sub(now);
         self.last_pass = None;
