@@ -1,4 +1,13 @@
-/* See shim.h. Each function forwards to the DPDK inline of the same name. */
+/* See shim.h. Each function forwards to the DPDK inline of the same name,
+ * but rnic_thread_slice, a system call the Rust side may not make. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -142,3 +151,41 @@ const uint64_t rnic_MBUF_F_RX_IP_CKSUM_BAD = RTE_MBUF_F_RX_IP_CKSUM_BAD;
 const uint64_t rnic_MBUF_F_RX_IP_CKSUM_GOOD = RTE_MBUF_F_RX_IP_CKSUM_GOOD;
 const uint32_t rnic_ETH_MQ_RX_RSS = RTE_ETH_MQ_RX_RSS;
 const uint64_t rnic_ETH_RSS_UDP = RTE_ETH_RSS_UDP;
+
+/* The calling thread's EEVDF slice (Linux 6.12 and later: sched_setattr
+ * with SCHED_OTHER and a sched_runtime of 0.1 to 100 ms): a shorter slice
+ * gives a woken thread an earlier deadline, so that it preempts a thread
+ * spinning on its CPU at once instead of after that thread's slice.
+ * Returns 0, or the errno (EINVAL on kernels without custom slices). */
+int rnic_thread_slice(uint64_t ns)
+{
+	struct {
+		uint32_t size;
+		uint32_t sched_policy;
+		uint64_t sched_flags;
+		int32_t sched_nice;
+		uint32_t sched_priority;
+		uint64_t sched_runtime;
+		uint64_t sched_deadline;
+		uint64_t sched_period;
+	} attr;
+	memset(&attr, 0, sizeof(attr));
+	attr.size = sizeof(attr);
+	attr.sched_policy = 0; /* SCHED_OTHER */
+	attr.sched_nice = getpriority(PRIO_PROCESS, 0);
+	attr.sched_runtime = ns;
+	if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
+		return errno;
+	return 0;
+}
+
+/* The calling thread's scheduling class: SCHED_FIFO at `priority` (1 to
+ * 99), or with 0 SCHED_OTHER again. Returns 0, or the errno (EPERM
+ * without CAP_SYS_NICE or an RLIMIT_RTPRIO that allows it). */
+int rnic_thread_fifo(int priority)
+{
+	struct sched_param p = { .sched_priority = priority };
+	if (sched_setscheduler(0, priority > 0 ? SCHED_FIFO : SCHED_OTHER, &p) != 0)
+		return errno;
+	return 0;
+}

@@ -57,4 +57,7 @@ extern const uint64_t rnic_MBUF_F_RX_IP_CKSUM_GOOD;
 extern const uint32_t rnic_ETH_MQ_RX_RSS;
 extern const uint64_t rnic_ETH_RSS_UDP;
 
+int rnic_thread_slice(uint64_t ns);
+int rnic_thread_fifo(int priority);
+
 #endif

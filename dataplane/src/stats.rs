@@ -587,10 +587,29 @@ impl Snapshot {
             let us = |ns: u64| ns as f64 / 1e3;
             let _ = writeln!(
                 s,
-                "lcore {} poll {}: working {:.3} ms  spinning {:.3} ms  sleeping {:.3} ms  sleeps {} (aborted {})  woken by bell {} nudge {} rx {} timer {} nap {}  core shared {}/{} looks",
-                l.lcore, l.poll, ms(l.working_ns), ms(l.spinning_ns), ms(l.sleeping_ns),
-                l.sleeps, l.sleeps_aborted, l.woken_bell, l.woken_nudge, l.woken_rx,
-                l.woken_timer, l.woken_nap, l.sharing_found, l.sharing_looks
+                "lcore {} poll {}{}: working {:.3} ms  spinning {:.3} ms  sleeping {:.3} ms  sleeps {} (aborted {})  woken by bell {} nudge {} rx {} timer {} nap {}  core shared {}/{} looks",
+                l.lcore,
+                l.poll,
+                if l.realtime {
+                    format!(
+                        " (real-time while it sleeps at once when idle; {} returns to normal after 2 ms of work)",
+                        l.realtime_demotions
+                    )
+                } else {
+                    String::new()
+                },
+                ms(l.working_ns),
+                ms(l.spinning_ns),
+                ms(l.sleeping_ns),
+                l.sleeps,
+                l.sleeps_aborted,
+                l.woken_bell,
+                l.woken_nudge,
+                l.woken_rx,
+                l.woken_timer,
+                l.woken_nap,
+                l.sharing_found,
+                l.sharing_looks
             );
             if !l.bell_latency.is_empty() {
                 let buckets: Vec<String> = l

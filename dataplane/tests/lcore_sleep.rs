@@ -158,6 +158,9 @@ fn a_sleeping_lcore_wakes_for_a_frame_on_a_tap_port_without_napping() {
     let l = &lcores(&dev)[0];
     println!("{neigh}\n{l:?}");
     assert!(neigh.contains("lladdr"), "the device answered ARP: {neigh}");
-    assert!(l.woken_rx > before.woken_rx, "an RX interrupt woke it: {l:?}");
+    assert!(
+        l.woken_rx > before.woken_rx,
+        "an RX interrupt woke it: {l:?}"
+    );
     assert_eq!(l.woken_nap, 0, "a port with RX interrupts needs no nap");
 }

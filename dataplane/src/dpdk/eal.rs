@@ -154,6 +154,29 @@ impl LcoreGuard {
     }
 }
 
+/// Asks the kernel for an EEVDF slice of `ns` for the calling thread (an
+/// lcore that sleeps and is woken while applications spin on its CPU:
+/// with a short slice its deadline comes first and it preempts them when
+/// woken, instead of waiting out their slice, milliseconds).
+pub fn request_thread_slice(ns: u64) -> std::io::Result<()> {
+    // SAFETY: the shim's system call reads only its own stack struct.
+    match unsafe { dpdk_sys::rnic_thread_slice(ns) } {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Moves the calling thread to SCHED_FIFO at `priority` (1 to 99), or
+/// with 0 back to SCHED_OTHER: a woken real-time lcore runs at once,
+/// ahead of every application thread spinning on its CPU.
+pub fn request_thread_fifo(priority: i32) -> std::io::Result<()> {
+    // SAFETY: the shim's system call reads only its own stack struct.
+    match unsafe { dpdk_sys::rnic_thread_fifo(priority) } {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
 impl Drop for LcoreGuard {
     fn drop(&mut self) {
         // SAFETY: this thread registered itself in `register` (the guard

@@ -10,7 +10,7 @@ mod extbuf;
 mod mbuf;
 pub mod port;
 
-pub use eal::{rdtsc, Eal, LcoreGuard, TscClock};
+pub use eal::{rdtsc, request_thread_fifo, request_thread_slice, Eal, LcoreGuard, TscClock};
 pub use extbuf::ExtMemory;
 pub use mbuf::{Mbuf, Mempool, BULK};
 pub use port::{ring_pair, ring_pair_queues, Port, PortStats, RxHalf, RxWakeup, TxHalf};

@@ -14,8 +14,8 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ptr::{self, NonNull};
 use std::os::fd::RawFd;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use dpdk_sys::{rte_eth_conf, rte_eth_stats, rte_mbuf, rte_ring};

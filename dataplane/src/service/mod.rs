@@ -477,8 +477,11 @@ pub struct Service {
     /// port without one (a sleeping lcore then naps).
     rx_wakeups: Vec<crate::dpdk::RxWakeup>,
     naps: bool,
-    /// Its sleep accounting, whether it shares its core, its naps.
+    /// Its sleep accounting, whether it shares its core, its naps, its
+    /// scheduling class and when it last woke.
     sleep: sleep::SleepStats,
+    class: sleep::LcoreClass,
+    awake_since: u64,
     sharing: sleep::Sharing,
     nap: sleep::Nap,
 }
@@ -559,6 +562,8 @@ impl Service {
                 rx_wakeups: Vec::new(),
                 naps: false,
                 sleep: sleep::SleepStats::new(lcore, cfg.poll),
+                class: sleep::LcoreClass::default(),
+                awake_since: 0,
                 sharing: sleep::Sharing::new(cpus),
                 nap: sleep::Nap::new(u64::from(cfg.nap_us) * 1_000),
             })
@@ -764,9 +769,8 @@ impl Service {
     /// policy says (`ServiceConfig::poll`); `every` sees the service
     /// every 200 ms.
     fn run_lcore(&mut self, link: &ShardLink, stop: &AtomicBool, every: &dyn Fn(&Service)) {
-        if self.cfg.poll != sleep::PollPolicy::Spin {
-            sleep::tighten_timer_slack();
-        }
+        self.class = sleep::LcoreClass::start(self.cfg.poll);
+        self.awake_since = self.clock.now_ns();
         let mut idle = 0u32;
         let mut idle_since = 0u64;
         let mut last_report = 0u64;
@@ -783,6 +787,9 @@ impl Service {
             }
             busy |= self.poll();
             self.counters.passes += 1;
+            if let Some((now, _)) = self.last_pass {
+                self.class.worked(now.saturating_sub(self.awake_since));
+            }
             if busy {
                 idle = 0;
             } else {
@@ -801,8 +808,13 @@ impl Service {
                     }
                     sleep::PollPolicy::Event => nudged = self.sleep_if_idle(link, stop),
                     sleep::PollPolicy::Adaptive => {
+                        let apps = &self.apps;
+                        let shared = self.sharing.shared(now, || {
+                            apps.values().map(|a| a.bells.owner_pid(&*a.seg)).collect()
+                        });
+                        self.class.want(shared);
                         let long = now.saturating_sub(idle_since) >= sleep::ADAPTIVE_SPIN_NS;
-                        if long || self.sharing.shared(now) {
+                        if long || shared {
                             nudged = self.sleep_if_idle(link, stop);
                         }
                     }
@@ -883,6 +895,7 @@ impl Service {
             nap = true;
         }
         self.sleep.counters.sleeps += 1;
+        self.class.before_sleep();
         let rx: Vec<std::os::fd::BorrowedFd<'_>> = self
             .rx_wakeups
             .iter()
@@ -890,6 +903,7 @@ impl Service {
             .collect();
         let woken = self.wake.wait(&rx, timeout);
         let after = self.clock.now_ns();
+        self.awake_since = after;
         self.sleep.counters.sleeping_ns += after.saturating_sub(now);
         self.last_pass = None;
         let c = &mut self.sleep.counters;
@@ -1051,7 +1065,7 @@ impl Service {
             .map(|h| h.nic.counters().tx_no_buffer + h.nic.counters().tx_buffer_too_small)
             .sum();
         s.service = Some(c);
-        s.lcores = vec![self.sleep.snapshot(&self.sharing)];
+        s.lcores = vec![self.sleep.snapshot(&self.sharing, &self.class)];
         s
     }
 

@@ -69,6 +69,106 @@ pub const ADAPTIVE_SPIN_NS: u64 = 200_000;
 /// wake it for a timer (Linux's default is 50 us).
 pub const TIMER_SLACK_NS: u64 = 1_000;
 
+/// The EEVDF slice a sleeping lcore asks for (the kernel's least, 0.1 ms)
+/// when it may not be real-time: woken while applications spin on its
+/// CPU, it preempts them sooner (not always: a few wake-ups in a thousand
+/// still wait for the scheduler's tick, 4 ms, on the machine of
+/// docs/sharing.md).
+pub const LCORE_SLICE_NS: u64 = 100_000;
+
+/// The SCHED_FIFO priority of a sleeping lcore that may have one: the
+/// lowest, above every normal thread.
+pub const LCORE_RT_PRIORITY: i32 = 1;
+
+/// Work without a sleep after which a real-time lcore goes back to the
+/// normal class until its next sleep, so that a busy lcore never holds
+/// its CPU from the applications beside it for longer.
+pub const RT_BUDGET_NS: u64 = 2_000_000;
+
+/// The scheduling class of an lcore that sleeps (`poll` adaptive or
+/// event). Woken while applications spin on its CPU, a normal thread
+/// waits until the kernel preempts one of them, which on the 2-CPU
+/// machine of docs/sharing.md took a scheduler tick (4 ms) for about 3 in
+/// 1000 wake-ups: the 99th percentile of `ib_send_lat` moved between 40
+/// and 440 us from run to run. A SCHED_FIFO lcore runs as soon as it is
+/// woken, as a kernel's interrupt thread does (36-54 us). So the lcore
+/// is real-time when the system lets it (CAP_SYS_NICE or RLIMIT_RTPRIO)
+/// while it sleeps as soon as it is idle (`event`, and `adaptive` while it
+/// shares its core), and normal while it spins when idle (`adaptive` with
+/// a core to itself: an application it wakes on its CPU must be able to
+/// preempt it, which a real-time spinner would hold off for its 200 us of
+/// idle spinning). After [`RT_BUDGET_NS`] of work without a sleep it is
+/// normal again until it next sleeps. Without the permission it is normal
+/// with a short slice ([`LCORE_SLICE_NS`]).
+#[derive(Debug, Default)]
+pub struct LcoreClass {
+    /// The system lets the thread be real-time.
+    permitted: bool,
+    /// Its policy wants it real-time now (it sleeps as soon as it is
+    /// idle).
+    wanted: bool,
+    /// It is now.
+    realtime: bool,
+    /// Times it went back to normal for working past the budget.
+    pub demotions: u64,
+}
+
+impl LcoreClass {
+    /// Sets up the calling lcore thread for `poll`: nothing for `spin`.
+    pub fn start(poll: PollPolicy) -> LcoreClass {
+        if poll == PollPolicy::Spin {
+            return LcoreClass::default();
+        }
+        tighten_timer_slack();
+        let _ = crate::dpdk::request_thread_slice(LCORE_SLICE_NS);
+        // Whether the system lets it: asked once, and normal again.
+        let permitted = crate::dpdk::request_thread_fifo(LCORE_RT_PRIORITY).is_ok();
+        let mut class = LcoreClass {
+            permitted,
+            wanted: true,
+            realtime: permitted,
+            demotions: 0,
+        };
+        class.want(poll == PollPolicy::Event);
+        class
+    }
+
+    pub fn permitted(&self) -> bool {
+        self.permitted
+    }
+
+    /// Whether its policy wants it real-time from now on (it sleeps as
+    /// soon as it is idle); normal at once when not.
+    pub fn want(&mut self, realtime: bool) {
+        self.wanted = realtime;
+        if !realtime && self.realtime {
+            self.normal();
+        }
+    }
+
+    /// Before a sleep: real-time again if it may be and is wanted so.
+    pub fn before_sleep(&mut self) {
+        if self.permitted && self.wanted && !self.realtime {
+            self.realtime = crate::dpdk::request_thread_fifo(LCORE_RT_PRIORITY).is_ok();
+        }
+    }
+
+    /// After a pass, `busy_ns` since it last woke: normal again past the
+    /// budget.
+    pub fn worked(&mut self, busy_ns: u64) {
+        if self.realtime && busy_ns > RT_BUDGET_NS {
+            self.demotions += 1;
+            self.normal();
+        }
+    }
+
+    fn normal(&mut self) {
+        self.realtime = false;
+        let _ = crate::dpdk::request_thread_fifo(0);
+        let _ = crate::dpdk::request_thread_slice(LCORE_SLICE_NS);
+    }
+}
+
 /// The longest sleep: the lcore looks at its stop flag and reports at
 /// least this often.
 pub const MAX_SLEEP_NS: u64 = 100_000_000;
@@ -174,7 +274,7 @@ pub struct Woken {
 
 /// Sets the calling thread's timer slack to [`TIMER_SLACK_NS`] (an lcore
 /// that sleeps until its next timer).
-pub fn tighten_timer_slack() {
+fn tighten_timer_slack() {
     let _ = nix::sys::prctl::set_timerslack(TIMER_SLACK_NS);
 }
 
@@ -222,9 +322,14 @@ impl Nap {
 }
 
 /// Whether an lcore shares its core: more threads runnable in the
-/// machine than CPUs the daemon may use (the lcore's own included), in
-/// at least [`SHARING_OF_LOOKS`] of its last 8 looks, one every
-/// [`SHARING_LOOK_NS`] at most. Measured on the 2-CPU machine of
+/// machine than CPUs the daemon may use (the lcore's own included) while
+/// one of its applications polls (its main thread runnable), in at least
+/// [`SHARING_OF_LOOKS`] of its last 8 looks, one every
+/// [`SHARING_LOOK_NS`] at most. The runnable count alone over-counts on
+/// Linux 6.18: with `ibv_rc_pingpong -e`, whose processes sleep between
+/// messages, the lcore counted more runnable threads than CPUs in 65-80%
+/// of its looks (a task that just blocked may stay queued), and slept at
+/// once, four wake-ups per round trip. Measured on the 2-CPU machine of
 /// docs/performance.md: two polling perftest processes and the lcore
 /// make 3 runnable in every look; applications that sleep in
 /// `ibv_get_cq_event` leave the lcore a core of its own, where spinning
@@ -245,7 +350,7 @@ pub struct Sharing {
 }
 
 pub const SHARING_LOOK_NS: u64 = 1_000_000;
-pub const SHARING_OF_LOOKS: u32 = 4;
+pub const SHARING_OF_LOOKS: u32 = 7;
 
 impl Sharing {
     /// For an lcore of a process that may run on `cpus` CPUs.
@@ -259,11 +364,14 @@ impl Sharing {
         }
     }
 
-    /// Whether the lcore shares its core at `now` (ns of its clock).
-    pub fn shared(&mut self, now: u64) -> bool {
+    /// Whether the lcore shares its core at `now` (ns of its clock), with
+    /// its applications' process ids (`pids`, asked for only when it
+    /// looks).
+    pub fn shared(&mut self, now: u64, pids: impl FnOnce() -> Vec<u32>) -> bool {
         if now.saturating_sub(self.last_look) >= SHARING_LOOK_NS {
             self.last_look = now;
-            let crowded = runnable_threads().is_some_and(|r| r > self.cpus);
+            let crowded = runnable_threads().is_some_and(|r| r > self.cpus)
+                && pids().into_iter().any(running);
             self.note(crowded);
         }
         self.recent.count_ones() >= SHARING_OF_LOOKS
@@ -274,6 +382,23 @@ impl Sharing {
         self.found += u64::from(crowded);
         self.recent = self.recent << 1 | u8::from(crowded);
     }
+}
+
+/// Whether process `pid`'s main thread is running or runnable (state `R`
+/// in `/proc/PID/stat`): an application that polls, not one asleep in
+/// `ibv_get_cq_event`.
+fn running(pid: u32) -> bool {
+    pid > 0
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse_state(&s))
+            == Some('R')
+}
+
+/// The state field of a `/proc/PID/stat` line (after the command's
+/// closing parenthesis: the command may hold spaces and parentheses).
+fn parse_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// Threads runnable in the machine now (the fourth field of
@@ -320,6 +445,13 @@ pub struct LcoreCounters {
     /// Looks at whether the core is shared, and those that found it so.
     pub sharing_looks: u64,
     pub sharing_found: u64,
+    /// Whether the lcore may be real-time while it sleeps when idle
+    /// ([`LcoreClass`]), and the times it went back to normal for working
+    /// past [`RT_BUDGET_NS`] without a sleep.
+    #[serde(default)]
+    pub realtime: bool,
+    #[serde(default)]
+    pub realtime_demotions: u64,
     /// From an application's bell to the lcore running, ns: (upper bound
     /// of a bucket, wake-ups in it), buckets doubling from 1 us.
     pub bell_latency: Vec<(u64, u64)>,
@@ -368,8 +500,10 @@ impl SleepStats {
         let _ = self.timer_late.record(ns.max(1));
     }
 
-    pub fn snapshot(&self, sharing: &Sharing) -> LcoreCounters {
+    pub fn snapshot(&self, sharing: &Sharing, class: &LcoreClass) -> LcoreCounters {
         let mut c = self.counters.clone();
+        c.realtime = class.permitted();
+        c.realtime_demotions = class.demotions;
         c.sharing_looks = sharing.looks;
         c.sharing_found = sharing.found;
         c.bell_latency = self
@@ -415,14 +549,24 @@ mod tests {
             s.note(true);
         }
         s.last_look = u64::MAX;
-        assert!(!s.shared(u64::MAX), "three of eight: not yet");
-        s.note(true);
-        assert!(s.shared(u64::MAX));
-        for _ in 0..5 {
-            s.note(false);
+        assert!(!s.shared(u64::MAX, Vec::new), "three of eight: not yet");
+        for _ in 0..4 {
+            s.note(true);
         }
-        assert!(!s.shared(u64::MAX), "three of the last eight");
-        assert_eq!((s.found, s.looks), (4, 9));
+        assert!(s.shared(u64::MAX, Vec::new));
+        s.note(false);
+        s.note(false);
+        assert!(!s.shared(u64::MAX, Vec::new), "six of the last eight");
+        assert_eq!((s.found, s.looks), (7, 9));
+    }
+
+    #[test]
+    fn a_process_state_is_read_after_its_command() {
+        assert_eq!(parse_state("42 (ib_write_lat) R 1 42"), Some('R'));
+        assert_eq!(parse_state("42 (a) b) S 1"), Some('S'));
+        assert_eq!(parse_state("garbage"), None);
+        assert!(!running(0), "no application");
+        assert!(!running(u32::MAX), "no such process");
     }
 
     #[test]

@@ -724,6 +724,19 @@ impl Doorbells {
         mem.store_release(self.wake_line() + 12, (ns >> 32) as u32);
     }
 
+    /// The application, once its segment is mapped: its process id, which
+    /// the daemon looks at (`/proc/PID/stat`) to tell an application that
+    /// polls from one that sleeps.
+    pub fn set_owner_pid(&self, mem: &impl SharedMem, pid: u32) {
+        mem.store_release(self.wake_line() + 16, pid);
+    }
+
+    /// The daemon: the process id [`Doorbells::set_owner_pid`] wrote (any
+    /// value: 0 when none was).
+    pub fn owner_pid(&self, mem: &impl SharedMem) -> u32 {
+        mem.load_acquire(self.wake_line() + 16)
+    }
+
     /// The daemon: the time last stamped by [`Doorbells::stamp_rung`] (any
     /// value: the application's to scribble on, or torn by a race).
     pub fn rung_at(&self, mem: &impl SharedMem) -> u64 {
@@ -1132,6 +1145,9 @@ mod tests {
         bells.clear_asleep(&mem);
         assert!(!bells.take_asleep(&mem), "woken by something else");
         bells.stamp_rung(&mem, 0x1234_5678_9abc_def0);
+        assert_eq!(bells.rung_at(&mem), 0x1234_5678_9abc_def0);
+        bells.set_owner_pid(&mem, 4321);
+        assert_eq!(bells.owner_pid(&mem), 4321);
         assert_eq!(bells.rung_at(&mem), 0x1234_5678_9abc_def0);
         bells.ring(&mem, transport::rc::QPN_BASE + 65535);
         let mut got = Vec::new();

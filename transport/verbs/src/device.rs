@@ -256,6 +256,12 @@ impl Device {
             .first()
             .ok_or_else(|| VerbsError::Protocol("no segment descriptor with the reply".into()))?;
         let seg = Segment::map(fd, info.shm_bytes as usize)?;
+        if let Some(off) = info.doorbells {
+            abi::Doorbells {
+                offset: off as usize,
+            }
+            .set_owner_pid(&seg, std::process::id());
+        }
         let mut fds = fds.into_iter();
         let _segment = fds.next();
         Ok(Device {
