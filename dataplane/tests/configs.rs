@@ -64,7 +64,15 @@ const LOOPBACK: &str = "[loopback]\nmem_bytes = 65536\nmtu = 1024\nsizes = [0, 1
 #[test]
 fn check_refuses_each_bad_value_by_key() {
     let device = "[[service.devices]]\nname = \"r\"\nport = 0\nip = \"10.1.2.3\"\n";
-    let cases: [(String, &[&str]); 20] = [
+    let cases: [(String, &[&str]); 22] = [
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\npoll = \"busy\"\n"),
+            &["service.poll", "\"busy\"", "one of spin, adaptive, event"],
+        ),
+        (
+            format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\nnap_us = 5\n"),
+            &["service.nap_us", "5", "20 to 100000"],
+        ),
         (
             format!("{EAL}{LOOPBACK}[service]\nsocket = \"/tmp/x.sock\"\n{device}vlan = 4095\n"),
             &["service.devices[0].vlan", "4095", "1 to 4094"],
