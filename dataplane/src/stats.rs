@@ -587,7 +587,7 @@ impl Snapshot {
             let us = |ns: u64| ns as f64 / 1e3;
             let _ = writeln!(
                 s,
-                "lcore {} poll {}{}: working {:.3} ms  spinning {:.3} ms  sleeping {:.3} ms  sleeps {} (aborted {})  woken by bell {} nudge {} rx {} timer {} nap {}  core shared {}/{} looks",
+                "lcore {} poll {}{}: working {:.3} ms  spinning {:.3} ms  sleeping {:.3} ms  sleeps {} (aborted {})  woken by bell {} nudge {} rx {} timer {} nap {} limit {}  core shared {}/{} looks",
                 l.lcore,
                 l.poll,
                 if l.realtime {
@@ -608,6 +608,7 @@ impl Snapshot {
                 l.woken_rx,
                 l.woken_timer,
                 l.woken_nap,
+                l.woken_limit,
                 l.sharing_found,
                 l.sharing_looks
             );

@@ -164,3 +164,45 @@ fn a_sleeping_lcore_wakes_for_a_frame_on_a_tap_port_without_napping() {
     );
     assert_eq!(l.woken_nap, 0, "a port with RX interrupts needs no nap");
 }
+
+#[test]
+fn an_lcore_asleep_is_nudged_by_the_lcore_that_sends_it_frames() {
+    // rnic0 on lcore 0, rnic1 on lcore 1, the ring pair between them:
+    // lcore 1 receives only what lcore 0 sends, and sleeps between.
+    let d = daemon_util::start_daemon_with("sleep-nudge", "", "poll = \"event\"\nlcores = 2");
+    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
+    let (mra, mrb) = (
+        a.pd.alloc_mr(4096, ALL).unwrap(),
+        b.pd.alloc_mr(4096, ALL).unwrap(),
+    );
+    let (pa, pb) = (qp(&a, (14, 7)), qp(&b, (14, 7)));
+    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
+    eb.mr = Some(mrb.remote());
+    let qa = pa.connect(&eb).unwrap();
+    let _qb = pb.connect(&ea).unwrap();
+    let remote = eb.mr.unwrap();
+    let before = lcores(&a.dev);
+    const ROUNDS: u64 = 2_000;
+    for i in 0..ROUNDS {
+        qa.post_write(LocalBuf::of(&mra, 0, 64), &remote, 0, i, true)
+            .unwrap();
+        let c = poll_one(&a.cq, HANG)
+            .unwrap()
+            .unwrap_or_else(|| panic!("WRITE {i}: no completion"));
+        assert_eq!(c.status, WcStatus::Success, "WRITE {i}");
+    }
+    let after = lcores(&a.dev);
+    println!("{after:?}");
+    assert_eq!(after.len(), 2, "two lcores");
+    let l1 = &after[1];
+    assert!(
+        l1.woken_nudge > before[1].woken_nudge,
+        "lcore 0 nudged lcore 1 for its frames: {l1:?}"
+    );
+    // A lost nudge leaves the WRITE's frames until the sleep's limit
+    // (100 ms): one such wake-up per WRITE, not a few in the whole run.
+    assert!(
+        l1.woken_limit - before[1].woken_limit < ROUNDS / 20,
+        "lcore 1 found frames only at its sleep's limit: {l1:?}"
+    );
+}

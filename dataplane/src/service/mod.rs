@@ -930,6 +930,8 @@ impl Service {
         } else if woken.timeout && timer {
             c.woken_timer += 1;
             self.sleep.timer_late(after.saturating_sub(now + timeout));
+        } else if woken.timeout {
+            c.woken_limit += 1;
         }
         self.awake();
         if nap && woken.timeout {

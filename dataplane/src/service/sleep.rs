@@ -442,6 +442,10 @@ pub struct LcoreCounters {
     pub woken_rx: u64,
     pub woken_timer: u64,
     pub woken_nap: u64,
+    /// Sleeps that ended at [`MAX_SLEEP_NS`] with nothing to do (an idle
+    /// lcore looking at its stop flag; work found then was a lost wake-up).
+    #[serde(default)]
+    pub woken_limit: u64,
     /// Looks at whether the core is shared, and those that found it so.
     pub sharing_looks: u64,
     pub sharing_found: u64,
