@@ -323,7 +323,7 @@ impl Nap {
 
 /// Whether an lcore shares its core: more threads runnable in the
 /// machine than CPUs the daemon may use (the lcore's own included) while
-/// one of its applications polls (its main thread runnable), in at least
+/// one of its applications polls (one of its threads runnable), in at least
 /// [`SHARING_OF_LOOKS`] of its last 8 looks, one every
 /// [`SHARING_LOOK_NS`] at most. The runnable count alone over-counts on
 /// Linux 6.18: with `ibv_rc_pingpong -e`, whose processes sleep between
@@ -384,15 +384,25 @@ impl Sharing {
     }
 }
 
-/// Whether process `pid`'s main thread is running or runnable (state `R`
-/// in `/proc/PID/stat`): an application that polls, not one asleep in
-/// `ibv_get_cq_event`.
+/// Threads of an application looked at, at most, for one that polls.
+const THREADS_LOOKED_AT: usize = 64;
+
+/// Whether one of process `pid`'s threads is running or runnable (state
+/// `R` in `/proc/PID/task/TID/stat`): an application that polls, on any
+/// of its threads, not one asleep in `ibv_get_cq_event`.
 fn running(pid: u32) -> bool {
-    pid > 0
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    if pid == 0 {
+        return false;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().take(THREADS_LOOKED_AT).any(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
             .ok()
             .and_then(|s| parse_state(&s))
             == Some('R')
+    })
 }
 
 /// The state field of a `/proc/PID/stat` line (after the command's
@@ -571,6 +581,8 @@ mod tests {
         assert_eq!(parse_state("garbage"), None);
         assert!(!running(0), "no application");
         assert!(!running(u32::MAX), "no such process");
+        // This thread runs: the test harness's process has a thread in R.
+        assert!(running(std::process::id()), "this test's own thread");
     }
 
     #[test]
