@@ -50,6 +50,41 @@ fn qp(s: &Side, timeout: (u8, u8)) -> PreparedQp {
         .unwrap()
 }
 
+/// A QP of rnic0 connected to one of rnic1, with rnic0's buffer and
+/// rnic1's region to WRITE into.
+struct Pair {
+    a: Side,
+    _b: Side,
+    mra: verbs::Mr,
+    _mrb: verbs::Mr,
+    qa: verbs::Qp,
+    qb: verbs::Qp,
+    remote: verbs::RemoteMr,
+}
+
+/// [`Pair`] with the local ACK timeout and retry count `timeout`.
+fn pair(socket: &Path, timeout: (u8, u8)) -> Pair {
+    let (a, b) = (side(socket, "rnic0"), side(socket, "rnic1"));
+    let (mra, mrb) = (
+        a.pd.alloc_mr(4096, ALL).unwrap(),
+        b.pd.alloc_mr(4096, ALL).unwrap(),
+    );
+    let (pa, pb) = (qp(&a, timeout), qp(&b, timeout));
+    let (ea, eb) = (pa.endpoint(), pb.endpoint());
+    let qa = pa.connect(&eb).unwrap();
+    let qb = pb.connect(&ea).unwrap();
+    let remote = mrb.remote();
+    Pair {
+        a,
+        _b: b,
+        mra,
+        _mrb: mrb,
+        qa,
+        qb,
+        remote,
+    }
+}
+
 /// Spins `n` rounds: a gap of a varying length between two posts, so
 /// that they land everywhere in the lcore's path from its last pass to
 /// its sleep.
@@ -62,17 +97,15 @@ fn gap(n: u32) {
 #[test]
 fn a_post_racing_the_lcores_sleep_always_wakes_it() {
     let d = daemon_util::start_daemon_with("sleep-race", "", "poll = \"event\"");
-    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
-    let (mra, mrb) = (
-        a.pd.alloc_mr(4096, ALL).unwrap(),
-        b.pd.alloc_mr(4096, ALL).unwrap(),
-    );
-    let (pa, pb) = (qp(&a, (14, 7)), qp(&b, (14, 7)));
-    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
-    eb.mr = Some(mrb.remote());
-    let qa = pa.connect(&eb).unwrap();
-    let _qb = pb.connect(&ea).unwrap();
-    let remote = eb.mr.unwrap();
+    let Pair {
+        a,
+        _b,
+        mra,
+        _mrb,
+        qa,
+        qb: _qb,
+        remote,
+    } = pair(&d.socket, (14, 7));
     const ROUNDS: u32 = 20_000;
     for i in 0..ROUNDS {
         qa.post_write(LocalBuf::of(&mra, 0, 64), &remote, 0, u64::from(i), true)
@@ -97,19 +130,20 @@ fn a_post_racing_the_lcores_sleep_always_wakes_it() {
 #[test]
 fn a_sleeping_lcore_wakes_for_its_retransmission_timer() {
     let d = daemon_util::start_daemon_with("sleep-timer", "", "poll = \"event\"");
-    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
-    let mra = a.pd.alloc_mr(4096, ALL).unwrap();
-    let mrb = b.pd.alloc_mr(4096, ALL).unwrap();
     // Local ACK timeout 4.096 us x 2^8 (about 1 ms), one retry.
-    let (pa, pb) = (qp(&a, (8, 1)), qp(&b, (8, 1)));
-    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
-    eb.mr = Some(mrb.remote());
-    let qa = pa.connect(&eb).unwrap();
-    let qb = pb.connect(&ea).unwrap();
+    let Pair {
+        a,
+        _b,
+        mra,
+        _mrb,
+        qa,
+        qb,
+        remote,
+    } = pair(&d.socket, (8, 1));
     // The responder is gone: only the requester's timer can end the WR.
     drop(qb);
     let before = lcores(&a.dev)[0].woken_timer;
-    qa.post_write(LocalBuf::of(&mra, 0, 64), &eb.mr.unwrap(), 0, 7, true)
+    qa.post_write(LocalBuf::of(&mra, 0, 64), &remote, 0, 7, true)
         .unwrap();
     let c = poll_one(&a.cq, HANG)
         .unwrap()
@@ -170,17 +204,15 @@ fn an_lcore_asleep_is_nudged_by_the_lcore_that_sends_it_frames() {
     // rnic0 on lcore 0, rnic1 on lcore 1, the ring pair between them:
     // lcore 1 receives only what lcore 0 sends, and sleeps between.
     let d = daemon_util::start_daemon_with("sleep-nudge", "", "poll = \"event\"\nlcores = 2");
-    let (a, b) = (side(&d.socket, "rnic0"), side(&d.socket, "rnic1"));
-    let (mra, mrb) = (
-        a.pd.alloc_mr(4096, ALL).unwrap(),
-        b.pd.alloc_mr(4096, ALL).unwrap(),
-    );
-    let (pa, pb) = (qp(&a, (14, 7)), qp(&b, (14, 7)));
-    let (ea, mut eb) = (pa.endpoint(), pb.endpoint());
-    eb.mr = Some(mrb.remote());
-    let qa = pa.connect(&eb).unwrap();
-    let _qb = pb.connect(&ea).unwrap();
-    let remote = eb.mr.unwrap();
+    let Pair {
+        a,
+        _b,
+        mra,
+        _mrb,
+        qa,
+        qb: _qb,
+        remote,
+    } = pair(&d.socket, (14, 7));
     let before = lcores(&a.dev);
     const ROUNDS: u64 = 2_000;
     for i in 0..ROUNDS {
