@@ -72,7 +72,12 @@ fn describe(s: &mut String, p: &Packet<'_>) {
     let b = &r.bth;
     let _ = write!(
         s,
-        " op={} qpn={} psn={} ackreq={} icrc={} src={}:{} dst={} ecn={} se={} fecn={} becn={} pad={} payload={}",
+        " op={}{} qpn={} psn={} ackreq={} icrc={} src={}:{} dst={} ecn={} se={} fecn={} becn={} pad={} payload={}",
+        match b.service {
+            transport::wire::Service::Rc => "",
+            transport::wire::Service::Uc => "UC_",
+            transport::wire::Service::Ud => "UD_",
+        },
         b.opcode.name(),
         b.dest_qp,
         b.psn,
@@ -88,6 +93,9 @@ fn describe(s: &mut String, p: &Packet<'_>) {
         p.pad,
         p.payload.len(),
     );
+    if let Some(d) = r.deth {
+        let _ = write!(s, " qkey={:#x} srcqp={}", d.q_key, d.src_qp);
+    }
     if let Some(t) = r.eth.vlan {
         let _ = write!(s, " vlan={} pcp={}", t.vid, t.pcp);
     }

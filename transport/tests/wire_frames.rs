@@ -242,11 +242,11 @@ fn corruption_is_counted_as_bad_icrc() {
     assert!(!p.icrc_ok());
     // Corrupting the opcode is also bad_icrc, not unknown_opcode.
     let mut g = f.clone();
-    g[42] = 0x64;
+    g[42] = 0x6A;
     assert_eq!(Packet::parse(&g).unwrap_err().kind(), ErrorKind::BadIcrc);
     assert_eq!(
         Packet::parse_unverified(&g).unwrap_err(),
-        WireError::UnknownOpcode(0x64)
+        WireError::UnknownOpcode(0x6A)
     );
 }
 
@@ -339,7 +339,7 @@ fn frame_len_of_an_opcode_is_the_built_frames_length() {
             for n in [0usize, 1, 3, 1024] {
                 let n = if op.layout().payload { n } else { 0 };
                 assert_eq!(
-                    transport::wire::packet::frame_len_of(op, tlm, n),
+                    transport::wire::packet::frame_len_of(op.layout(), tlm, n),
                     r.frame_len(n),
                     "{op} tlm {slots} payload {n}"
                 );

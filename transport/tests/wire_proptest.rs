@@ -6,13 +6,19 @@ use std::net::Ipv4Addr;
 
 use proptest::prelude::*;
 use transport::wire::{
-    icrc, steering_dest_qp, AethRepr, AtomicEthRepr, BthRepr, EthernetFrame, EthernetRepr,
-    FrameTemplate, HopRecord, Ipv4Packet, Ipv4Repr, MacAddr, NotifyRepr, Opcode, Packet,
-    PacketRepr, ProbeRepr, RethRepr, RoceFrame, Tlm, TlmRepr, UdpRepr, VlanTag,
+    icrc, steering_dest_qp, AethRepr, AtomicEthRepr, BthRepr, DethRepr, EthernetFrame,
+    EthernetRepr, FrameTemplate, HopRecord, Ipv4Packet, Ipv4Repr, MacAddr, NotifyRepr, Opcode,
+    Packet, PacketRepr, ProbeRepr, RethRepr, RoceFrame, Service, Tlm, TlmRepr, UdpRepr, VlanTag,
 };
 
-fn opcode() -> impl Strategy<Value = Opcode> {
-    prop::sample::select(Opcode::ALL.to_vec())
+/// Every (service, operation) pair an opcode byte names: RC's opcodes,
+/// UC's SENDs and WRITEs, UD's two SENDs.
+fn codes() -> Vec<(Service, Opcode)> {
+    (0..=255u8).filter_map(Opcode::decode).collect()
+}
+
+fn opcode() -> impl Strategy<Value = (Service, Opcode)> {
+    prop::sample::select(codes())
 }
 
 fn hop() -> impl Strategy<Value = HopRecord> {
@@ -95,7 +101,7 @@ fn outer() -> impl Strategy<Value = (EthernetRepr, Ipv4Repr, UdpRepr)> {
         })
 }
 
-fn bth(op: Opcode) -> impl Strategy<Value = BthRepr> {
+fn bth((service, op): (Service, Opcode)) -> impl Strategy<Value = BthRepr> {
     (
         any::<[bool; 5]>(),
         any::<u16>(),
@@ -104,6 +110,7 @@ fn bth(op: Opcode) -> impl Strategy<Value = BthRepr> {
     )
         .prop_map(move |(f, pkey, dest_qp, psn)| BthRepr {
             opcode: op,
+            service,
             solicited: f[0],
             migreq: f[1],
             pkey,
@@ -150,7 +157,7 @@ fn ext() -> impl Strategy<Value = (RethRepr, u32, AethRepr, ProbeRepr, NotifyRep
 /// Any frame the codec can emit, with its payload.
 fn frame() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
     opcode().prop_flat_map(|op| {
-        let l = op.layout();
+        let l = op.1.layout_in(op.0);
         let max_payload = if l.payload { 4200 } else { 0 };
         (
             outer(),
@@ -171,6 +178,10 @@ fn frame() -> impl Strategy<Value = (PacketRepr, Vec<u8>)> {
                     } else {
                         tlm_opt
                     },
+                    deth: l.deth.then_some(DethRepr {
+                        q_key: e.1.rotate_left(3),
+                        src_qp: e.0.r_key & 0xff_ffff,
+                    }),
                     reth: l.reth.then_some(e.0),
                     atomic: l.atomic_eth.then_some(AtomicEthRepr {
                         va: e.0.va,
@@ -260,7 +271,9 @@ proptest! {
         let aeth = AethRepr { syndrome, msn };
         let mut ack = repr;
         ack.bth.opcode = Opcode::Acknowledge;
+        ack.bth.service = Service::Rc;
         ack.tlm = None;
+        ack.deth = None;
         ack.reth = None;
         ack.atomic = None;
         ack.imm = None;
@@ -297,7 +310,7 @@ proptest! {
             &mut got,
             |dst| dst.copy_from_slice(&payload),
         );
-        let l = repr.bth.opcode.layout();
+        let l = repr.bth.layout();
         let plain = l.is_plain()
             && repr.tlm.is_none()
             && l.reth == repr.reth.is_some()
@@ -388,6 +401,7 @@ proptest! {
                         && plain
                         && shift == 0
                         && whole.is_ok()
+                        && repr.bth.service != Service::Ud
                         && [
                             Opcode::SendFirst, Opcode::SendMiddle, Opcode::SendLast, Opcode::SendOnly,
                             Opcode::RdmaWriteFirst, Opcode::RdmaWriteMiddle, Opcode::RdmaWriteLast,
@@ -516,16 +530,21 @@ fn the_fixed_offset_parse_equals_the_layered_parse_for_every_header_bit() {
         t.nhop = 1;
         t
     };
-    for (op, tlm) in Opcode::ALL
-        .iter()
-        .flat_map(|&op| [(op, None), (op, Some(tlm))])
+    for ((service, op), tlm) in codes()
+        .into_iter()
+        .flat_map(|c| [(c, None), (c, Some(tlm))])
     {
-        let l = op.layout();
+        let l = op.layout_in(service);
         let mut repr = PacketRepr::new(op, 0x12_3456, 0xAB_CDEF);
         if l.tlm_required {
             continue;
         }
+        repr.bth.service = service;
         repr.tlm = tlm;
+        repr.deth = l.deth.then_some(DethRepr {
+            q_key: 0x1111_2222,
+            src_qp: 0x33,
+        });
         repr.reth = l.reth.then_some(RethRepr {
             va: 0x1000,
             r_key: 7,

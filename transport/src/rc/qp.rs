@@ -1165,7 +1165,7 @@ impl Qp {
         // Sized from the opcode alone: no headers are built per packet here.
         let tag = cfg.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
         if let Some(r) = self.resp.peek_response() {
-            let size = tag + frame_len_of(r.opcode, 0, r.len as usize);
+            let size = tag + frame_len_of(r.opcode.layout(), 0, r.len as usize);
             return Some((size as u32, None));
         }
         if !self.state.sends() {
@@ -1174,7 +1174,7 @@ impl Qp {
         let (opcode, len, t) = request(self)?;
         let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
         Some((
-            (tag + frame_len_of(opcode, tlm, len as usize)) as u32,
+            (tag + frame_len_of(opcode.layout(), tlm, len as usize)) as u32,
             Some(t),
         ))
     }

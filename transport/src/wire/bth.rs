@@ -11,7 +11,7 @@
 //! ```
 
 use super::bytes::{check_len, get_u16, get_u24};
-use super::{Layer, Opcode, WireError};
+use super::{Layer, Layout, Opcode, Service, WireError};
 
 /// BTH length.
 pub const HEADER_LEN: usize = 12;
@@ -106,7 +106,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
 /// (from the payload length and the presence of a TLM block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BthRepr {
+    /// The operation (SEND_ONLY, RDMA_WRITE_FIRST, ...).
     pub opcode: Opcode,
+    /// The transport service, the opcode byte's top three bits.
+    pub service: Service,
     pub solicited: bool,
     pub migreq: bool,
     pub pkey: u16,
@@ -124,6 +127,7 @@ impl BthRepr {
     pub fn new(opcode: Opcode, dest_qp: u32, psn: u32) -> Self {
         BthRepr {
             opcode,
+            service: Service::Rc,
             solicited: false,
             migreq: false,
             pkey: DEFAULT_PKEY,
@@ -153,9 +157,10 @@ impl BthRepr {
         if tver != 0 {
             return Err(WireError::BadTransportVersion(tver));
         }
-        let opcode = Opcode::from_u8(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
+        let (service, opcode) = Opcode::decode(b[0]).ok_or(WireError::UnknownOpcode(b[0]))?;
         Ok(BthRepr {
             opcode,
+            service,
             solicited: b[1] & 0x80 != 0,
             migreq: b[1] & 0x40 != 0,
             pkey: u16::from_be_bytes([b[2], b[3]]),
@@ -167,6 +172,12 @@ impl BthRepr {
         })
     }
 
+    /// The headers after this BTH (its operation in its service).
+    #[inline(always)]
+    pub const fn layout(&self) -> Layout {
+        self.opcode.layout_in(self.service)
+    }
+
     /// Writes the 12 bytes into `buf` (at least `HEADER_LEN` long).
     /// The bytes are assembled whole and stored at once (one bounds
     /// check, no partial stores).
@@ -176,7 +187,7 @@ impl BthRepr {
         let q = (self.dest_qp & PSN_MASK).to_be_bytes();
         let p = (self.psn & PSN_MASK).to_be_bytes();
         let b: [u8; HEADER_LEN] = [
-            self.opcode.as_u8(),
+            self.opcode.encode(self.service),
             (u8::from(self.solicited) << 7)
                 | (u8::from(self.migreq) << 6)
                 | (((pad_count & 3) as u8) << 4),
@@ -203,6 +214,7 @@ mod tests {
     fn field_positions_match_the_table() {
         let r = BthRepr {
             opcode: Opcode::RdmaWriteOnly,
+            service: Service::Rc,
             solicited: true,
             migreq: true,
             pkey: 0x1234,
@@ -233,11 +245,15 @@ mod tests {
             Err(WireError::BadTransportVersion(1))
         );
         b[1] = 0;
-        b[0] = 0x64;
+        // UD has SEND_ONLY (0x64) but no RDMA WRITE (0x6A).
+        b[0] = 0x6A;
         assert_eq!(
             BthRepr::parse(&Bth::new_checked(&b[..]).unwrap()),
-            Err(WireError::UnknownOpcode(0x64))
+            Err(WireError::UnknownOpcode(0x6A))
         );
+        b[0] = 0x64;
+        let r = BthRepr::parse(&Bth::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!((r.service, r.opcode), (Service::Ud, Opcode::SendOnly));
         assert_eq!(
             Bth::new_checked(&b[..11]).unwrap_err(),
             WireError::Truncated(Layer::Bth)

@@ -44,7 +44,7 @@ pub use immdt::ImmDt;
 pub use inflight::{steering_dest_qp, RoceFrame};
 pub use int_response::{emit_int_response, NoResponse};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
-pub use opcode::{Layout, Opcode};
+pub use opcode::{Layout, Opcode, Service};
 pub use packet::{FrameTail, FrameTemplate, Packet, PacketRepr, TransportRepr};
 pub use pfc::PfcRepr;
 pub use probe::{Notify, NotifyRepr, Probe, ProbeRepr};

@@ -1,4 +1,5 @@
-//! BTH opcodes of wire.md and which headers each one carries.
+//! BTH opcodes of wire.md, the transport service in their top three bits
+//! (RC, UC, UD), and which headers each one carries.
 
 /// Every opcode the transport sends or accepts (wire.md, "RC opcodes used"
 /// and the manufacturer-specific telemetry opcodes).
@@ -35,11 +36,62 @@ pub enum Opcode {
     IntResponse = 0xC3,
 }
 
+/// The transport service of a packet (IBA 9.2, the opcode byte's top three
+/// bits): the operation in the low five bits means the same in each
+/// service that has it. CNP (0x81) and our telemetry opcodes (0xC0-0xC3)
+/// are whole bytes and count as [`Service::Rc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Service {
+    /// Reliable Connected (`000`).
+    #[default]
+    Rc,
+    /// Unreliable Connected (`001`): SEND and RDMA WRITE, no ACKs.
+    Uc,
+    /// Unreliable Datagram (`011`): SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE
+    /// with a DETH.
+    Ud,
+}
+
+impl Service {
+    /// Every service.
+    pub const ALL: [Service; 3] = [Service::Rc, Service::Uc, Service::Ud];
+
+    /// The opcode byte's top three bits.
+    pub const fn prefix(self) -> u8 {
+        match self {
+            Service::Rc => 0x00,
+            Service::Uc => 0x20,
+            Service::Ud => 0x60,
+        }
+    }
+
+    /// Does this service have operation `op` (IBA table 35)? UC: the SEND
+    /// and RDMA WRITE opcodes; UD: SEND_ONLY with and without immediate.
+    pub const fn carries(self, op: Opcode) -> bool {
+        match self {
+            Service::Rc => true,
+            Service::Uc => (op as u8) <= Opcode::RdmaWriteOnlyWithImmediate as u8,
+            Service::Ud => matches!(op, Opcode::SendOnly | Opcode::SendOnlyWithImmediate),
+        }
+    }
+
+    /// Its name in logs and `bench decode` (`RC`, `UC`, `UD`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Service::Rc => "RC",
+            Service::Uc => "UC",
+            Service::Ud => "UD",
+        }
+    }
+}
+
 /// Which headers follow BTH (and TLM) for an opcode, in wire order:
-/// RETH, AtomicETH, ImmDt or IETH, AETH, AtomicAckETH, PROBE, NOTIFY, CNP
+/// DETH, RETH, AtomicETH, ImmDt or IETH, AETH, AtomicAckETH, PROBE, NOTIFY, CNP
 /// reserved bytes, then payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
+    /// Datagram extended header (UD).
+    pub deth: bool,
     pub reth: bool,
     pub atomic_eth: bool,
     pub immdt: bool,
@@ -72,6 +124,7 @@ impl Layout {
 }
 
 const NONE: Layout = Layout {
+    deth: false,
     reth: false,
     atomic_eth: false,
     immdt: false,
@@ -153,9 +206,44 @@ impl Opcode {
         })
     }
 
-    /// The BTH value.
+    /// The BTH value in RC (and of CNP and the telemetry opcodes).
     pub const fn as_u8(self) -> u8 {
         self as u8
+    }
+
+    /// The service and operation of a BTH opcode byte, if wire.md defines
+    /// the pair (UC: 0x20-0x2B, UD: 0x64 and 0x65).
+    pub const fn decode(v: u8) -> Option<(Service, Opcode)> {
+        let service = match v >> 5 {
+            1 => Service::Uc,
+            3 => Service::Ud,
+            _ => {
+                return match Opcode::from_u8(v) {
+                    Some(op) => Some((Service::Rc, op)),
+                    None => None,
+                }
+            }
+        };
+        match Opcode::from_u8(v & 0x1f) {
+            Some(op) if service.carries(op) => Some((service, op)),
+            _ => None,
+        }
+    }
+
+    /// The BTH opcode byte of this operation in `service` (which must
+    /// carry it: [`Service::carries`]).
+    #[inline(always)]
+    pub const fn encode(self, service: Service) -> u8 {
+        self as u8 | service.prefix()
+    }
+
+    /// The headers this operation carries in `service`: a UD packet has a
+    /// DETH before the others.
+    #[inline]
+    pub const fn layout_in(self, service: Service) -> Layout {
+        let mut l = self.layout();
+        l.deth = matches!(service, Service::Ud);
+        l
     }
 
     /// The name used by `bench decode` and in logs (wire.md's names in IBA
@@ -297,6 +385,32 @@ mod tests {
             }
         }
         assert_eq!(known, Opcode::ALL.len());
+    }
+
+    #[test]
+    fn uc_and_ud_opcodes_are_those_of_iba_table_35() {
+        let mut uc = Vec::new();
+        let mut ud = Vec::new();
+        for v in 0..=255u8 {
+            match Opcode::decode(v) {
+                Some((Service::Uc, op)) => {
+                    assert_eq!(op.encode(Service::Uc), v);
+                    uc.push(v)
+                }
+                Some((Service::Ud, op)) => {
+                    assert_eq!(op.encode(Service::Ud), v);
+                    assert!(op.layout_in(Service::Ud).deth);
+                    ud.push(v)
+                }
+                Some((Service::Rc, op)) => {
+                    assert_eq!(op.as_u8(), v);
+                    assert!(!op.layout_in(Service::Rc).deth);
+                }
+                None => assert!(Opcode::from_u8(v).is_none() || v >= 0x20),
+            }
+        }
+        assert_eq!(uc, (0x20..=0x2B).collect::<Vec<u8>>());
+        assert_eq!(ud, [0x64, 0x65]);
     }
 
     #[test]

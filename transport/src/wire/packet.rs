@@ -7,10 +7,10 @@
 //! as `bad_icrc` rather than by whatever field the corruption hit.
 
 use super::{
-    aeth, atomic, bth, cnp, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr,
-    AtomicEth, AtomicEthRepr, Bth, BthRepr, Cnp, EthernetFrame, EthernetRepr, ImmDt, Ipv4Packet,
-    Ipv4Repr, Layer, MacAddr, Notify, NotifyRepr, Opcode, Probe, ProbeRepr, Reth, RethRepr, Tlm,
-    TlmRepr, UdpPacket, UdpRepr, WireError,
+    aeth, atomic, bth, cnp, deth, ethernet, icrc, immdt, ipv4, probe, reth, udp, Aeth, AethRepr,
+    AtomicEth, AtomicEthRepr, Bth, BthRepr, Cnp, Deth, DethRepr, EthernetFrame, EthernetRepr,
+    ImmDt, Ipv4Packet, Ipv4Repr, Layer, Layout, MacAddr, Notify, NotifyRepr, Opcode, Probe,
+    ProbeRepr, Reth, RethRepr, Tlm, TlmRepr, UdpPacket, UdpRepr, WireError,
 };
 
 /// Bytes of Ethernet + IPv4 + UDP in front of BTH in untagged frames we
@@ -27,6 +27,8 @@ pub struct PacketRepr {
     pub udp: UdpRepr,
     pub bth: BthRepr,
     pub tlm: Option<TlmRepr>,
+    /// DETH: the Q_Key and source QP of a UD packet.
+    pub deth: Option<DethRepr>,
     pub reth: Option<RethRepr>,
     pub atomic: Option<AtomicEthRepr>,
     pub imm: Option<u32>,
@@ -151,8 +153,9 @@ impl<'a> Packet<'a> {
         // TLM block.
         let bth_bytes: &[u8; bth::HEADER_LEN] = h[BTH..EXT].try_into().ok()?;
         let bth = BthRepr::from_fixed(bth_bytes).ok()?;
-        let layout = bth.opcode.layout();
+        let layout = bth.layout();
         if layout.tlm_required
+            || layout.deth
             || layout.atomic_eth
             || layout.immdt
             || layout.ieth
@@ -256,6 +259,7 @@ impl<'a> Packet<'a> {
                 },
                 bth,
                 tlm: None,
+                deth: None,
                 reth,
                 atomic: None,
                 imm: None,
@@ -338,9 +342,16 @@ impl<'a> Packet<'a> {
         if let Some(v) = &tlm_view {
             TlmRepr::check(v)?;
         }
-        let layout = bth.opcode.layout();
+        let layout = bth.layout();
         let mut at = bth::HEADER_LEN + tlm_len;
 
+        let deth = if layout.deth {
+            let r = DethRepr::parse(&Deth::new_checked(&body[at..])?);
+            at += deth::HEADER_LEN;
+            Some(r)
+        } else {
+            None
+        };
         let reth = if layout.reth {
             let r = RethRepr::parse(&Reth::new_checked(&body[at..])?);
             at += reth::HEADER_LEN;
@@ -423,6 +434,7 @@ impl<'a> Packet<'a> {
                 udp,
                 bth,
                 tlm: None,
+                deth,
                 reth,
                 atomic,
                 imm,
@@ -463,6 +475,7 @@ impl PacketRepr {
             },
             bth: BthRepr::new(opcode, dest_qp, psn),
             tlm: None,
+            deth: None,
             reth: None,
             atomic: None,
             imm: None,
@@ -476,14 +489,14 @@ impl PacketRepr {
 
     /// Bytes from BTH up to the payload.
     pub fn transport_header_len(&self) -> usize {
-        transport_header_len(self.bth.opcode, self.tlm.map_or(0, |t| t.block_len()))
+        transport_header_len(self.bth.layout(), self.tlm.map_or(0, |t| t.block_len()))
     }
 
     /// Length of the whole frame with `payload_len` bytes of payload.
     pub fn frame_len(&self, payload_len: usize) -> usize {
         self.tag_len()
             + frame_len_of(
-                self.bth.opcode,
+                self.bth.layout(),
                 self.tlm.map_or(0, |t| t.block_len()),
                 payload_len,
             )
@@ -495,13 +508,14 @@ impl PacketRepr {
     }
 }
 
-/// Bytes from BTH up to the payload of a frame of `op` carrying a TLM
-/// block of `tlm_len` bytes (0: none).
-pub fn transport_header_len(op: Opcode, tlm_len: usize) -> usize {
-    let l = op.layout();
+/// Bytes from BTH up to the payload of a frame with the headers `l`
+/// (an opcode's [`Layout`] in its service) carrying a TLM block of
+/// `tlm_len` bytes (0: none).
+pub fn transport_header_len(l: Layout, tlm_len: usize) -> usize {
     {
         bth::HEADER_LEN
             + tlm_len
+            + usize::from(l.deth) * deth::HEADER_LEN
             + usize::from(l.reth) * reth::HEADER_LEN
             + usize::from(l.atomic_eth) * atomic::ATOMIC_ETH_LEN
             + usize::from(l.immdt || l.ieth) * immdt::HEADER_LEN
@@ -513,13 +527,13 @@ pub fn transport_header_len(op: Opcode, tlm_len: usize) -> usize {
     }
 }
 
-/// Length of a whole untagged frame of `op` with a TLM block of `tlm_len`
-/// bytes and `payload_len` bytes of payload, without building its headers
-/// (what a pacer asks for every packet; a tag adds
-/// [`ethernet::VLAN_TAG_LEN`]).
-pub fn frame_len_of(op: Opcode, tlm_len: usize, payload_len: usize) -> usize {
+/// Length of a whole untagged frame with the headers `l` (an opcode's
+/// [`Layout`] in its service), a TLM block of `tlm_len` bytes and
+/// `payload_len` bytes of payload, without building its headers (what a
+/// pacer asks for every packet; a tag adds [`ethernet::VLAN_TAG_LEN`]).
+pub fn frame_len_of(l: Layout, tlm_len: usize, payload_len: usize) -> usize {
     OUTER_LEN
-        + transport_header_len(op, tlm_len)
+        + transport_header_len(l, tlm_len)
         + payload_len
         + pad_for(payload_len)
         + icrc::ICRC_LEN
@@ -537,6 +551,7 @@ impl PacketRepr {
         TransportRepr {
             bth: self.bth,
             tlm: self.tlm.as_ref(),
+            deth: self.deth,
             reth: self.reth,
             atomic: self.atomic,
             imm: self.imm,
@@ -603,6 +618,7 @@ fn check_ipv4_len(ip_len: usize) -> Result<(), WireError> {
 pub struct TransportRepr<'t> {
     pub bth: BthRepr,
     pub tlm: Option<&'t TlmRepr>,
+    pub deth: Option<DethRepr>,
     pub reth: Option<RethRepr>,
     pub atomic: Option<AtomicEthRepr>,
     pub imm: Option<u32>,
@@ -620,6 +636,7 @@ impl<'t> TransportRepr<'t> {
         TransportRepr {
             bth: BthRepr::new(opcode, dest_qp, psn),
             tlm: None,
+            deth: None,
             reth: None,
             atomic: None,
             imm: None,
@@ -637,7 +654,7 @@ impl<'t> TransportRepr<'t> {
 
     /// Bytes from BTH up to the payload.
     pub fn header_len(&self) -> usize {
-        transport_header_len(self.bth.opcode, self.tlm_len())
+        transport_header_len(self.bth.layout(), self.tlm_len())
     }
 
     /// Bytes from BTH to the end of the frame with `payload_len` bytes of
@@ -652,7 +669,7 @@ impl<'t> TransportRepr<'t> {
     /// [`TransportRepr::check`].
     #[inline(always)]
     fn plain(&self, payload_len: usize) -> Option<Option<&RethRepr>> {
-        let l = self.bth.opcode.layout();
+        let l = self.bth.layout();
         let plain = self.tlm.is_none()
             && self.atomic.is_none()
             && self.imm.is_none()
@@ -671,8 +688,9 @@ impl<'t> TransportRepr<'t> {
     /// and that a payload is allowed.
     pub fn check(&self, payload_len: usize) -> Result<(), WireError> {
         let op = self.bth.opcode;
-        let l = op.layout();
-        if l.reth != self.reth.is_some()
+        let l = self.bth.layout();
+        if l.deth != self.deth.is_some()
+            || l.reth != self.reth.is_some()
             || l.atomic_eth != self.atomic.is_some()
             || l.immdt != self.imm.is_some()
             || l.ieth != self.ieth.is_some()
@@ -753,6 +771,10 @@ impl<'t> TransportRepr<'t> {
             t.emit(&mut frame[at..]);
             at += tlm_len;
         }
+        if let Some(d) = &self.deth {
+            d.emit(&mut frame[at..]);
+            at += deth::HEADER_LEN;
+        }
         if let Some(r) = &self.reth {
             r.emit(&mut frame[at..]);
             at += reth::HEADER_LEN;
@@ -781,7 +803,7 @@ impl<'t> TransportRepr<'t> {
             r.emit(&mut frame[at..]);
             at += probe::BLOCK_LEN;
         }
-        if self.bth.opcode.layout().cnp {
+        if self.bth.layout().cnp {
             cnp::emit(&mut frame[at..]);
             at += cnp::BODY_LEN;
         }
@@ -901,7 +923,7 @@ impl FrameTemplate {
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, WireError> {
-        let l = bth.opcode.layout();
+        let l = bth.layout();
         if !l.is_plain() || l.reth != reth.is_some() || (!l.payload && payload_len > 0) {
             return Err(WireError::HeadersMismatch(bth.opcode));
         }
