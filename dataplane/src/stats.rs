@@ -53,6 +53,9 @@ pub struct PortEntry {
     pub icrc_drops: u64,
     pub unknown_qp: u64,
     pub wrong_state: u64,
+    /// Frames of another transport service than their QP's.
+    #[serde(default)]
+    pub wrong_service: u64,
     /// Frames the pipeline lost for want of a buffer.
     #[serde(default)]
     pub tx_no_buffer: u64,
@@ -125,6 +128,19 @@ pub struct QpTotalsEntry {
     pub feedback_replayed: u64,
     #[serde(default)]
     pub feedback_unkeyed: u64,
+    /// UC packets dropped with their message; UD datagrams dropped for
+    /// a wrong Q_Key, no receive WQE, a payload over the MTU; UD
+    /// datagrams whose address handle went before they were sent.
+    #[serde(default)]
+    pub uc_dropped: u64,
+    #[serde(default)]
+    pub qkey_violations: u64,
+    #[serde(default)]
+    pub datagrams_no_wqe: u64,
+    #[serde(default)]
+    pub datagrams_too_long: u64,
+    #[serde(default)]
+    pub datagrams_unaddressed: u64,
 }
 
 /// The fault injector's counters, by reason.
@@ -284,6 +300,7 @@ impl Snapshot {
             icrc_drops: c.icrc_drops(),
             unknown_qp: c.unknown_qp,
             wrong_state: c.wrong_state,
+            wrong_service: c.wrong_service,
             tx_no_buffer: nic.counters().tx_no_buffer + nic.counters().tx_buffer_too_small,
             // A QP shard's frames to its own device go through the port.
             looped: nic.counters().looped_frames + steer.looped,
@@ -331,6 +348,11 @@ impl Snapshot {
                     feedback_forged: t.feedback_forged,
                     feedback_replayed: t.feedback_replayed,
                     feedback_unkeyed: t.feedback_unkeyed,
+                    uc_dropped: t.uc_dropped,
+                    qkey_violations: t.qkey_violations,
+                    datagrams_no_wqe: t.datagrams_no_wqe,
+                    datagrams_too_long: t.datagrams_too_long,
+                    datagrams_unaddressed: t.datagrams_unaddressed,
                 }
             },
         });
@@ -487,10 +509,10 @@ impl Snapshot {
             if f.frames > 0 || d > 0 {
                 let _ = writeln!(
                     s,
-                    "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; rx_unjoinable {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {}",
+                    "host {} drops: faults lost {} duplicated {} reordered {} corrupted {} (of {} frames); rx_bad_ip_checksum {}; rx_unjoinable {}; tx_no_buffer {}; by the engine: wire_drops {} (icrc {}) unknown_qp {} wrong_state {} wrong_service {}",
                     host, f.lost, f.duplicated, f.reordered, f.corrupted, f.frames,
                     p.stats.rx_bad_checksum, p.stats.rx_unjoinable, p.tx_no_buffer, p.wire_drops, p.icrc_drops,
-                    p.unknown_qp, p.wrong_state
+                    p.unknown_qp, p.wrong_state, p.wrong_service
                 );
             }
             if !p.wire_drop_reasons.is_empty() {
@@ -516,6 +538,19 @@ impl Snapshot {
                     t.rnr_naks_sent, t.rnr_naks_received, t.read_replays,
                     t.ignored_responses, t.cnps_sent, t.cnps_received
                 );
+                let unreliable = t.uc_dropped
+                    + t.qkey_violations
+                    + t.datagrams_no_wqe
+                    + t.datagrams_too_long
+                    + t.datagrams_unaddressed;
+                if unreliable > 0 {
+                    let _ = writeln!(
+                        s,
+                        "host {} dropped: UC packets {} (their messages cut); UD datagrams: wrong Q_Key {}, no receive WQE {}, over the MTU {}, address handle gone {}",
+                        host, t.uc_dropped, t.qkey_violations, t.datagrams_no_wqe,
+                        t.datagrams_too_long, t.datagrams_unaddressed
+                    );
+                }
                 if t.feedback_forged + t.feedback_replayed + t.feedback_unkeyed > 0 {
                     let _ = writeln!(
                         s,
@@ -765,6 +800,7 @@ mod tests {
             icrc_drops: 1,
             unknown_qp: 0,
             wrong_state: 0,
+            wrong_service: 0,
             tx_no_buffer: 0,
             looped: 0,
             arp_rx: 0,

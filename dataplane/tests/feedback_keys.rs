@@ -151,6 +151,7 @@ fn keys_set_by_the_application_authenticate_without_a_domain_key() {
             remote_write: true,
             remote_read: true,
             remote_atomic: false,
+            qkey: None,
         },
         Modify::Rtr {
             mtu: 1024,

@@ -322,11 +322,15 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     /// One pass of the pipeline at `now`; returns whether anything moved.
     pub fn poll(&mut self, now: u64, host: &mut impl Host<M>) -> bool {
-        let mut moved = self.receive(now, host);
+        // Work requests first: a receive WQE posted before a datagram (or
+        // a UC message) arrives must be in the engine when it does, or
+        // the datagram is dropped for want of one (an RC SEND would get
+        // an RNR NAK).
+        let mut moved = host.doorbells(&mut self.engine, now);
+        moved |= self.receive(now, host);
         // Cheap when nothing is due (a peek at the timer heap); pacing
         // deadlines are the TX pipe's, below.
         self.engine.handle_timeout(now);
-        moved |= host.doorbells(&mut self.engine, now);
         moved |= self.transmit(now, host);
         while let Some(c) = self.engine.poll_completion() {
             self.counters.completions += 1;

@@ -272,6 +272,11 @@ fn zero_copy_min(cfg: &ServiceConfig, driver: &str) -> Option<usize> {
 
 /// WQEs taken from one SQ per pass.
 const SQ_BUDGET: usize = 32;
+/// Receive WQEs taken from one RQ or SRQ ring per pass: moving one puts
+/// nothing on the wire, and a datagram or UC message that finds the
+/// engine's queue empty while WQEs wait in the ring is dropped (an RC
+/// SEND gets an RNR NAK), so a whole ring's worth goes at once.
+const RQ_BUDGET: usize = 1024;
 /// CQEs a CQ may hold back beyond its ring before it overruns.
 const CQ_BACKLOG: usize = 1 << 16;
 
@@ -370,6 +375,8 @@ struct App {
     qps: Vec<Qpn>,
     /// Its shared receive queues (engine SRQ ids on its host).
     srqs: Vec<u32>,
+    /// Its address handles (engine AH ids on its host) and their PDs.
+    ahs: Vec<(u32, u32)>,
     next_cq: u32,
     /// Asynchronous events not yet taken, and the eventfd that says so.
     events: VecDeque<shm::proto::AsyncEventMsg>,
@@ -1089,6 +1096,9 @@ impl Service {
             let _ = host.nic.engine_mut().destroy_srq(*srq);
             host.srqs.remove(srq);
         }
+        for &(ah, pd) in &app.ahs {
+            let _ = host.nic.engine_mut().destroy_ah(ah, pd);
+        }
         for (lkey, mr) in &app.mrs {
             let _ = host.nic.engine_mut().deregister_mr(*lkey);
             if let requests::MrBacking::Mapped { slot } = mr.backing {
@@ -1327,6 +1337,9 @@ impl nic::Host<AppMemory> for Apps<'_> {
                             let _ = engine.modify_to_err(qpn);
                             Some(WcStatus::LocLenErr)
                         }
+                        // A datagram over the MTU fails alone (the library
+                        // refuses it before it gets here).
+                        Err(RcError::DatagramTooLong { .. }) => Some(WcStatus::LocLenErr),
                         Err(RcError::WrongState {
                             state: transport::rc::QpState::Err,
                             ..
@@ -1352,6 +1365,7 @@ impl nic::Host<AppMemory> for Apps<'_> {
                         byte_len: 0,
                         imm: None,
                         solicited: false,
+                        src: None,
                     };
                     errors.push((rt.cq, abi::Cqe::from_rc(&c)));
                 }
@@ -1650,6 +1664,7 @@ fn take_recv_wqes(
             byte_len: 0,
             imm: None,
             solicited: false,
+            src: None,
         };
         errors.push((rt.recv_cq, abi::Cqe::from_rc(&c)));
     }
@@ -1682,7 +1697,7 @@ fn drain_recv(
         return None;
     };
     let mut taken = 0;
-    for _ in 0..(n as usize).min(SQ_BUDGET) {
+    for _ in 0..(n as usize).min(RQ_BUDGET) {
         let wqe = rq.ring.peek_used(seg, abi::RecvWqe::used_len);
         let Ok(posted) = post(&wqe) else {
             break;

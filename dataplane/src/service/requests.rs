@@ -241,7 +241,29 @@ impl Service {
                 depth,
                 rq_depth,
                 srq,
-            } => self.create_qp(conn, pd, (cq, recv_cq.unwrap_or(cq)), depth, rq_depth, srq),
+                qp_type,
+            } => {
+                let cqs = (cq, recv_cq.unwrap_or(cq));
+                self.create_qp(conn, pd, cqs, (depth, rq_depth), srq, qp_type)
+            }
+            Request::CreateAh {
+                pd,
+                dest_ip,
+                traffic_class,
+            } => self.create_ah(conn, pd, dest_ip, traffic_class),
+            Request::DestroyAh { ah } => {
+                let a = self.app(conn);
+                let Some(i) = a.ahs.iter().position(|x| x.0 == ah) else {
+                    return Err(err(
+                        ErrorKind::InvalidArgument,
+                        format!("no address handle {ah} on this device"),
+                    ));
+                };
+                let (ah, pd) = a.ahs.swap_remove(i);
+                let host = a.host;
+                let _ = self.hosts[host].nic.engine_mut().destroy_ah(ah, pd);
+                done(Reply::Done)
+            }
             Request::CreateSrq { pd, depth } => self.create_srq(conn, pd, depth),
             Request::ModifySrq { srq, limit } => {
                 let host = self.own_srq(conn, srq)?;
@@ -379,6 +401,7 @@ impl Service {
                 cqs: Default::default(),
                 qps: Vec::new(),
                 srqs: Vec::new(),
+                ahs: Vec::new(),
                 next_cq: 1,
                 events: VecDeque::new(),
                 event_fd: None,
@@ -444,10 +467,10 @@ impl Service {
             .values()
             .any(|q| q.app == conn && q.pd == pd);
         let a = self.app(conn);
-        if used_by_qp || a.mrs.values().any(|m| m.pd == pd) {
+        if used_by_qp || a.mrs.values().any(|m| m.pd == pd) || a.ahs.iter().any(|a| a.1 == pd) {
             return Err(err(
                 ErrorKind::Busy,
-                format!("PD {pd} still has memory regions or QPs"),
+                format!("PD {pd} still has memory regions, QPs or address handles"),
             ));
         }
         a.pds.retain(|&p| p != pd);
@@ -655,14 +678,47 @@ impl Service {
         done(Reply::Done)
     }
 
+    /// An address handle to `dest_ip`: its MAC from the neighbour table
+    /// (or the zero MAC, which the pipeline resolves by ARP when a
+    /// datagram goes).
+    fn create_ah(
+        &mut self,
+        conn: ConnId,
+        pd: u32,
+        dest_ip: std::net::Ipv4Addr,
+        traffic_class: Option<u8>,
+    ) -> Answer {
+        self.own_pd(conn, pd)?;
+        if dest_ip.is_unspecified() || dest_ip.is_broadcast() {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("an address handle to {dest_ip} reaches no one"),
+            ));
+        }
+        let host = self.app(conn).host;
+        let attr = transport::rc::AhAttr {
+            pd,
+            dest_ip,
+            dest_mac: self.neighbour(host, dest_ip),
+            dscp: traffic_class.map(|tc| tc >> 2),
+        };
+        let ah = self.hosts[host]
+            .nic
+            .engine_mut()
+            .create_ah(attr)
+            .map_err(|e| err(ErrorKind::NoSpace, e.to_string()))?;
+        self.app(conn).ahs.push((ah, pd));
+        done(Reply::Ah { ah })
+    }
+
     fn create_qp(
         &mut self,
         conn: ConnId,
         pd: u32,
         (cq, recv_cq): (u32, u32),
-        depth: u32,
-        rq_depth: u32,
+        (depth, rq_depth): (u32, u32),
         srq: Option<u32>,
+        qp_type: shm::proto::QpType,
     ) -> Answer {
         self.own_pd(conn, pd)?;
         if let Some(srq) = srq {
@@ -699,6 +755,11 @@ impl Service {
             max_send_wr: depth as usize,
             max_recv_wr: rq_depth.max(1) as usize,
             srq,
+            service: match qp_type {
+                shm::proto::QpType::Rc => transport::wire::Service::Rc,
+                shm::proto::QpType::Uc => transport::wire::Service::Uc,
+                shm::proto::QpType::Ud => transport::wire::Service::Ud,
+            },
         };
         let qpn = match self.hosts[host].nic.engine_mut().create_qp_with(init, now) {
             Ok(q) => q,
@@ -835,14 +896,27 @@ impl Service {
                 remote_write,
                 remote_read,
                 remote_atomic,
-            } => self.hosts[host].nic.engine_mut().modify_to_init(
-                qpn,
-                QpAccess {
+                qkey,
+            } => {
+                let e = self.hosts[host].nic.engine_mut();
+                if let Some(q) = qkey {
+                    e.set_qp_qkey(qpn, q).map_err(bad)?;
+                }
+                let access = QpAccess {
                     remote_write,
                     remote_read,
                     remote_atomic,
-                },
-            ),
+                };
+                e.modify_to_init(qpn, access)
+            }
+            Modify::UdRtr => {
+                let mtu = self.cfg.max_mtu;
+                self.hosts[host].nic.engine_mut().modify_ud_to_rtr(qpn, mtu)
+            }
+            Modify::UdRts { sq_psn } => self.hosts[host]
+                .nic
+                .engine_mut()
+                .modify_ud_to_rts(qpn, sq_psn),
             Modify::Rtr {
                 mtu,
                 dest_qpn,
@@ -930,8 +1004,16 @@ impl Service {
                 retry_cnt,
                 rnr_retry,
                 sqd_notify,
+                qkey,
             } => {
                 use shm::proto::UpdateTo;
+                if let Some(q) = qkey {
+                    self.hosts[host]
+                        .nic
+                        .engine_mut()
+                        .set_qp_qkey(qpn, q)
+                        .map_err(bad)?;
+                }
                 let state = match to {
                     UpdateTo::Init => QpState::Init,
                     UpdateTo::Rts => QpState::Rts,

@@ -278,7 +278,13 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
                 imm_data: if with_imm { e.imm.to_be() } else { 0 },
             },
             qp_num: e.qpn,
-            wc_flags: if with_imm { IBV_WC_WITH_IMM } else { 0 },
+            wc_flags: if with_imm { IBV_WC_WITH_IMM } else { 0 }
+                | if e.flags & abi::CQE_GRH != 0 {
+                    IBV_WC_GRH
+                } else {
+                    0
+                },
+            src_qp: e.source().map_or(0, |s| s.qpn),
             ..Default::default()
         };
         // SAFETY: the caller's array holds num_entries >= n entries.

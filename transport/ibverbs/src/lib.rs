@@ -22,6 +22,7 @@
 
 pub mod sys;
 
+mod ah;
 mod async_event;
 mod context;
 mod cq;

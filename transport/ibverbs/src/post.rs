@@ -49,8 +49,17 @@ fn opcode(op: ibv_wr_opcode) -> Option<u8> {
 /// # Safety
 /// `wr` and its scatter list are the caller's valid structs; with
 /// IBV_SEND_INLINE the listed buffers are readable.
-unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
+unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe, mtu: u32) -> Result<(), c_int> {
     let op = opcode(wr.opcode).ok_or(libc::EINVAL)?;
+    let ud = q.ibv.qp_type == IBV_QPT_UD;
+    let allowed = match q.ibv.qp_type {
+        IBV_QPT_UD => matches!(op, wqe_op::SEND | wqe_op::SEND_WITH_IMM),
+        IBV_QPT_UC => op <= wqe_op::SEND_WITH_IMM && op != wqe_op::RDMA_READ,
+        _ => true,
+    };
+    if !allowed {
+        return Err(libc::EINVAL);
+    }
     let n = usize::try_from(wr.num_sge).map_err(|_| libc::EINVAL)?;
     let sges: &[ibv_sge] = if n == 0 {
         &[]
@@ -94,6 +103,18 @@ unsafe fn build(q: &Qp, wr: &ibv_send_wr, w: &mut Wqe) -> Result<(), c_int> {
         if op == wqe_op::RDMA_WRITE_WITH_IMM || op == wqe_op::SEND_WITH_IMM {
             w.imm = u32::from_be(wr.__bindgen_anon_1.imm_data);
         }
+        if ud {
+            // SAFETY: an AH of ours (verbs' contract) or NULL.
+            let ah = crate::ah::Ah::from_ptr(wr.wr.ud.ah).ok_or(libc::EINVAL)?;
+            w.flags |= abi::WQE_UD;
+            w.compare = u64::from(ah.id);
+            w.swap_add =
+                u64::from(wr.wr.ud.remote_qkey) << 32 | u64::from(wr.wr.ud.remote_qpn & 0xff_ffff);
+        }
+    }
+    if ud && sges.iter().map(|s| u64::from(s.length)).sum::<u64>() > u64::from(mtu) {
+        // A datagram is one packet: at most the path MTU.
+        return Err(libc::EINVAL);
     }
     let inline = wr.send_flags & IBV_SEND_INLINE != 0;
     if inline && (op == wqe_op::RDMA_READ || op >= wqe_op::ATOMIC_CMP_AND_SWP) {
@@ -219,7 +240,7 @@ pub unsafe extern "C" fn post_send(
             return Err(libc::EIO);
         }
         // SAFETY: as `build` requires, the caller's structs.
-        unsafe { build(q, r, w) }.map(|()| r.next)
+        unsafe { build(q, r, w, ctx.dev.info.max_mtu) }.map(|()| r.next)
     };
     // SAFETY: the caller's chain and out pointer.
     let r = unsafe { post_chain(ring, seg, &mut w, wr, bad_wr, fill, Wqe::used_len) };

@@ -1,6 +1,7 @@
-//! Queue pairs (RC): creation with the caps verbs asks for (written back
-//! as granted), the `ibv_modify_qp` state machine with the attribute
-//! masks IBA requires for each transition, `ibv_query_qp`, destruction.
+//! Queue pairs (RC, UC, UD): creation with the caps verbs asks for
+//! (written back as granted), the `ibv_modify_qp` state machine with the
+//! attribute masks IBA requires of each QP type for each transition,
+//! `ibv_query_qp`, destruction.
 //! The send and receive rings are posted to by [`crate::post`].
 
 use std::cell::UnsafeCell;
@@ -9,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use shm::abi::{self, Producer, RingLayout};
-use shm::proto::{Modify, QpAccessFlags, Reply, Request, UpdateTo};
+use shm::proto::{Modify, QpAccessFlags, QpType, Reply, Request, UpdateTo};
 
 use crate::async_event::Kind;
 use crate::context::Ctx;
@@ -84,13 +85,18 @@ pub unsafe extern "C" fn ibv_create_qp(
         let Some(ctx) = p.ctx() else {
             return fail(libc::EINVAL, "ibv_create_qp: PD without context", null);
         };
-        if ia.qp_type != IBV_QPT_RC {
-            return fail(
-                libc::EOPNOTSUPP,
-                &format!("ibv_create_qp: QP type {} (only RC)", ia.qp_type),
-                null,
-            );
-        }
+        let qp_type = match ia.qp_type {
+            IBV_QPT_RC => QpType::Rc,
+            IBV_QPT_UC => QpType::Uc,
+            IBV_QPT_UD => QpType::Ud,
+            t => {
+                return fail(
+                    libc::EOPNOTSUPP,
+                    &format!("ibv_create_qp: QP type {t} (RC, UC and UD are supported)"),
+                    null,
+                )
+            }
+        };
         // SAFETY: CQs of ours or NULL.
         let (Some(scq), Some(rcq)) = (unsafe { Cq::from_ptr(ia.send_cq) }, unsafe {
             Cq::from_ptr(ia.recv_cq)
@@ -130,6 +136,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             depth,
             rq_depth,
             srq,
+            qp_type,
         };
         let (sq_offset, depth, qpn, rq_offset, rq_depth) = match ctx.device.call(req) {
             Ok((
@@ -175,7 +182,7 @@ pub unsafe extern "C" fn ibv_create_qp(
                 handle: qpn,
                 qp_num: qpn,
                 state: IBV_QPS_RESET,
-                qp_type: IBV_QPT_RC,
+                qp_type: ia.qp_type,
                 ..Default::default()
             },
             sq: UnsafeCell::new(Producer::new(sq)),
@@ -213,6 +220,68 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         0
     })
+}
+
+/// The attributes IBA requires and allows for a transition of a QP of
+/// `qp_type` (`ibv_qp_attr_mask` bits besides IBV_QP_STATE), or None when
+/// the transition does not exist (Linux's `ib_modify_qp_is_ok` table).
+pub fn transition_masks_of(
+    qp_type: ibv_qp_type,
+    from: ibv_qp_state,
+    to: ibv_qp_state,
+) -> Option<(u32, u32)> {
+    use crate::sys as s;
+    let alt = s::IBV_QP_ALT_PATH | s::IBV_QP_PATH_MIG_STATE;
+    match qp_type {
+        s::IBV_QPT_UD => Some(match (from, to) {
+            (_, s::IBV_QPS_RESET) | (_, s::IBV_QPS_ERR) => (0, 0),
+            (s::IBV_QPS_RESET, s::IBV_QPS_INIT) => {
+                (s::IBV_QP_PKEY_INDEX | s::IBV_QP_PORT | s::IBV_QP_QKEY, 0)
+            }
+            (s::IBV_QPS_INIT, s::IBV_QPS_INIT) => {
+                (0, s::IBV_QP_PKEY_INDEX | s::IBV_QP_PORT | s::IBV_QP_QKEY)
+            }
+            (s::IBV_QPS_INIT, s::IBV_QPS_RTR) => (0, s::IBV_QP_PKEY_INDEX | s::IBV_QP_QKEY),
+            (s::IBV_QPS_RTR, s::IBV_QPS_RTS) => {
+                (s::IBV_QP_SQ_PSN, s::IBV_QP_CUR_STATE | s::IBV_QP_QKEY)
+            }
+            (s::IBV_QPS_RTS | s::IBV_QPS_SQD | s::IBV_QPS_SQE, s::IBV_QPS_RTS) => {
+                (0, s::IBV_QP_CUR_STATE | s::IBV_QP_QKEY)
+            }
+            (s::IBV_QPS_RTS, s::IBV_QPS_SQD) => (0, s::IBV_QP_EN_SQD_ASYNC_NOTIFY),
+            (s::IBV_QPS_SQD, s::IBV_QPS_SQD) => (0, s::IBV_QP_PKEY_INDEX | s::IBV_QP_QKEY),
+            _ => return None,
+        }),
+        s::IBV_QPT_UC => Some(match (from, to) {
+            (_, s::IBV_QPS_RESET) | (_, s::IBV_QPS_ERR) => (0, 0),
+            (s::IBV_QPS_RESET, s::IBV_QPS_INIT) => (
+                s::IBV_QP_PKEY_INDEX | s::IBV_QP_PORT | s::IBV_QP_ACCESS_FLAGS,
+                0,
+            ),
+            (s::IBV_QPS_INIT, s::IBV_QPS_INIT) => (
+                0,
+                s::IBV_QP_PKEY_INDEX | s::IBV_QP_PORT | s::IBV_QP_ACCESS_FLAGS,
+            ),
+            (s::IBV_QPS_INIT, s::IBV_QPS_RTR) => (
+                s::IBV_QP_AV | s::IBV_QP_PATH_MTU | s::IBV_QP_DEST_QPN | s::IBV_QP_RQ_PSN,
+                s::IBV_QP_ALT_PATH | s::IBV_QP_ACCESS_FLAGS | s::IBV_QP_PKEY_INDEX,
+            ),
+            (s::IBV_QPS_RTR, s::IBV_QPS_RTS) => (
+                s::IBV_QP_SQ_PSN,
+                s::IBV_QP_CUR_STATE | alt | s::IBV_QP_ACCESS_FLAGS,
+            ),
+            (s::IBV_QPS_RTS | s::IBV_QPS_SQD | s::IBV_QPS_SQE, s::IBV_QPS_RTS) => {
+                (0, s::IBV_QP_CUR_STATE | alt | s::IBV_QP_ACCESS_FLAGS)
+            }
+            (s::IBV_QPS_RTS, s::IBV_QPS_SQD) => (0, s::IBV_QP_EN_SQD_ASYNC_NOTIFY),
+            (s::IBV_QPS_SQD, s::IBV_QPS_SQD) => (
+                0,
+                s::IBV_QP_AV | alt | s::IBV_QP_ACCESS_FLAGS | s::IBV_QP_PKEY_INDEX,
+            ),
+            _ => return None,
+        }),
+        _ => transition_masks(from, to),
+    }
 }
 
 /// The attributes IBA requires and allows for an RC QP's transition
@@ -313,6 +382,7 @@ fn update(to: UpdateTo, a: &ibv_qp_attr, mask: u32, sqd_notify: bool) -> Modify 
         retry_cnt: set(IBV_QP_RETRY_CNT).then_some(a.retry_cnt),
         rnr_retry: set(IBV_QP_RNR_RETRY).then_some(a.rnr_retry),
         sqd_notify,
+        qkey: set(IBV_QP_QKEY).then_some(a.qkey),
     }
 }
 
@@ -324,6 +394,47 @@ const UNSUPPORTED: u32 = IBV_QP_ALT_PATH
     | IBV_QP_AV
     | IBV_QP_MAX_QP_RD_ATOMIC
     | IBV_QP_MAX_DEST_RD_ATOMIC;
+
+/// The daemon requests, in order, for a checked transition of a UD QP:
+/// its Q_Key on the way to INIT (and in any later modify), no
+/// destination at RTR, its first PSN at RTS.
+fn ud_request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Vec<Modify> {
+    let to = a.qp_state;
+    let qkey = mask & IBV_QP_QKEY != 0;
+    let keyed = |to: UpdateTo| update(to, a, mask & IBV_QP_QKEY, false);
+    match (from, to) {
+        (_, IBV_QPS_ERR) => vec![Modify::Err],
+        (_, IBV_QPS_RESET) => vec![Modify::Reset],
+        (IBV_QPS_RESET, IBV_QPS_INIT) => vec![Modify::Init {
+            remote_write: false,
+            remote_read: false,
+            remote_atomic: false,
+            qkey: Some(a.qkey),
+        }],
+        (IBV_QPS_INIT, IBV_QPS_INIT) => vec![keyed(UpdateTo::Init)],
+        (IBV_QPS_INIT, IBV_QPS_RTR) => {
+            let mut v = Vec::new();
+            if qkey {
+                v.push(keyed(UpdateTo::Init));
+            }
+            v.push(Modify::UdRtr);
+            v
+        }
+        (IBV_QPS_RTR, IBV_QPS_RTS) => {
+            let mut v = vec![Modify::UdRts { sq_psn: a.sq_psn }];
+            if qkey {
+                v.push(keyed(UpdateTo::Rts));
+            }
+            v
+        }
+        (IBV_QPS_RTS, IBV_QPS_SQD) => {
+            let notify = mask & IBV_QP_EN_SQD_ASYNC_NOTIFY != 0 && a.en_sqd_async_notify != 0;
+            vec![update(UpdateTo::Sqd, a, 0, notify)]
+        }
+        (IBV_QPS_SQD, IBV_QPS_SQD) => vec![keyed(UpdateTo::Sqd)],
+        _ => vec![keyed(UpdateTo::Rts)],
+    }
+}
 
 /// The daemon requests, in order, for a checked transition.
 fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Vec<Modify>, (i32, String)> {
@@ -368,6 +479,7 @@ fn request(from: ibv_qp_state, a: &ibv_qp_attr, mask: u32) -> Result<Vec<Modify>
                 remote_write: f & IBV_ACCESS_REMOTE_WRITE != 0,
                 remote_read: f & IBV_ACCESS_REMOTE_READ != 0,
                 remote_atomic: f & IBV_ACCESS_REMOTE_ATOMIC != 0,
+                qkey: None,
             }]
         }
         (IBV_QPS_INIT, IBV_QPS_INIT) => vec![update(UpdateTo::Init, a, mask, false)],
@@ -469,7 +581,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         } else {
             from
         };
-        let Some((required, optional)) = transition_masks(from, to) else {
+        let Some((required, optional)) = transition_masks_of(q.ibv.qp_type, from, to) else {
             return fail(
                 libc::EINVAL,
                 &format!("no transition {from} -> {to}"),
@@ -488,7 +600,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         let mut eff = *a;
         eff.qp_state = to;
-        let steps = match request(from, &eff, mask) {
+        let steps = if q.ibv.qp_type == IBV_QPT_UD {
+            Ok(ud_request(from, &eff, mask))
+        } else {
+            request(from, &eff, mask)
+        };
+        let steps = match steps {
             Ok(m) => m,
             Err((e, why)) => return fail(e, &format!("ibv_modify_qp: {why}"), e),
         };
@@ -558,6 +675,9 @@ fn merge(saved: &mut ibv_qp_attr, a: &ibv_qp_attr, mask: u32) {
     if set(IBV_QP_MAX_QP_RD_ATOMIC) {
         saved.max_rd_atomic = a.max_rd_atomic;
     }
+    if set(IBV_QP_QKEY) {
+        saved.qkey = a.qkey;
+    }
 }
 
 #[no_mangle]
@@ -588,7 +708,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 recv_cq: q.ibv.recv_cq,
                 srq: q.ibv.srq,
                 cap: q.cap,
-                qp_type: IBV_QPT_RC,
+                qp_type: q.ibv.qp_type,
                 sq_sig_all: c_int::from(q.sig_all),
             });
         }

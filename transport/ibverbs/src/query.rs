@@ -87,6 +87,7 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
         max_srq_wr: sat(c.max_srq_wr),
         max_srq_sge: sat(c.max_recv_sge),
         max_pkeys: 1,
+        max_ah: transport::rc::MAX_AHS as c_int,
         local_ca_ack_delay: 15,
         phys_port_cnt: 1,
         ..Default::default()

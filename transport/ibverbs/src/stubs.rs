@@ -62,8 +62,6 @@ macro_rules! does_nothing {
 
 returns_null!(
     ibv_get_sysfs_path,
-    ibv_create_ah,
-    ibv_create_ah_from_wc,
     ibv_import_device,
     ibv_import_mr,
     ibv_import_pd,
@@ -77,7 +75,6 @@ returns_null!(
 returns_errno!(
     ibv_attach_mcast,
     ibv_detach_mcast,
-    ibv_destroy_ah,
     ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid,
     ibv_query_ece,
@@ -147,7 +144,6 @@ returns_errno!(
 returns_minus_one!(
     ibv_read_sysfs_file,
     ibv_read_ibdev_sysfs_file,
-    ibv_init_ah_from_wc,
     // IBV_REREG_MR_ERR_INPUT.
     ibv_rereg_mr,
 );

@@ -36,7 +36,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use transport::rc::{
-    RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
+    RecvWr, SendWr, SgList, Sge, UdDest, UdSource, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
+    WrPayload,
 };
 
 /// Cache line size the ring header separates indices by.
@@ -62,6 +63,9 @@ pub const WQE_INLINE: u8 = 4;
 /// WQE flag: the message's last packet carries the Solicited Event bit
 /// (IBV_SEND_SOLICITED).
 pub const WQE_SOLICITED: u8 = 8;
+/// WQE flag: a UD SEND; `compare` holds the address handle and
+/// `swap_add` the remote Q_Key (high 32 bits) and QPN (low 24).
+pub const WQE_UD: u8 = 16;
 
 /// Scatter/gather entries a send WQE carries (max_send_sge).
 pub const WQE_MAX_SGE: usize = 13;
@@ -83,9 +87,11 @@ pub type WqeSge = Sge;
 pub struct Wqe {
     pub wr_id: u64,
     pub remote_va: u64,
-    /// CMP_SWAP: the value compared with.
+    /// CMP_SWAP: the value compared with; a UD SEND ([`WQE_UD`]): the
+    /// address handle.
     pub compare: u64,
-    /// CMP_SWAP: the value swapped in; FETCH_ADD: the addend.
+    /// CMP_SWAP: the value swapped in; FETCH_ADD: the addend; a UD SEND:
+    /// the remote Q_Key (high 32 bits) and QPN (low 24).
     pub swap_add: u64,
     pub rkey: u32,
     /// SEND/WRITE with immediate: the value posted.
@@ -166,6 +172,11 @@ impl Wqe {
         self.flags = if op.head.signaled { WQE_SIGNALED } else { 0 }
             | if op.head.fence { WQE_FENCE } else { 0 }
             | if op.head.solicited { WQE_SOLICITED } else { 0 };
+        if let Some(d) = op.head.ud {
+            self.flags |= WQE_UD;
+            self.compare = u64::from(d.ah);
+            self.swap_add = u64::from(d.remote_qkey) << 32 | u64::from(d.remote_qpn & 0xff_ffff);
+        }
         self._pad = 0;
         match op.payload {
             WrPayload::Inline(data) => {
@@ -223,9 +234,14 @@ impl Wqe {
     #[inline]
     pub fn parts(&self) -> Result<WrParts<'_>, WqeError> {
         let op = self.op()?;
-        if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE | WQE_SOLICITED) != 0 {
+        if self.flags & !(WQE_SIGNALED | WQE_FENCE | WQE_INLINE | WQE_SOLICITED | WQE_UD) != 0 {
             return Err(WqeError::UnknownFlags(self.flags));
         }
+        let ud = (self.flags & WQE_UD != 0).then_some(UdDest {
+            ah: self.compare as u32,
+            remote_qpn: (self.swap_add & 0xff_ffff) as u32,
+            remote_qkey: (self.swap_add >> 32) as u32,
+        });
         let payload = if self.flags & WQE_INLINE != 0 {
             let n = self.inline_len as usize;
             if n > transport::rc::MAX_INLINE_DATA {
@@ -249,6 +265,7 @@ impl Wqe {
                 signaled: self.flags & WQE_SIGNALED != 0,
                 fence: self.flags & WQE_FENCE != 0,
                 solicited: self.flags & WQE_SOLICITED != 0,
+                ud,
             },
             payload,
         })
@@ -281,6 +298,7 @@ impl Wqe {
             fence: h.fence,
             solicited: h.solicited,
             inline,
+            ud: h.ud,
         })
     }
 }
@@ -370,8 +388,10 @@ pub struct Cqe {
     pub _pad: u8,
     /// The immediate value the sender posted.
     pub imm: u32,
-    /// Byte 3 is the ring's stamp (see [`RingEntry`]).
-    pub _reserved: [u8; 8],
+    /// With [`CQE_GRH`] (a UD receive): the sender's QPN in bytes 0..3
+    /// (little-endian) and its IPv4 address in bytes 4..8. Byte 3 is the
+    /// ring's stamp (see [`RingEntry`]).
+    pub src: [u8; 8],
 }
 
 /// CQE flag: the completion carries immediate data.
@@ -379,6 +399,9 @@ pub const CQE_WITH_IMM: u8 = 1;
 /// CQE flag: a receive completion of a message whose sender asked for a
 /// solicited event (a solicited-only armed CQ signals it).
 pub const CQE_SOLICITED: u8 = 2;
+/// CQE flag: a UD receive; the receive buffer starts with the 40-byte GRH
+/// and `src` names the sender (ibverbs' IBV_WC_GRH).
+pub const CQE_GRH: u8 = 4;
 
 /// Completion statuses and their `ibv_wc_status` values.
 const STATUSES: [(WcStatus, u8); 10] = [
@@ -456,11 +479,29 @@ impl Cqe {
             status: status_code(c.status),
             opcode: opcode_code(c.opcode),
             flags: if c.imm.is_some() { CQE_WITH_IMM } else { 0 }
-                | if c.solicited { CQE_SOLICITED } else { 0 },
+                | if c.solicited { CQE_SOLICITED } else { 0 }
+                | if c.src.is_some() { CQE_GRH } else { 0 },
             _pad: 0,
             imm: c.imm.unwrap_or(0),
-            _reserved: [0; 8],
+            src: match c.src {
+                Some(s) => {
+                    let q = s.qpn.to_le_bytes();
+                    let ip = s.ip.octets();
+                    [q[0], q[1], q[2], 0, ip[0], ip[1], ip[2], ip[3]]
+                }
+                None => [0; 8],
+            },
         }
+    }
+
+    /// The sender of a UD receive completion.
+    #[inline]
+    pub fn source(&self) -> Option<UdSource> {
+        let s = &self.src;
+        (self.flags & CQE_GRH != 0).then(|| UdSource {
+            qpn: u32::from_le_bytes([s[0], s[1], s[2], 0]),
+            ip: core::net::Ipv4Addr::new(s[4], s[5], s[6], s[7]),
+        })
     }
 
     /// The completion this entry carries (a status code this version does
@@ -475,6 +516,7 @@ impl Cqe {
             byte_len: self.byte_len,
             imm: (self.flags & CQE_WITH_IMM != 0).then_some(self.imm),
             solicited: self.flags & CQE_SOLICITED != 0,
+            src: self.source(),
         }
     }
 }
@@ -578,7 +620,7 @@ impl RingEntry for RecvWqe {
 }
 
 impl RingEntry for Cqe {
-    /// `_reserved[0..3]`, and the stamp in `_reserved[3]`.
+    /// `src[0..3]`, and the stamp in `src[3]`.
     const STAMP_WORD: usize = 24;
 }
 
@@ -1293,7 +1335,7 @@ mod tests {
         let mut c = Consumer::<Cqe>::new(l);
         assert_eq!(c.available(&seg), Ok(0), "a zeroed ring is empty");
         let mut e = cqe(7);
-        e._reserved[3] = stamp_of(1, 4); // a stray stamp of the wrong index
+        e.src[3] = stamp_of(1, 4); // a stray stamp of the wrong index
         p.write(&seg, &e);
         assert_eq!(seg.load_acquire(l.prod()), 0, "not published");
         assert_eq!(c.available(&seg), Ok(1));

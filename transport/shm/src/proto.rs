@@ -47,6 +47,15 @@ fn default_min_rnr_timer() -> u8 {
     DEFAULT_MIN_RNR_TIMER
 }
 
+/// A QP's transport service (ibverbs' `IBV_QPT_RC`, `_UC`, `_UD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum QpType {
+    #[default]
+    Rc,
+    Uc,
+    Ud,
+}
+
 /// A QP state transition and its attributes (`docs/spec/rc.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Modify {
@@ -55,6 +64,16 @@ pub enum Modify {
         remote_read: bool,
         #[serde(default)]
         remote_atomic: bool,
+        /// UD: the QP's Q_Key.
+        #[serde(default)]
+        qkey: Option<u32>,
+    },
+    /// A UD QP's INIT -> RTR (no destination: datagrams up to the port's
+    /// MTU from anyone with its Q_Key).
+    UdRtr,
+    /// A UD QP's RTR -> RTS with its first PSN.
+    UdRts {
+        sq_psn: u32,
     },
     Rtr {
         mtu: u32,
@@ -97,6 +116,9 @@ pub enum Modify {
         /// RTS->SQD: raise SQ_DRAINED once the send queue is empty.
         #[serde(default)]
         sqd_notify: bool,
+        /// UD: a new Q_Key.
+        #[serde(default)]
+        qkey: Option<u32>,
     },
 }
 
@@ -182,6 +204,20 @@ pub enum Request {
         /// Take receive WQEs from this shared receive queue.
         #[serde(default)]
         srq: Option<u32>,
+        #[serde(default)]
+        qp_type: QpType,
+    },
+    /// An address handle of `pd` to `dest_ip` (a UD WQE names it).
+    CreateAh {
+        pd: u32,
+        dest_ip: std::net::Ipv4Addr,
+        /// The GRH traffic class (its top six bits are the DSCP); `None`:
+        /// the daemon's DSCP.
+        #[serde(default)]
+        traffic_class: Option<u8>,
+    },
+    DestroyAh {
+        ah: u32,
     },
     /// A shared receive queue of `depth` receive WQEs, its ring in the
     /// segment.
@@ -413,6 +449,9 @@ pub enum Reply {
         srq: u32,
         offset: u64,
         depth: u32,
+    },
+    Ah {
+        ah: u32,
     },
     SrqInfo(SrqInfo),
     Done,

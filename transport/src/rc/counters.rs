@@ -56,6 +56,18 @@ pub struct QpCounters {
     /// Feedback with no MAC or token at all on a keyed connection: its
     /// peer holds no key (check both ends' keys); refused too.
     pub feedback_unkeyed: u64,
+    /// UC: packets dropped with the rest of their message (a loss before
+    /// them, a broken rule, no receive WQE).
+    pub uc_dropped: u64,
+    /// UD: datagrams dropped for a Q_Key not the QP's.
+    pub qkey_violations: u64,
+    /// UD: datagrams dropped for want of a receive WQE (UD has no RNR).
+    pub datagrams_no_wqe: u64,
+    /// UD: datagrams dropped for a payload longer than the path MTU.
+    pub datagrams_too_long: u64,
+    /// UD: datagrams not sent because their address handle was
+    /// destroyed after the post (the WR completes; the datagram is lost).
+    pub datagrams_unaddressed: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -94,6 +106,11 @@ impl QpCounters {
             feedback_forged,
             feedback_replayed,
             feedback_unkeyed,
+            uc_dropped,
+            qkey_violations,
+            datagrams_no_wqe,
+            datagrams_too_long,
+            datagrams_unaddressed,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -128,6 +145,11 @@ impl QpCounters {
         self.feedback_forged += feedback_forged;
         self.feedback_replayed += feedback_replayed;
         self.feedback_unkeyed += feedback_unkeyed;
+        self.uc_dropped += uc_dropped;
+        self.qkey_violations += qkey_violations;
+        self.datagrams_no_wqe += datagrams_no_wqe;
+        self.datagrams_too_long += datagrams_too_long;
+        self.datagrams_unaddressed += datagrams_unaddressed;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }
@@ -145,6 +167,9 @@ pub struct EngineCounters {
     pub unknown_qp: u64,
     /// Frames for a QP in a state that takes no packets (RESET, INIT, ERR).
     pub wrong_state: u64,
+    /// Frames of another transport service than their QP's (a UC or UD
+    /// packet to an RC QP, ...).
+    pub wrong_service: u64,
     /// INT responses naming no QP connected to (their source, DestQP), or
     /// arriving at an engine whose data packets do not subscribe.
     pub int_response_unknown: u64,

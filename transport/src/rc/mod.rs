@@ -17,8 +17,10 @@
 //! the next frame). ACKs, NAKs, probes and CNPs leave before paced data.
 //! Nothing here reads a clock or allocates per packet in steady state.
 
+mod ah;
 pub mod auth;
 mod counters;
+mod datagram;
 pub mod paths;
 mod qp;
 mod qpn_space;
@@ -40,19 +42,21 @@ use pacer::hpcc::{HpccParams, HpccSettings, ParamError};
 use pacer::scheduler::{FlowScheduler, SchedulerConfig};
 use pacer::CongestionControl;
 
+pub use ah::{AhAttr, MAX_AHS};
 pub use counters::{EngineCounters, QpCounters};
+pub use datagram::{grh_of, GRH_LEN};
 pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
 pub use qpn_space::{BadShard, QpnSpace, MAX_SHARDS};
 pub use recv::MAX_RECV_WR;
 pub use types::{
-    rnr_timer_ns, Apart, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu,
+    rnr_timer_ns, AhId, Apart, ConnectParams, Cqe, Endpoint, InlineData, InlineTooLong, PathMtu,
     QpAccess, QpState, QpUpdate, Qpn, RcError, RecvWr, RtrAttr, RtsAttr, SendLimits, SendWr,
-    SgList, Sge, TooManySges, TxFrame, WcOpcode, WcStatus, WrHead, WrOp, WrParts, WrPayload,
-    MAX_INLINE_DATA, MAX_SGE,
+    SgList, Sge, TooManySges, TxFrame, UdDest, UdSource, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
+    WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
-use crate::wire::{check_vlan, MacAddr, Opcode, Packet, VlanTag, WireError};
+use crate::wire::{check_vlan, MacAddr, Opcode, Packet, Service, VlanTag, WireError};
 use qp::Qp;
 use recv::RecvQueue;
 use requester::TxItem;
@@ -104,6 +108,8 @@ pub struct QpInit {
     pub max_recv_wr: usize,
     /// Take receive WQEs from this shared receive queue.
     pub srq: Option<SrqId>,
+    /// RC (the default), UC or UD.
+    pub service: Service,
 }
 
 impl QpInit {
@@ -114,6 +120,7 @@ impl QpInit {
             max_send_wr,
             max_recv_wr: 256,
             srq: None,
+            service: Service::Rc,
         }
     }
 }
@@ -254,6 +261,7 @@ pub struct Engine<M: Memory> {
     cfg: EngineConfig,
     mem: M,
     mrs: MrTable,
+    ahs: ah::AhTable,
     qps: Vec<Option<Qp>>,
     /// Scheduler flow index -> QP index.
     flow_qp: Vec<u32>,
@@ -301,6 +309,7 @@ impl<M: Memory> Engine<M> {
             cfg,
             mem,
             mrs: MrTable::new(),
+            ahs: ah::AhTable::default(),
             qps: Vec::new(),
             flow_qp: Vec::new(),
             sched: FlowScheduler::new(cfg.scheduler, now),
@@ -451,6 +460,7 @@ impl<M: Memory> Engine<M> {
         self.flow_qp[flow.0 as usize] = i as u32;
         self.qps[i] = Some(Qp::new(
             qpn,
+            init.service,
             init.pd,
             rq,
             max_send_wr.max(1),
@@ -600,6 +610,74 @@ impl<M: Memory> Engine<M> {
                 qp.build_template(&self.cfg);
             }
         }
+        self.ahs.set_neighbour(ip, mac, &self.cfg);
+    }
+
+    /// Creates an address handle (ibv_create_ah): where a UD QP of its
+    /// PD sends the datagrams of the WRs that name it.
+    pub fn create_ah(&mut self, attr: AhAttr) -> Result<AhId, RcError> {
+        let cfg = self.cfg;
+        self.ahs.create(attr, &cfg)
+    }
+
+    /// Destroys an address handle of `pd`. WRs posted with it and not
+    /// sent yet lose their datagrams (counted as `datagrams_unaddressed`).
+    pub fn destroy_ah(&mut self, ah: AhId, pd: Pd) -> Result<(), RcError> {
+        self.ahs.destroy(ah, pd)
+    }
+
+    /// What an address handle of `pd` names (ibv_query_ah).
+    pub fn ah_attr(&self, ah: AhId, pd: Pd) -> Result<AhAttr, RcError> {
+        self.ahs.get(ah, pd).ok_or(RcError::NoSuchAh(ah))
+    }
+
+    /// Address handles alive.
+    pub fn ah_count(&self) -> usize {
+        self.ahs.len()
+    }
+
+    /// Sets a UD QP's Q_Key (in RESET -> INIT, INIT -> INIT, RTS -> RTS,
+    /// as ibverbs' IBV_QP_QKEY does).
+    pub fn set_qp_qkey(&mut self, qpn: Qpn, qkey: u32) -> Result<(), RcError> {
+        let qp = self.qp_mut(qpn)?;
+        if qp.service != Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "a Q_Key",
+                service: qp.service.name(),
+            });
+        }
+        qp.qkey = qkey;
+        Ok(())
+    }
+
+    /// A UD QP's INIT -> RTR: datagrams of at most `mtu` bytes.
+    pub fn modify_ud_to_rtr(&mut self, qpn: Qpn, mtu: PathMtu) -> Result<(), RcError> {
+        let qp = self.qp_mut(qpn)?;
+        if qp.service != Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "INIT -> RTR without a destination",
+                service: qp.service.name(),
+            });
+        }
+        qp.modify_ud_to_rtr(mtu)
+    }
+
+    /// A UD QP's RTR -> RTS with its first PSN.
+    pub fn modify_ud_to_rts(&mut self, qpn: Qpn, sq_psn: u32) -> Result<(), RcError> {
+        let qp = self.qp_mut(qpn)?;
+        if qp.service != Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "RTR -> RTS without retry attributes",
+                service: qp.service.name(),
+            });
+        }
+        qp.modify_ud_to_rts(sq_psn)
+    }
+
+    /// The transport service of a QP.
+    pub fn qp_service(&self, qpn: Qpn) -> Result<Service, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").service)
     }
 
     /// The congestion control a QP runs.
@@ -672,7 +750,14 @@ impl<M: Memory> Engine<M> {
     /// INIT -> RTR.
     pub fn modify_to_rtr(&mut self, qpn: Qpn, attr: RtrAttr) -> Result<(), RcError> {
         let cfg = self.cfg;
-        self.qp_mut(qpn)?.modify_to_rtr(attr, &cfg)?;
+        let qp = self.qp_mut(qpn)?;
+        if qp.service == Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "a destination at RTR",
+                service: "UD",
+            });
+        }
+        qp.modify_to_rtr(attr, &cfg)?;
         self.by_peer.insert((attr.dest_ip, attr.dest_qpn), qpn);
         Ok(())
     }
@@ -694,6 +779,12 @@ impl<M: Memory> Engine<M> {
             ack_req_msgs: self.cfg.ack_req_msgs,
         };
         let qp = self.qp_mut(qpn)?;
+        if qp.service == Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "retry attributes at RTS",
+                service: "UD",
+            });
+        }
         let limits = qp.send_limits.unwrap_or(defaults);
         qp.modify_to_rts(attr, limits)
     }
@@ -774,7 +865,8 @@ impl<M: Memory> Engine<M> {
         self.sched.set_next_packet(old.flow, None, 0);
         // Timers armed for the old QP are found stale (`armed` is None).
         let cap = old.req.capacity();
-        self.qps[i] = Some(Qp::new(qpn, old.pd, old.rq, cap, old.flow, &self.cfg));
+        let (pd, rq, flow) = (old.pd, old.rq, old.flow);
+        self.qps[i] = Some(Qp::new(qpn, old.service, pd, rq, cap, flow, &self.cfg));
         self.drop_stale_timers();
         Ok(())
     }
@@ -830,6 +922,9 @@ impl<M: Memory> Engine<M> {
                 "an atomic"
             };
             return Err(RcError::InlineOp(what));
+        }
+        if qp.service != Service::Rc {
+            check_unreliable(qp, wr, &self.ahs)?;
         }
         if wr.head.op.is_atomic() && total != 8 {
             return Err(RcError::AtomicLength {
@@ -952,9 +1047,9 @@ impl<M: Memory> Engine<M> {
         }
     }
 
-    /// Tells the scheduler the size of the QP's next paced packet and its
-    /// controller's rate; moves completed WRs to the CQ.
-    fn refresh(&mut self, i: usize, now: u64) {
+    /// Moves the QP's completed send WRs to the CQ (signaled ones
+    /// report).
+    fn complete_sent(&mut self, i: usize) {
         let Some(qp) = self.qps[i].as_mut() else {
             return;
         };
@@ -965,6 +1060,16 @@ impl<M: Memory> Engine<M> {
                     .push_back(requester::cqe(qpn, &done, WcStatus::Success));
             }
         }
+    }
+
+    /// Tells the scheduler the size of the QP's next paced packet and its
+    /// controller's rate; moves completed WRs to the CQ.
+    fn refresh(&mut self, i: usize, now: u64) {
+        self.complete_sent(i);
+        let Some(qp) = self.qps[i].as_mut() else {
+            return;
+        };
+        let qpn = qp.qpn;
         if let Some(status) = qp.req.failed_front() {
             self.fail_qp(i, status);
             return;
@@ -1143,6 +1248,10 @@ impl<M: Memory> Engine<M> {
             self.counters.wrong_state += 1;
             return;
         }
+        if p.repr.bth.service != qp.service {
+            self.counters.wrong_service += 1;
+            return;
+        }
         let Some(rq) = self.rqs[qp.rq].as_mut() else {
             return;
         };
@@ -1156,6 +1265,7 @@ impl<M: Memory> Engine<M> {
                 byte_len: r.byte_len,
                 imm: r.imm,
                 solicited: r.solicited,
+                src: r.src,
             });
         }
         if outcome.srq_limit {
@@ -1381,10 +1491,15 @@ impl<M: Memory> Engine<M> {
             min: split_min,
             apart: None,
         };
-        let (mrs, mem) = (&self.mrs, &self.mem);
-        let emitted = qp.emit_paced(now, self.ip_ident, mrs, mem, buf, &mut split, peeked);
+        let (ahs, mrs, mem) = (&self.ahs, &self.mrs, &self.mem);
+        let emitted = qp.emit_paced(now, self.ip_ident, ahs, mrs, mem, buf, &mut split, peeked);
+        let unreliable = qp.service != Service::Rc;
         match emitted {
             Ok(Some(n)) => {
+                if unreliable {
+                    // Sent is done: its WR may complete now.
+                    self.complete_sent(i);
+                }
                 self.refresh_sent_owing(i, now);
                 self.counters.tx_frames += 1;
                 Some(Some(match split.apart {
@@ -1461,6 +1576,47 @@ impl<M: Memory> Engine<M> {
     }
 }
 
+/// The rules of a send WR on a UC or UD QP: UC has SEND and RDMA WRITE
+/// (with immediate), UD SEND (with immediate) of at most the path MTU to
+/// an address handle of the QP's PD.
+fn check_unreliable(qp: &Qp, wr: &WrParts<'_>, ahs: &ah::AhTable) -> Result<(), RcError> {
+    let service = qp.service;
+    let op = wr.head.op;
+    let allowed = match service {
+        Service::Rc => true,
+        Service::Uc => matches!(
+            op,
+            WrOp::Send | WrOp::SendImm(_) | WrOp::Write | WrOp::WriteImm(_)
+        ),
+        Service::Ud => op.is_send(),
+    };
+    if !allowed {
+        let what = match op {
+            WrOp::Read => "RDMA READ",
+            WrOp::Write | WrOp::WriteImm(_) => "RDMA WRITE",
+            WrOp::CmpSwap { .. } => "COMPARE_SWAP",
+            WrOp::FetchAdd { .. } => "FETCH_ADD",
+            WrOp::Send | WrOp::SendImm(_) => "SEND",
+        };
+        return Err(RcError::NotOnService {
+            what,
+            service: service.name(),
+        });
+    }
+    if service == Service::Ud {
+        let d = wr.head.ud.ok_or(RcError::NoAddress)?;
+        ahs.get(d.ah, qp.pd).ok_or(RcError::NoSuchAh(d.ah))?;
+        let total = wr.total();
+        if total > u64::from(qp.mtu()) {
+            return Err(RcError::DatagramTooLong {
+                len: total,
+                mtu: qp.mtu(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A receive WR flushed by a QP in ERR.
 fn recv_flush(qpn: Qpn, wr: &RecvWr) -> Cqe {
     Cqe {
@@ -1471,6 +1627,7 @@ fn recv_flush(qpn: Qpn, wr: &RecvWr) -> Cqe {
         byte_len: 0,
         imm: None,
         solicited: false,
+        src: None,
     }
 }
 

@@ -16,22 +16,25 @@ use pacer::scheduler::FlowId;
 use pacer::telemetry::{Hop, HopStack};
 use pacer::{CongestionControl, Controller, Hpcc};
 
+use super::ah::AhTable;
 use super::auth::{feedback_mac, int_token, AckId, Feedback, FeedbackKey, Freshness};
 use super::counters::QpCounters;
+use super::datagram::Dropped;
 use super::paths::{probe_path, QpPaths};
 use super::recv::RecvQueue;
 use super::requester::{Fatal, Payload, Requester, TxItem};
 use super::responder::{RecvDone, RespItem, Responder, Verdict};
 use super::types::{
-    Apart, QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits, WcStatus,
+    Apart, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits,
+    WcStatus,
 };
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
 use crate::wire::packet::frame_len_of;
 use crate::wire::{
-    udp, AethRepr, BthRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr, Opcode, Packet,
-    ProbeRepr, Syndrome, TlmRepr, TransportRepr, UdpRepr,
+    deth, udp, AethRepr, BthRepr, DethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, NotifyRepr,
+    Opcode, Packet, ProbeRepr, Service, Syndrome, TlmRepr, TransportRepr, UdpRepr,
 };
 
 /// A driver's offer to send payloads of at least `min` bytes from where
@@ -180,6 +183,14 @@ struct QpTlm {
 
 pub(crate) struct Qp {
     pub qpn: Qpn,
+    /// RC, UC or UD.
+    pub service: Service,
+    /// UD: the Q_Key datagrams to this QP must carry, and the one its
+    /// WRs send in place of a controlled one.
+    pub qkey: u32,
+    /// UD: the outer headers of the datagram being built (its address
+    /// handle's, with this QP's UDP source port).
+    ud_tpl: Option<FrameTemplate>,
     /// The protection domain whose regions this QP reaches.
     pub pd: Pd,
     /// Index of its receive queue (its own, or a shared one) in the
@@ -268,7 +279,25 @@ fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
 }
 
 impl Qp {
-    pub fn new(qpn: Qpn, pd: Pd, rq: usize, cap: usize, flow: FlowId, cfg: &EngineConfig) -> Self {
+    /// A QP of `service` in RESET. UC and UD QPs run no congestion
+    /// control of ours (no telemetry in their packets: a peer's
+    /// unreliable QPs answer nothing) and send at the line rate.
+    pub fn new(
+        qpn: Qpn,
+        service: Service,
+        pd: Pd,
+        rq: usize,
+        cap: usize,
+        flow: FlowId,
+        cfg: &EngineConfig,
+    ) -> Self {
+        let cfg = &EngineConfig {
+            cc: match service {
+                Service::Rc => cfg.cc,
+                Service::Uc | Service::Ud => CcMode::None,
+            },
+            ..*cfg
+        };
         let cc = match cfg.cc {
             CcMode::None => Controller::Fixed(Fixed::line_rate(cfg.line_rate_bps)),
             CcMode::HpccInband { .. } | CcMode::HpccProbe { .. } => {
@@ -279,6 +308,9 @@ impl Qp {
         };
         Qp {
             qpn,
+            service,
+            qkey: 0,
+            ud_tpl: None,
             pd,
             rq,
             state: QpState::Reset,
@@ -341,6 +373,9 @@ impl Qp {
         self.resp.remote_write = access.remote_write;
         self.resp.remote_read = access.remote_read;
         self.resp.remote_atomic = access.remote_atomic;
+        if self.service == Service::Uc {
+            self.resp.make_unreliable();
+        }
         self.state = QpState::Init;
         Ok(())
     }
@@ -388,6 +423,48 @@ impl Qp {
         Ok(())
     }
 
+    /// A UD QP's INIT -> RTR: it has no peer; it takes datagrams of at
+    /// most `mtu` bytes with its Q_Key from anyone.
+    pub fn modify_ud_to_rtr(&mut self, mtu: PathMtu) -> Result<(), RcError> {
+        self.need(QpState::Init, "INIT -> RTR")?;
+        self.segment_bytes = mtu.bytes();
+        self.resp.mtu = mtu.bytes();
+        self.state = QpState::Rtr;
+        Ok(())
+    }
+
+    /// A UD QP's RTR -> RTS: its first PSN.
+    pub fn modify_ud_to_rts(&mut self, sq_psn: u32) -> Result<(), RcError> {
+        self.need(QpState::Rtr, "RTR -> RTS")?;
+        check_bits("sq_psn", u64::from(sq_psn), 0xFF_FFFF)?;
+        self.req.configure(
+            self.segment_bytes,
+            sq_psn,
+            0,
+            0,
+            0,
+            1,
+            SendLimits::STANDARD_PEER,
+        );
+        self.req.make_unreliable();
+        self.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// Whether it may send and receive packets: a connected QP from RTR
+    /// on has its peer; a UD QP needs none.
+    fn ready(&self) -> bool {
+        match self.service {
+            Service::Ud => self.state.receives(),
+            Service::Rc | Service::Uc => self.rtr.is_some(),
+        }
+    }
+
+    /// Payload bytes per packet (the path MTU, from RTR on).
+    pub fn mtu(&self) -> u32 {
+        self.segment_bytes
+    }
+
     pub fn modify_to_rts(&mut self, a: RtsAttr, limits: SendLimits) -> Result<(), RcError> {
         self.need(QpState::Rtr, "RTR -> RTS")?;
         check_bits("sq_psn", u64::from(a.sq_psn), 0xFF_FFFF)?;
@@ -403,6 +480,9 @@ impl Qp {
             a.max_rd_atomic,
             limits,
         );
+        if self.service == Service::Uc {
+            self.req.make_unreliable();
+        }
         self.state = QpState::Rts;
         Ok(())
     }
@@ -473,6 +553,7 @@ impl Qp {
         }
         let fresh = Qp::new(
             self.qpn,
+            self.service,
             self.pd,
             self.rq,
             self.req.capacity(),
@@ -501,7 +582,7 @@ impl Qp {
 
     /// Does the packet come from this QP's peer?
     pub fn is_from_peer(&self, p: &Packet<'_>) -> bool {
-        self.rtr.is_some_and(|r| r.dest_ip == p.repr.ip.src)
+        self.service == Service::Ud || self.rtr.is_some_and(|r| r.dest_ip == p.repr.ip.src)
     }
 
     /// The peer this QP is connected to: (its IPv4 address, its QPN).
@@ -922,6 +1003,16 @@ impl Qp {
                 self.counters.cnps_received += 1;
                 self.cc.on_cnp(now);
             }
+            _ if self.service == Service::Ud => {
+                let (qkey, mtu) = (self.qkey, self.resp.mtu);
+                let crossed = &mut out.srq_limit;
+                match super::datagram::receive(p, qkey, mtu, mrs, mem, rq, crossed) {
+                    Ok(done) => out.recv = Some(done),
+                    Err(Dropped::QKey) => self.counters.qkey_violations += 1,
+                    Err(Dropped::NoWqe) => self.counters.datagrams_no_wqe += 1,
+                    Err(Dropped::TooLong) => self.counters.datagrams_too_long += 1,
+                }
+            }
             _ => {
                 let verdict = self.resp.on_request(p, mrs, mem, rq);
                 self.ack_deadline = match self.ack_deadline {
@@ -945,6 +1036,7 @@ impl Qp {
                     }
                     Verdict::OutOfOrder => self.counters.out_of_order += 1,
                     Verdict::Ignored => {}
+                    Verdict::Dropped => self.counters.uc_dropped += 1,
                     Verdict::Fatal(code) => {
                         self.counters.naks_sent[usize::from(code & 3)] += 1;
                         out.fail = Some(WcStatus::WrFlushErr);
@@ -1024,7 +1116,12 @@ impl Qp {
     /// The BTH of a request packet.
     #[inline(always)]
     fn request_bth(&self, t: &TxItem) -> BthRepr {
-        let mut bth = BthRepr::new(t.opcode, self.rtr.map_or(0, |r| r.dest_qpn), t.psn);
+        let dest = match t.ud {
+            Some(d) => d.remote_qpn,
+            None => self.rtr.map_or(0, |r| r.dest_qpn),
+        };
+        let mut bth = BthRepr::new(t.opcode, dest, t.psn);
+        bth.service = self.service;
         bth.ack_req = t.ack_req;
         bth.solicited = t.solicited;
         bth
@@ -1054,6 +1151,9 @@ impl Qp {
     /// ACKs keep the QP's own, so that a move never reorders a READ
     /// response stream).
     fn req_template(&self) -> Option<&FrameTemplate> {
+        if self.service == Service::Ud {
+            return self.ud_tpl.as_ref();
+        }
         match self.paths.as_deref() {
             Some(p) => p.template.as_ref(),
             None => self.template.as_ref(),
@@ -1088,7 +1188,7 @@ impl Qp {
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<usize> {
         let len = t.len as usize;
-        if t.atomic.is_none() && t.imm.is_none() && self.tlm.data.is_none() {
+        if t.atomic.is_none() && t.imm.is_none() && t.ud.is_none() && self.tlm.data.is_none() {
             let (bth, reth) = (self.request_bth(t), t.reth_repr());
             let tpl = self.req_template()?;
             return tpl
@@ -1118,6 +1218,14 @@ impl Qp {
         r.atomic = t.atomic;
         r.imm = t.imm;
         r.tlm = self.tlm.data.as_ref();
+        r.deth = t.ud.map(|d| DethRepr {
+            q_key: if d.remote_qkey & deth::CONTROLLED_QKEY != 0 {
+                self.qkey
+            } else {
+                d.remote_qkey
+            },
+            src_qp: self.qpn,
+        });
         r
     }
 
@@ -1159,7 +1267,7 @@ impl Qp {
         cfg: &EngineConfig,
         request: impl FnOnce(&Self) -> Option<(Opcode, u32, T)>,
     ) -> Option<(u32, Option<T>)> {
-        if self.state == QpState::Err || self.rtr.is_none() || !self.may_have_paced() {
+        if self.state == QpState::Err || !self.ready() || !self.may_have_paced() {
             return None;
         }
         // Sized from the opcode alone: no headers are built per packet here.
@@ -1174,7 +1282,7 @@ impl Qp {
         let (opcode, len, t) = request(self)?;
         let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
         Some((
-            (tag + frame_len_of(opcode.layout(), tlm, len as usize)) as u32,
+            (tag + frame_len_of(opcode.layout_in(self.service), tlm, len as usize)) as u32,
             Some(t),
         ))
     }
@@ -1190,13 +1298,14 @@ impl Qp {
         &mut self,
         now: u64,
         ident: u16,
+        ahs: &AhTable,
         mrs: &MrTable,
         mem: &impl Memory,
         buf: &mut [u8],
         split: &mut Split,
         peeked: Option<TxItem>,
     ) -> Result<Option<usize>, WcStatus> {
-        if self.state == QpState::Err || self.rtr.is_none() {
+        if self.state == QpState::Err || !self.ready() {
             return Ok(None);
         }
         let mrs = mrs.pd(self.pd);
@@ -1231,6 +1340,17 @@ impl Qp {
         let Some(t) = peeked.or_else(|| self.peek()) else {
             return Ok(None);
         };
+        if let Some(d) = t.ud {
+            let port = udp::entropy_port(self.qpn, d.remote_qpn);
+            self.ud_tpl = ahs.template(d.ah, self.pd).map(|t| t.with_src_port(port));
+            if self.ud_tpl.is_none() {
+                // Its address handle was destroyed after the post: the
+                // datagram is lost, as one on the wire may be.
+                self.counters.datagrams_unaddressed += 1;
+                self.req.sent(&t, now);
+                return Ok(None);
+            }
+        }
         self.stamp_int_token(t.psn);
         let Some(payload) = self.req.tx_payload() else {
             return Ok(None);

@@ -6,6 +6,11 @@
 //! responses were lost) and, after the peer's RNR timer, on RNR NAKs.
 //! Completions leave in post order.
 //!
+//! An unreliable requester (UC, UD) segments the same way and numbers
+//! packets the same way, but asks for no ACK, keeps no timer, and takes
+//! each packet as acknowledged when it is sent: a WR completes once its
+//! last packet has left.
+//!
 //! It never touches memory or builds frames: it says which packet is next
 //! ([`Requester::peek`]) and learns what was sent and what came back.
 
@@ -16,8 +21,8 @@ use pacer::psn::{psn_add, psn_diff, psn_ge, psn_gt};
 use super::read_recovery::ReadRecovery;
 use super::sgl::Sge;
 use super::types::{
-    rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
-    WrPayload,
+    rnr_timer_ns, Cqe, InlineData, Qpn, SendLimits, UdDest, WcOpcode, WcStatus, WrHead, WrOp,
+    WrParts, WrPayload,
 };
 use crate::wire::{AtomicEthRepr, Opcode, RethRepr};
 
@@ -112,6 +117,8 @@ pub(crate) struct TxItem {
     pub solicited: bool,
     /// A packet sent before (after go-back-N).
     pub retransmit: bool,
+    /// A UD SEND: where it goes.
+    pub ud: Option<UdDest>,
 }
 
 impl TxItem {
@@ -147,6 +154,8 @@ pub(crate) enum Fatal {
 
 #[derive(Debug)]
 pub(crate) struct Requester {
+    /// UC or UD: no ACKs, a packet counts as acknowledged once sent.
+    unreliable: bool,
     sq: VecDeque<SqEntry>,
     cap: usize,
     /// First PSN of the next posted WR.
@@ -253,6 +262,7 @@ fn packets(len: u32, mtu: u32) -> u32 {
 impl Requester {
     pub fn new(cap: usize) -> Self {
         Requester {
+            unreliable: false,
             sq: VecDeque::with_capacity(cap),
             cap,
             next_psn: 0,
@@ -319,6 +329,13 @@ impl Requester {
         self.rnr_retry = rnr_retry;
         self.rnr_left = rnr_retry;
         self.max_rd = u32::from(max_rd.max(1));
+    }
+
+    /// Makes this an unreliable requester (UC, UD; see the module doc),
+    /// from RTS on: no timer, no AckReq.
+    pub fn make_unreliable(&mut self) {
+        self.unreliable = true;
+        self.rto_ns = 0;
     }
 
     /// New bounds on PSNs outstanding and on packets between AckReqs,
@@ -548,6 +565,7 @@ impl Requester {
                 imm: None,
                 solicited: false,
                 retransmit,
+                ud: None,
             });
         }
         let last = k + 1 == e.npsn;
@@ -563,11 +581,12 @@ impl Requester {
             // lossy path does not hinge on one AckReq packet and its ACK; so
             // does a packet after which the byte or PSN window is full, or
             // the window would wait for an ACK nobody asked for.
-            ack_req: (last && self.asks_at_end(e))
-                || self.unasked_pkts + 1 >= self.ack_req_every
-                || retransmit
-                || self.inflight + u64::from(len) + u64::from(self.mtu) > window
-                || outstanding + 1 >= self.max_outstanding_psns,
+            ack_req: !self.unreliable
+                && ((last && self.asks_at_end(e))
+                    || self.unasked_pkts + 1 >= self.ack_req_every
+                    || retransmit
+                    || self.inflight + u64::from(len) + u64::from(self.mtu) > window
+                    || outstanding + 1 >= self.max_outstanding_psns),
             off: u64::from(k) * u64::from(self.mtu),
             len,
             reth: (k == 0 && !send).then_some((e.wr.remote_va, e.wr.rkey, e.len)),
@@ -577,6 +596,7 @@ impl Requester {
                 && e.wr.solicited
                 && matches!(e.wr.op, WrOp::Send | WrOp::SendImm(_) | WrOp::WriteImm(_)),
             retransmit,
+            ud: e.wr.ud,
         })
     }
 
@@ -633,6 +653,11 @@ impl Requester {
         }
         if psn_gt(self.tx_psn, self.hi) {
             self.hi = self.tx_psn;
+        }
+        if self.unreliable {
+            // Nothing comes back: sent is as good as acknowledged.
+            self.ack_through(item.psn);
+            return;
         }
         if self.timer.is_none() && self.rto_ns > 0 {
             self.timer = Some(now + self.rto_ns);
@@ -1157,6 +1182,7 @@ pub(crate) fn cqe(qpn: Qpn, wr: &Done, status: WcStatus) -> Cqe {
         },
         imm: None,
         solicited: false,
+        src: None,
     }
 }
 
@@ -1181,6 +1207,7 @@ mod tests {
                 signaled,
                 fence: false,
                 solicited: false,
+                ud: None,
             },
             payload: WrPayload::Sges(&sge),
         };

@@ -8,13 +8,20 @@
 //!
 //! ACKs and NAKs wait while responses are queued, so that nothing the
 //! responder sends acknowledges a PSN before the responses that precede it.
+//!
+//! An unreliable responder (UC, IBA 9.7.5.2 and C9-?) checks the same
+//! rules but answers nothing: a packet that is not the one expected, or
+//! that breaks a rule, or finds no receive WQE, drops the message it
+//! belongs to (the rest of it is dropped too), and the next message's
+//! first packet starts clean whatever its PSN. A SEND's receive WQE whose
+//! message was dropped is kept for the next SEND (it did not complete).
 
 use std::collections::VecDeque;
 
 use pacer::psn::{psn_add, psn_diff};
 
 use super::recv::RecvQueue;
-use super::types::{RecvWr, WcOpcode, WcStatus};
+use super::types::{RecvWr, UdSource, WcOpcode, WcStatus};
 use crate::mr::{AtomicOp, Memory, MrView};
 use crate::wire::{aeth, Opcode, Packet};
 
@@ -136,6 +143,8 @@ pub(crate) struct RecvDone {
     pub imm: Option<u32>,
     /// The message's last packet carried the Solicited Event bit.
     pub solicited: bool,
+    /// A datagram's sender (UD only).
+    pub src: Option<UdSource>,
 }
 
 /// What the responder made of a request.
@@ -153,10 +162,18 @@ pub(crate) enum Verdict {
     Fatal(u8),
     /// Not a request this responder handles; dropped.
     Ignored,
+    /// UC: the packet was dropped, with the rest of its message.
+    Dropped,
 }
 
 #[derive(Debug)]
 pub(crate) struct Responder {
+    /// UC: no ACKs or NAKs, messages with a loss dropped whole.
+    unreliable: bool,
+    /// UC: dropping packets until a message's first one.
+    dropping: bool,
+    /// UC: the receive WQE of a SEND that was dropped, for the next.
+    spare: Option<RecvWr>,
     pub epsn: u32,
     pub msn: u32,
     pub mtu: u32,
@@ -189,6 +206,9 @@ pub(crate) struct Responder {
 impl Responder {
     pub fn new() -> Self {
         Responder {
+            unreliable: false,
+            dropping: false,
+            spare: None,
             epsn: 0,
             msn: 0,
             mtu: 1024,
@@ -218,6 +238,11 @@ impl Responder {
         self.max_memos = usize::from(max_dest_rd_atomic.max(1));
         self.memos = VecDeque::with_capacity(self.max_memos);
         self.jobs = VecDeque::with_capacity(self.max_memos + 1);
+    }
+
+    /// Makes this an unreliable (UC) responder: see the module doc.
+    pub fn make_unreliable(&mut self) {
+        self.unreliable = true;
     }
 
     /// The ACK or NAK to send now, if any and if no response must go
@@ -283,6 +308,74 @@ impl Responder {
         if !op.is_request() {
             return Verdict::Ignored;
         }
+        if self.unreliable {
+            return self.on_unreliable(p, mrs, mem, rq);
+        }
+        self.on_reliable(p, mrs, mem, rq)
+    }
+
+    /// UC: see the module doc.
+    fn on_unreliable(
+        &mut self,
+        p: &Packet<'_>,
+        mrs: MrView<'_>,
+        mem: &mut impl Memory,
+        rq: &mut RecvQueue,
+    ) -> Verdict {
+        use Opcode::*;
+        let op = p.repr.bth.opcode;
+        let starts = matches!(
+            op,
+            SendFirst
+                | SendOnly
+                | SendOnlyWithImmediate
+                | RdmaWriteFirst
+                | RdmaWriteOnly
+                | RdmaWriteOnlyWithImmediate
+        );
+        if self.dropping || p.repr.bth.psn != self.epsn {
+            if !starts {
+                self.drop_message();
+                return Verdict::Dropped;
+            }
+            // A message cut short ends here; this one starts clean.
+            self.drop_message();
+            self.dropping = false;
+            self.epsn = p.repr.bth.psn;
+        }
+        match self.on_reliable(p, mrs, mem, rq) {
+            v @ (Verdict::Accepted | Verdict::Ignored | Verdict::Dropped) => v,
+            Verdict::Fatal(_)
+            | Verdict::ReceiverNotReady
+            | Verdict::OutOfOrder
+            | Verdict::Duplicate => {
+                // Nothing is answered; the message goes.
+                self.nak = None;
+                self.nak_sent = false;
+                self.drop_message();
+                Verdict::Dropped
+            }
+        }
+    }
+
+    /// UC: forgets the message in progress (a SEND's receive WQE is kept
+    /// for the next SEND) and drops packets until the next message.
+    fn drop_message(&mut self) {
+        self.dropping = true;
+        if let Some(InMsg::Send { wqe, .. }) = self.msg.take() {
+            self.spare = Some(wqe);
+        }
+    }
+
+    /// RC: rc.md's checks in order, then the request is executed.
+    fn on_reliable(
+        &mut self,
+        p: &Packet<'_>,
+        mrs: MrView<'_>,
+        mem: &mut impl Memory,
+        rq: &mut RecvQueue,
+    ) -> Verdict {
+        let op = p.repr.bth.opcode;
         let psn = p.repr.bth.psn;
         let d = psn_diff(psn, self.epsn);
         if d > 0 {
@@ -352,6 +445,9 @@ impl Responder {
         let psn = p.repr.bth.psn;
         self.epsn = psn_add(psn, npsn);
         self.nak_sent = false;
+        if self.unreliable {
+            return Verdict::Accepted;
+        }
         let answered = matches!(
             p.repr.bth.opcode,
             Opcode::RdmaReadRequest | Opcode::CompareSwap | Opcode::FetchAdd
@@ -489,6 +585,9 @@ impl Responder {
     }
 
     fn take_wqe(&mut self, rq: &mut RecvQueue) -> Option<RecvWr> {
+        if let Some(w) = self.spare.take() {
+            return Some(w);
+        }
         let (wqe, crossed) = rq.pop()?;
         self.srq_limit_crossed |= crossed;
         Some(wqe)
@@ -572,6 +671,7 @@ impl Responder {
             byte_len: len.min(u64::from(u32::MAX)) as u32,
             imm,
             solicited,
+            src: None,
         });
     }
 
@@ -805,7 +905,7 @@ impl Responder {
         self.ack = None;
         match self.msg.take() {
             Some(InMsg::Send { wqe, .. }) => Some(wqe),
-            _ => None,
+            _ => self.spare.take(),
         }
     }
 }

@@ -292,6 +292,29 @@ impl WrOp {
     }
 }
 
+/// An address handle of an engine (`Engine::create_ah`).
+pub type AhId = u32;
+
+/// Where a UD send goes: an address handle (the destination's IPv4 and
+/// MAC address, its traffic class), the remote QP and the Q_Key it
+/// checks. A Q_Key with the controlled bit (the top one) is replaced by
+/// the sending QP's own (IBA C10-15: a WR may not use a controlled Q_Key
+/// it was not given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    pub ah: AhId,
+    pub remote_qpn: Qpn,
+    pub remote_qkey: u32,
+}
+
+/// The sender of a datagram (a UD receive completion): its QP and the
+/// IPv4 address in the GRH (ibverbs' `src_qp` and `IBV_WC_GRH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdSource {
+    pub qpn: Qpn,
+    pub ip: Ipv4Addr,
+}
+
 /// A send work request: local buffers (a scatter/gather list) and, for
 /// RDMA and atomic operations, the remote buffer (R_Key, VA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,6 +338,8 @@ pub struct SendWr {
     /// IBV_SEND_INLINE: the bytes of a SEND or WRITE, copied at post (the
     /// local buffers are then not read).
     pub inline: Option<InlineData>,
+    /// A UD QP's SEND: where it goes (`None` on connected QPs).
+    pub ud: Option<UdDest>,
 }
 
 /// Bytes a WR may carry inline (max_inline_data).
@@ -375,6 +400,7 @@ impl SendWr {
             fence: false,
             solicited: false,
             inline: None,
+            ud: None,
         }
     }
 
@@ -399,6 +425,8 @@ pub struct WrHead {
     pub signaled: bool,
     pub fence: bool,
     pub solicited: bool,
+    /// A UD QP's SEND: where it goes.
+    pub ud: Option<UdDest>,
 }
 
 /// A send work request as borrowed parts: what the engine queues, so that
@@ -430,6 +458,7 @@ impl<'a> WrParts<'a> {
                 signaled: wr.signaled,
                 fence: wr.fence,
                 solicited: wr.solicited,
+                ud: wr.ud,
             },
             payload: match &wr.inline {
                 Some(d) => WrPayload::Inline(d.as_slice()),
@@ -508,6 +537,9 @@ pub struct Cqe {
     /// A receive completion of a message whose last packet carried the
     /// Solicited Event bit.
     pub solicited: bool,
+    /// A UD receive completion: who sent the datagram (its GRH is in the
+    /// first 40 bytes of the receive buffer).
+    pub src: Option<UdSource>,
 }
 
 /// Why a control-path call or a post was refused.
@@ -565,6 +597,19 @@ pub enum RcError {
     },
     #[error("{what} cannot change in {state:?} (only once the QP sends)")]
     NotYet { what: &'static str, state: QpState },
+    #[error("too many address handles (at most {0})")]
+    TooManyAhs(usize),
+    #[error("no address handle {0} in the QP's protection domain")]
+    NoSuchAh(u32),
+    #[error("{what} is not an operation of {service} QPs")]
+    NotOnService {
+        what: &'static str,
+        service: &'static str,
+    },
+    #[error("a datagram of {len} bytes is longer than the path MTU ({mtu})")]
+    DatagramTooLong { len: u64, mtu: u32 },
+    #[error("a UD SEND needs an address handle, a remote QPN and a Q_Key")]
+    NoAddress,
 }
 
 /// A frame [`Engine::poll_transmit_split`](super::Engine::poll_transmit_split)

@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, MrKeys, VecMemory, DEFAULT_PD};
 use transport::rc::{
-    ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, QpInit, Qpn, RecvWr,
-    SendWr, SgList, Sge, SrqId, WrOp,
+    AhAttr, AhId, ConnectParams, Cqe, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, QpInit,
+    Qpn, RecvWr, SendWr, SgList, Sge, SrqId, UdDest, WrOp,
 };
 use transport::wire::{
-    AethRepr, HopRecord, MacAddr, Opcode, Packet, PacketRepr, RethRepr, RoceFrame,
+    AethRepr, HopRecord, MacAddr, Opcode, Packet, PacketRepr, RethRepr, RoceFrame, Service,
 };
 
 pub const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -71,6 +71,8 @@ type Port = FaultInjector<MemPort>;
 pub struct Side {
     pub nic: Nic<Port, VecMemory>,
     pub qpn: Qpn,
+    /// UD: an address handle of this side to the other.
+    pub ah: Option<AhId>,
     pub mr: MrKeys,
     pub srq: Option<SrqId>,
     pub cqes: Completions,
@@ -121,6 +123,10 @@ pub struct Setup {
     pub dscp: Option<u8>,
     /// Both QPs' feedback key.
     pub feedback_key: Option<transport::rc::auth::FeedbackKey>,
+    /// The QPs' transport service (UD QPs get [`Setup::qkey`] and an
+    /// address handle each to the other side instead of a connection).
+    pub service: Service,
+    pub qkey: u32,
 }
 
 impl Default for Setup {
@@ -143,6 +149,8 @@ impl Default for Setup {
             cfg: |mac, ip| EngineConfig::new(mac, ip, 100_000_000_000),
             dscp: None,
             feedback_key: None,
+            service: Service::Rc,
+            qkey: 0x1111_1111,
         }
     }
 }
@@ -162,6 +170,7 @@ fn engine(
     let srq = srq.map(|n| engine.create_srq(DEFAULT_PD, n).unwrap());
     let init = QpInit {
         srq,
+        service: s.service,
         ..QpInit::new(1024)
     };
     let qpn = engine.create_qp_with(init, 0).unwrap();
@@ -217,16 +226,35 @@ impl Pair {
             feedback_key: s.feedback_key,
             ..ConnectParams::new(s.mtu)
         };
-        let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };
-        ea.connect_to(qa, s.psn_a, &end(qb, MAC_B, IP_B, s.psn_b), &params)
-            .unwrap();
-        let pb = ConnectParams {
-            access: s.access_b,
-            min_rnr_timer: s.min_rnr_timer,
-            ..params
-        };
-        eb.connect_to(qb, s.psn_b, &end(qa, MAC_A, IP_A, s.psn_a), &pb)
-            .unwrap();
+        let (mut ah_a, mut ah_b) = (None, None);
+        if s.service == Service::Ud {
+            let up = |e: &mut Engine<VecMemory>, qpn, psn, ip, mac| {
+                e.set_qp_qkey(qpn, s.qkey).unwrap();
+                e.modify_to_init(qpn, QpAccess::default()).unwrap();
+                e.modify_ud_to_rtr(qpn, s.mtu).unwrap();
+                e.modify_ud_to_rts(qpn, psn).unwrap();
+                let attr = AhAttr {
+                    pd: DEFAULT_PD,
+                    dest_ip: ip,
+                    dest_mac: mac,
+                    dscp: None,
+                };
+                e.create_ah(attr).unwrap()
+            };
+            ah_a = Some(up(&mut ea, qa, s.psn_a, IP_B, MAC_B));
+            ah_b = Some(up(&mut eb, qb, s.psn_b, IP_A, MAC_A));
+        } else {
+            let end = |qpn, mac, ip, psn| Endpoint { qpn, psn, mac, ip };
+            ea.connect_to(qa, s.psn_a, &end(qb, MAC_B, IP_B, s.psn_b), &params)
+                .unwrap();
+            let pb = ConnectParams {
+                access: s.access_b,
+                min_rnr_timer: s.min_rnr_timer,
+                ..params
+            };
+            eb.connect_to(qb, s.psn_b, &end(qa, MAC_A, IP_A, s.psn_a), &pb)
+                .unwrap();
+        }
         let wire = Arc::new(Mutex::new(Wire {
             hook: Box::new(|_, _, _| Fate::Deliver),
             log: Vec::new(),
@@ -255,6 +283,7 @@ impl Pair {
             a: Side {
                 nic: Nic::new(ea, pa, mtu),
                 qpn: qa,
+                ah: ah_a,
                 mr: ka,
                 srq: None,
                 cqes: Completions::default(),
@@ -262,6 +291,7 @@ impl Pair {
             b: Side {
                 nic: Nic::new(eb, pb, mtu),
                 qpn: qb,
+                ah: ah_b,
                 mr: kb,
                 srq,
                 cqes: Completions::default(),
@@ -290,6 +320,18 @@ impl Pair {
             len,
         };
         SendWr::new(wr_id, op, buf, self.b.mr.rkey, MR_BASE + remote)
+    }
+
+    /// A UD SEND (or SEND with immediate) of `len` bytes from A's region
+    /// at `local` to B's QP through A's address handle, with Q_Key `qkey`.
+    pub fn ud_wr(&self, wr_id: u64, op: WrOp, local: u64, len: u32, qkey: u32) -> SendWr {
+        let mut wr = self.wr(wr_id, op, local, 0, len);
+        wr.ud = Some(UdDest {
+            ah: self.a.ah.expect("a UD pair"),
+            remote_qpn: self.b.qpn,
+            remote_qkey: qkey,
+        });
+        wr
     }
 
     /// A receive WR of B over its region at `at`, `len` bytes.

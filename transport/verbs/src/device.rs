@@ -866,6 +866,7 @@ impl<'a> QpBuilder<'a> {
                 self.recv_depth
             },
             srq: self.srq.map(|s| s.srq),
+            qp_type: shm::proto::QpType::Rc,
         })?;
         let Reply::Qp {
             qpn,
@@ -901,6 +902,7 @@ impl<'a> QpBuilder<'a> {
             remote_write: self.access.remote_write,
             remote_read: self.access.remote_read,
             remote_atomic: self.access.remote_atomic,
+            qkey: None,
         })?;
         if let Some(key) = self.feedback_key {
             dev.done(Request::SetQpFeedbackKey {
@@ -1266,6 +1268,7 @@ fn with_parts<R>(
             signaled: w.signaled,
             fence: w.fence,
             solicited: w.solicited,
+            ud: None,
         },
         payload,
     };
@@ -1363,6 +1366,7 @@ pub fn empty_completion() -> Completion {
         byte_len: 0,
         imm: None,
         solicited: false,
+        src: None,
     }
 }
 

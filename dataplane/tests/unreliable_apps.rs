@@ -1,0 +1,105 @@
+//! Unmodified Debian binaries on UD and UC QPs over our libibverbs and the
+//! loopback daemon (issue 52): rdma-core's `ibv_ud_pingpong -c` and
+//! `ibv_uc_pingpong -c` (received buffers validated; they print `invalid
+//! data` and exit 0 on a bad byte, which `pair` reads), and perftest's
+//! `ib_send_lat -c UD`, `ib_send_bw -c UD`, `ib_write_lat -c UC` and
+//! `ib_send_bw -c UC` over all their sizes (`-a`), server on rnic1 and
+//! client on rnic0, then both on rnic0. On the loopback nothing is lost,
+//! so no datagram or UC message may be dropped: the daemon's counters
+//! must show none (a bandwidth test whose receiver missed one would also
+//! wait for it until perftest's own timeout and fail).
+
+use std::process::Command;
+
+mod daemon_util;
+
+use daemon_util::pair_on;
+
+/// The daemon's `dataplane stats` text.
+fn stats(socket: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .args(["stats", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn main() {
+    let tmp = tempfile::tempdir().unwrap();
+    let libs = daemon_util::lib_dir(tmp.path());
+    let d = daemon_util::start_daemon("unreliable-apps");
+    let mut port = 18900;
+
+    // rdma-core's examples, polling and with completion events, payloads
+    // up to the path MTU (UD) and past it (UC: three packets a message).
+    for (prog, sizes) in [
+        ("ibv_ud_pingpong", &["1", "512", "1024"][..]),
+        ("ibv_uc_pingpong", &["1", "1024", "3000", "65536"][..]),
+    ] {
+        for &size in sizes {
+            for events in [false, true] {
+                let mut a = vec!["-g", "1", "-c", "-n", "50", "-s", size];
+                if events {
+                    a.push("-e");
+                }
+                let (srv, cli) = pair_on(&libs, &d.socket, prog, port, ("rnic1", "rnic0"), &a);
+                port += 1;
+                for t in [&srv, &cli] {
+                    assert!(t.contains("50 iters in"), "{t}");
+                }
+                println!("ok: {prog} {a:?}");
+            }
+        }
+    }
+    // A UD payload over the path MTU is refused before anything is sent.
+    let out = daemon_util::tool("ibv_ud_pingpong")
+        .env("LD_LIBRARY_PATH", &libs)
+        .env("RNIC_SOCKET", &d.socket)
+        .args([
+            "-d",
+            "rnic0",
+            "-g",
+            "1",
+            "-s",
+            "2048",
+            "-p",
+            &port.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("larger than port MTU"), "{text}");
+    println!("ok: ibv_ud_pingpong -s 2048 refused: {}", text.trim());
+    port += 1;
+
+    for (server, client) in [("rnic1", "rnic0"), ("rnic0", "rnic0")] {
+        for (prog, kind, table) in [
+            ("ib_send_lat", "UD", "t_typical[usec]"),
+            ("ib_send_bw", "UD", "BW average[MB/sec]"),
+            ("ib_write_lat", "UC", "t_typical[usec]"),
+            ("ib_send_bw", "UC", "BW average[MB/sec]"),
+        ] {
+            let a = ["-c", kind, "-x", "1", "-a", "-n", "100", "-F"];
+            let (_, cli) = pair_on(&libs, &d.socket, prog, port, (server, client), &a);
+            port += 1;
+            assert!(cli.contains(table), "{cli}");
+            // UD ends at the path MTU, UC at perftest's 8 MiB.
+            let last = if kind == "UD" {
+                "\n 1024 "
+            } else {
+                "\n 8388608 "
+            };
+            assert!(cli.contains(last), "{cli}");
+            println!("ok: {prog} {a:?} {server} <- {client}");
+        }
+    }
+
+    let text = stats(&d.socket);
+    print!("{text}");
+    assert!(
+        !text.contains(" dropped: "),
+        "the loopback lost nothing, yet the NIC dropped: {text}"
+    );
+    println!("ok: no datagram or UC message dropped");
+}
