@@ -9,7 +9,10 @@
 #   interop/run.sh [--quick | --bench] [--phases P,...] [--keep DIR] [TEST ...] [-- PERFTEST FLAGS]
 #
 # TEST: ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw
-# ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify (default: all).
+# ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify, and on UD and UC QPs
+# ibv_ud_pingpong ibv_uc_pingpong (data checked, -c) ib_send_lat_ud
+# ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc (perftest's -c UD / -c UC)
+# (default: all).
 # rc_verify (bench/scripts/rc_verify.c, built by ./x build against
 # rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
 # SEND, a WRITE with immediate, a READ and a FETCH_ADD per iteration; the
@@ -26,10 +29,16 @@
 # shard 0's queue is passed on; ARP frames reach every shard);
 # default all five. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
 # pingpong 1 B and 1 MiB with its data checked (-c), rc_verify 1 B and
-# 1 MiB; in vlan and shards 1 B and 64 KiB.
-# --quick: the short set `./x test` runs (a few sizes, every test in both
-# directions at MTU 1024; ib_write_bw and the pingpong again lossy, in
-# vlan and in shards, and ib_read_lat in shards).
+# 1 MiB; in vlan and shards 1 B and 64 KiB. UD and UC: the pingpongs
+# 1 B and 2 KiB (UD, within the port MTU) or 64 KiB (UC); perftest's UD
+# tests up to the MTU. Lossy, only what tolerates a lost datagram or UC
+# message: the pingpongs and perftest's latency tests wait forever for
+# one, so the lossy phase runs ib_send_bw_ud and ib_send_bw_uc for a
+# fixed time (-D 3; the server counts what arrived).
+# --quick: the short set `./x test` runs (a few sizes, every RC test in
+# both directions at MTU 1024 and ibv_ud_pingpong and ibv_uc_pingpong;
+# ib_write_bw and the pingpong again lossy, in vlan and in shards, and
+# ib_read_lat in shards).
 # With PERFTEST FLAGS: those flags instead of the sizes, phase mtu1024.
 # --keep DIR: keep the pcaps, the daemon's and the VM's logs there.
 # --bench: the benchmark instead: ib_write_lat (64 B) and ib_write_bw
@@ -74,7 +83,7 @@ keep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,57p' "$0"; exit 0 ;;
     --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
@@ -83,7 +92,8 @@ while [ $# -gt 0 ]; do
     *) tests+=("$1"); shift ;;
   esac
 done
-all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify)
+all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify
+  ibv_ud_pingpong ibv_uc_pingpong ib_send_lat_ud ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc)
 if [ $bench = 1 ]; then
   [ ${#tests[@]} -eq 0 ] && tests=(ib_write_lat ib_write_bw)
   phases=bench
@@ -254,6 +264,9 @@ for phase in "${phase_list[@]}"; do
       sizes=("${extra[*]}")
     elif [ $quick = 1 ]; then
       case "$phase:$t" in
+        mtu1024:ibv_ud_pingpong) sizes=("-s 2048 -n 5") ;;
+        mtu1024:ibv_uc_pingpong) sizes=("-s 65536 -n 5") ;;
+        *:ibv_u[cd]_pingpong|*_ud|*_uc) sizes=() ;;
         vlan:ib_write_bw) sizes=("-s 65536 -n 20") ;;
         vlan:ibv_rc_pingpong) sizes=("-s 1 -n 5") ;;
         vlan:rc_verify) sizes=("-s 65536 -n 3") ;;
@@ -275,6 +288,14 @@ for phase in "${phase_list[@]}"; do
       esac
     else
       case "$phase:$t" in
+        lossy:ib_send_bw_ud) sizes=("-s 1024 -D 3") ;;
+        lossy:ib_send_bw_uc) sizes=("-s 65536 -D 3") ;;
+        lossy:ibv_u[cd]_pingpong|lossy:*_ud|lossy:*_uc) sizes=() ;;
+        *:ibv_ud_pingpong) sizes=("-s 1 -n 5" "-s 2048 -n 5") ;;
+        *:ibv_uc_pingpong) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
+        vlan:*_ud|vlan:*_uc|shards:*_ud|shards:*_uc) sizes=("-s 1 -n 20") ;;
+        *_ud) sizes=("-s 1 -n 20" "-a -n 5") ;;
+        *_uc) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
         vlan:ibv_rc_pingpong|vlan:rc_verify) sizes=("-s 1 -n 5" "-s 65536 -n 5") ;;
         vlan:ib_atomic_lat) sizes=("-n 20") ;;
         vlan:*) sizes=("-s 1 -n 20" "-s 65536 -n 5") ;;
@@ -298,8 +319,12 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
   local mtu=1024 gid=${5:-1}
   [ "$3" = mtu4096 ] && mtu=4096
   case "$1" in
-    ibv_rc_pingpong) echo "-d $2 -g $gid -c -m $mtu $4" ;;
+    ibv_rc_pingpong|ibv_uc_pingpong) echo "-d $2 -g $gid -c -m $mtu $4" ;;
+    # UD: datagrams up to the port's MTU (no -m).
+    ibv_ud_pingpong) echo "-d $2 -g $gid -c $4" ;;
     rc_verify) echo "-d $2 -g $gid -m $mtu $4" ;;
+    *_ud) echo "-d $2 -x $gid -m $mtu -F -c UD $4" ;;
+    *_uc) echo "-d $2 -x $gid -m $mtu -F -c UC $4" ;;
     *) echo "-d $2 -x $gid -m $mtu -F $4" ;;
   esac
 }
@@ -308,6 +333,7 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
 prog_of() { # TEST
   case "$1" in
     rc_verify) echo "$root/target/release/rc_verify" ;;
+    *_ud|*_uc) echo "${1%_u[dc]}" ;;
     *) echo "$1" ;;
   esac
 }
