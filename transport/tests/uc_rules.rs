@@ -171,3 +171,24 @@ fn an_rc_packet_to_a_uc_qp_is_dropped_as_another_service() {
     assert_eq!(p.b.engine().counters().wrong_service, 1);
     assert!(p.drain_b().is_empty());
 }
+
+#[test]
+fn a_duplicated_message_is_delivered_once() {
+    let mut p = uc();
+    for i in 0..4 {
+        p.post_recv_b(p.recv_wr(10 + i, RX + i * 4096, 4096));
+    }
+    // Every frame is delivered twice; the second SEND is two packets.
+    p.set_hook(Box::new(|_, _, _| Fate::Duplicate));
+    p.fill_a(0, 100, 1);
+    p.fill_a(4096, 1500, 2);
+    p.post(p.wr(1, WrOp::Send, 0, 0, 100));
+    p.post(p.wr(2, WrOp::Send, 4096, 0, 1500));
+    p.run(1_000_000_000);
+    let b = p.completions_b();
+    assert_eq!(
+        b.iter().map(|c| (c.wr_id, c.byte_len)).collect::<Vec<_>>(),
+        [(10, 100), (11, 1500)]
+    );
+    assert_eq!(p.b_bytes(RX + 4096, 1500), p.a_bytes(4096, 1500));
+}

@@ -9,12 +9,15 @@
 //! ACKs and NAKs wait while responses are queued, so that nothing the
 //! responder sends acknowledges a PSN before the responses that precede it.
 //!
-//! An unreliable responder (UC, IBA 9.7.5.2 and C9-?) checks the same
-//! rules but answers nothing: a packet that is not the one expected, or
-//! that breaks a rule, or finds no receive WQE, drops the message it
-//! belongs to (the rest of it is dropped too), and the next message's
-//! first packet starts clean whatever its PSN. A SEND's receive WQE whose
-//! message was dropped is kept for the next SEND (it did not complete).
+//! An unreliable responder (UC, IBA 9.7.5.2) checks the same rules but
+//! answers nothing: a packet beyond the one expected (packets were
+//! lost), or one that breaks a rule or finds no receive WQE, drops the
+//! message it belongs to (the rest of it is dropped too), and the next
+//! message's first packet starts clean at its PSN. A packet behind the
+//! one expected is a duplicate (or a stale one) and is dropped alone,
+//! leaving the message in progress as it was: UC delivers a message at
+//! most once. A SEND's receive WQE whose message was dropped is kept for
+//! the next SEND (it did not complete).
 
 use std::collections::VecDeque;
 
@@ -333,7 +336,11 @@ impl Responder {
                 | RdmaWriteOnly
                 | RdmaWriteOnlyWithImmediate
         );
-        if self.dropping || p.repr.bth.psn != self.epsn {
+        let d = psn_diff(p.repr.bth.psn, self.epsn);
+        if d < 0 {
+            return Verdict::Dropped;
+        }
+        if self.dropping || d > 0 {
             if !starts {
                 self.drop_message();
                 return Verdict::Dropped;
