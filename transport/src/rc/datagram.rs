@@ -38,6 +38,7 @@ pub(crate) type Received = Result<RecvDone, Dropped>;
 /// its fields, which the parse kept whole: options and fragments are
 /// refused before a packet gets here).
 pub fn grh_of(p: &Packet<'_>) -> [u8; GRH_LEN] {
+    // (QP1's MADs get the same: see `gsi`.)
     let tlm = p.repr.tlm.map_or(0, |t| t.block_len());
     let plen = p.payload.len();
     let after_ip = udp::HEADER_LEN

@@ -21,6 +21,7 @@ mod ah;
 pub mod auth;
 mod counters;
 mod datagram;
+mod gsi;
 pub mod paths;
 mod qp;
 mod qpn_space;
@@ -45,6 +46,7 @@ use pacer::CongestionControl;
 pub use ah::{AhAttr, MAX_AHS};
 pub use counters::{EngineCounters, QpCounters};
 pub use datagram::{grh_of, GRH_LEN};
+pub use gsi::{GsiCounters, OutMad, ReceivedMad, GSI_QUEUE};
 pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
 pub use qpn_space::{BadShard, QpnSpace, MAX_SHARDS};
 pub use recv::MAX_RECV_WR;
@@ -262,6 +264,9 @@ pub struct Engine<M: Memory> {
     mem: M,
     mrs: MrTable,
     ahs: ah::AhTable,
+    /// QP1, and when the last MAD to send was queued.
+    gsi: gsi::Gsi,
+    gsi_since: u64,
     qps: Vec<Option<Qp>>,
     /// Scheduler flow index -> QP index.
     flow_qp: Vec<u32>,
@@ -310,6 +315,8 @@ impl<M: Memory> Engine<M> {
             mem,
             mrs: MrTable::new(),
             ahs: ah::AhTable::default(),
+            gsi: gsi::Gsi::default(),
+            gsi_since: now,
             qps: Vec::new(),
             flow_qp: Vec::new(),
             sched: FlowScheduler::new(cfg.scheduler, now),
@@ -634,6 +641,24 @@ impl<M: Memory> Engine<M> {
     /// Address handles alive.
     pub fn ah_count(&self) -> usize {
         self.ahs.len()
+    }
+
+    /// The next MAD QP1 received, for the management agents.
+    pub fn poll_mad(&mut self) -> Option<ReceivedMad> {
+        self.gsi.poll()
+    }
+
+    /// Queues a MAD to send from QP1 at `now` (it goes before paced
+    /// traffic); refused when [`GSI_QUEUE`] wait already.
+    pub fn send_mad(&mut self, m: OutMad, now: u64) -> Result<(), RcError> {
+        self.gsi.send(m)?;
+        self.gsi_since = now;
+        Ok(())
+    }
+
+    /// What QP1 received, sent and dropped.
+    pub fn gsi_counters(&self) -> GsiCounters {
+        self.gsi.counters
     }
 
     /// Sets a UD QP's Q_Key (in RESET -> INIT, INIT -> INIT, RTS -> RTS,
@@ -1239,6 +1264,10 @@ impl<M: Memory> Engine<M> {
             return;
         }
         let qpn = p.repr.bth.dest_qp;
+        if qpn == crate::wire::mad::GSI_QPN {
+            self.gsi.on_packet(p);
+            return;
+        }
         let Ok(i) = self.index(qpn) else {
             self.counters.unknown_qp += 1;
             return;
@@ -1418,6 +1447,13 @@ impl<M: Memory> Engine<M> {
             }
         }
         self.settle_posts();
+        if self.gsi.has_tx() {
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+            if let Some(n) = self.gsi.emit(&self.cfg, self.ip_ident, buf) {
+                self.counters.tx_frames += 1;
+                return Some(TxFrame::Whole(n));
+            }
+        }
         while let Some(i) = self.ctrl.pop_front() {
             let i = i as usize;
             let flows = self.flows_through_last_hop(now);
@@ -1529,14 +1565,20 @@ impl<M: Memory> Engine<M> {
     /// send is unsettled, it moves the scheduler's clock to `now` (flows
     /// due by then join its ready FIFO), as `poll_transmit` would.
     pub fn may_transmit(&mut self, now: u64) -> bool {
-        !self.ctrl.is_empty() || self.owed_since.is_some() || self.sched.has_ready(now)
+        !self.ctrl.is_empty()
+            || self.owed_since.is_some()
+            || self.gsi.has_tx()
+            || self.sched.has_ready(now)
     }
 
     /// The earliest time `handle_timeout` (or `poll_transmit`, for paced
     /// packets) has work.
     pub fn poll_timeout(&self) -> Option<u64> {
         let qp = self.timers.peek().map(|r| r.0 .0);
-        let posted = self.owed_since;
+        // A MAD waiting to go is due now: its time is the last one seen.
+        let posted = self
+            .owed_since
+            .or(self.gsi.has_tx().then_some(self.gsi_since));
         qp.into_iter()
             .chain(self.sched.next_wakeup())
             .chain(posted)

@@ -28,6 +28,8 @@ pub enum Layer {
     Icrc,
     Arp,
     Pfc,
+    /// A management datagram's header.
+    Mad,
 }
 
 impl Layer {
@@ -53,6 +55,7 @@ impl Layer {
             Layer::Icrc => "icrc",
             Layer::Arp => "arp",
             Layer::Pfc => "pfc",
+            Layer::Mad => "mad",
         }
     }
 }
