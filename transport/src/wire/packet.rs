@@ -18,7 +18,7 @@ use super::{
 pub const OUTER_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN;
 
 /// Every header of a RoCEv2 frame. The `Option`s present must be exactly
-/// those the opcode's [`Layout`](super::Layout) lists; a TLM block is present
+/// those the opcode's [`Layout`] lists; a TLM block is present
 /// when `tlm` is `Some` (BTH's T bit is derived from it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PacketRepr {
