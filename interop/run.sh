@@ -12,6 +12,8 @@
 # ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify, and on UD and UC QPs
 # ibv_ud_pingpong ibv_uc_pingpong (data checked, -c) ib_send_lat_ud
 # ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc (perftest's -c UD / -c UC)
+# gsi_probe (bench/scripts/gsi_probe.c: each side asks the other's QP1
+# four MADs and requires Linux's answers; MTU 1024 phase only)
 # (default: all).
 # rc_verify (bench/scripts/rc_verify.c, built by ./x build against
 # rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
@@ -93,7 +95,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify
-  ibv_ud_pingpong ibv_uc_pingpong ib_send_lat_ud ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc)
+  ibv_ud_pingpong ibv_uc_pingpong ib_send_lat_ud ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc gsi_probe)
 if [ $bench = 1 ]; then
   [ ${#tests[@]} -eq 0 ] && tests=(ib_write_lat ib_write_bw)
   phases=bench
@@ -264,6 +266,8 @@ for phase in "${phase_list[@]}"; do
       sizes=("${extra[*]}")
     elif [ $quick = 1 ]; then
       case "$phase:$t" in
+        mtu1024:gsi_probe) sizes=("-w 2000") ;;
+        *:gsi_probe) sizes=() ;;
         mtu1024:ibv_ud_pingpong) sizes=("-s 2048 -n 5") ;;
         mtu1024:ibv_uc_pingpong) sizes=("-s 65536 -n 5") ;;
         *:ibv_u[cd]_pingpong|*_ud|*_uc) sizes=() ;;
@@ -288,6 +292,8 @@ for phase in "${phase_list[@]}"; do
       esac
     else
       case "$phase:$t" in
+        mtu1024:gsi_probe) sizes=("-w 2000") ;;
+        *:gsi_probe) sizes=() ;;
         lossy:ib_send_bw_ud) sizes=("-s 1024 -D 3") ;;
         lossy:ib_send_bw_uc) sizes=("-s 65536 -D 3") ;;
         lossy:ibv_u[cd]_pingpong|lossy:*_ud|lossy:*_uc) sizes=() ;;
@@ -323,6 +329,9 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
     # UD: datagrams up to the port's MTU (no -m).
     ibv_ud_pingpong) echo "-d $2 -g $gid -c $4" ;;
     rc_verify) echo "-d $2 -g $gid -m $mtu $4" ;;
+    # Each side probes the other's QP1 (rxe0 ours at 10.77.0.3, roce0
+    # rxe's at 10.77.0.2); a client's trailing host is ignored.
+    gsi_probe) if [ "$2" = rxe0 ]; then echo "-d $2 -g $gid -t 10.77.0.3 $4"; else echo "-d $2 -g $gid -t 10.77.0.2 $4"; fi ;;
     *_ud) echo "-d $2 -x $gid -m $mtu -F -c UD $4" ;;
     *_uc) echo "-d $2 -x $gid -m $mtu -F -c UC $4" ;;
     *) echo "-d $2 -x $gid -m $mtu -F $4" ;;
@@ -333,6 +342,7 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
 prog_of() { # TEST
   case "$1" in
     rc_verify) echo "$root/target/release/rc_verify" ;;
+    gsi_probe) echo "$root/target/release/gsi_probe" ;;
     *_ud|*_uc) echo "${1%_u[dc]}" ;;
     *) echo "$1" ;;
   esac

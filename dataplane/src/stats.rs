@@ -71,6 +71,9 @@ pub struct PortEntry {
     pub arp_tx: u64,
     #[serde(default)]
     pub tx_unresolved: u64,
+    /// QP1: MADs received, sent, dropped, and what the agents did.
+    #[serde(default)]
+    pub gsi: GsiEntry,
     /// Frames whose payload was sent from the application's memory where
     /// it lies (zero-copy TX), and those copied for want of an mbuf.
     #[serde(default)]
@@ -141,6 +144,56 @@ pub struct QpTotalsEntry {
     pub datagrams_too_long: u64,
     #[serde(default)]
     pub datagrams_unaddressed: u64,
+}
+
+/// QP1's counters and its management agents' (`transport::mad`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GsiEntry {
+    pub rx_mads: u64,
+    pub tx_mads: u64,
+    /// Dropped by QP1: not a UD SEND_ONLY, bad P_Key, bad Q_Key, not
+    /// 256 bytes, the agents' queue full; refused: the send queue full.
+    pub not_ud_send: u64,
+    pub bad_pkey: u64,
+    pub bad_qkey: u64,
+    pub bad_length: u64,
+    pub rx_overflow: u64,
+    pub tx_overflow: u64,
+    /// The agents: requests and responses taken, Gets and Sets answered
+    /// unsupported; dropped: bad base version, subnet management, a CM
+    /// MAD that is not a Send, other unmatched requests, stray responses.
+    pub requests: u64,
+    pub responses: u64,
+    pub answered_unsupported: u64,
+    pub bad_base_version: u64,
+    pub subnet_mgmt: u64,
+    pub cm_method: u64,
+    pub unmatched: u64,
+    pub stray_responses: u64,
+}
+
+impl GsiEntry {
+    /// QP1's and the agents' counters.
+    pub fn of(g: &transport::rc::GsiCounters, m: &transport::mad::MadCounters) -> GsiEntry {
+        GsiEntry {
+            rx_mads: g.rx_mads,
+            tx_mads: g.tx_mads,
+            not_ud_send: g.not_ud_send,
+            bad_pkey: g.bad_pkey,
+            bad_qkey: g.bad_qkey,
+            bad_length: g.bad_length,
+            rx_overflow: g.rx_overflow,
+            tx_overflow: g.tx_overflow,
+            requests: m.requests,
+            responses: m.responses,
+            answered_unsupported: m.answered_unsupported,
+            bad_base_version: m.bad_base_version,
+            subnet_mgmt: m.subnet_mgmt,
+            cm_method: m.cm_method,
+            unmatched: m.unmatched,
+            stray_responses: m.stray_responses,
+        }
+    }
 }
 
 /// The fault injector's counters, by reason.
@@ -307,6 +360,7 @@ impl Snapshot {
             arp_rx: nic.counters().arp_rx,
             arp_tx: nic.counters().arp_tx,
             tx_unresolved: nic.counters().tx_unresolved,
+            gsi: GsiEntry::of(&e.gsi_counters(), &Default::default()),
             tx_zero_copy: nic.counters().tx_zero_copy,
             tx_zero_copy_fallback: nic.counters().tx_zero_copy_fallback,
             pfc: PfcEntry {
@@ -526,6 +580,17 @@ impl Snapshot {
                     "host {} wire drops by reason: {}",
                     host,
                     reasons.join(", ")
+                );
+            }
+            let g = &p.gsi;
+            if g.rx_mads + g.tx_mads + g.not_ud_send + g.bad_pkey + g.bad_qkey + g.bad_length > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} QP1: MADs received {} sent {}; dropped: not a UD SEND {}, P_Key {}, Q_Key {}, not 256 B {}, queue full {} (send {}); agents: requests {} responses {}, answered unsupported {}; dropped: base version {}, subnet management {}, CM non-Send {}, unmatched {}, stray responses {}",
+                    host, g.rx_mads, g.tx_mads, g.not_ud_send, g.bad_pkey, g.bad_qkey,
+                    g.bad_length, g.rx_overflow, g.tx_overflow, g.requests, g.responses,
+                    g.answered_unsupported, g.bad_base_version, g.subnet_mgmt, g.cm_method,
+                    g.unmatched, g.stray_responses
                 );
             }
             let t = &p.qp_totals;
@@ -806,6 +871,7 @@ mod tests {
             arp_rx: 0,
             arp_tx: 0,
             tx_unresolved: 0,
+            gsi: GsiEntry::default(),
             tx_zero_copy: 6,
             tx_zero_copy_fallback: 1,
             pfc: PfcEntry {

@@ -7,7 +7,11 @@
 //! client on rnic0, then both on rnic0. On the loopback nothing is lost,
 //! so no datagram or UC message may be dropped: the daemon's counters
 //! must show none (a bandwidth test whose receiver missed one would also
-//! wait for it until perftest's own timeout and fail).
+//! wait for it until perftest's own timeout and fail). Then QP1:
+//! `bench/scripts/gsi_probe.c` (plain verbs, a UD QP) asks rnic1's QP1
+//! four MADs and requires what Linux answers (GetResp with status 0x000C
+//! to an unmatched Get, nothing to subnet management or an unmatched
+//! Send), and the daemon's counters must say so.
 
 use std::process::Command;
 
@@ -98,8 +102,39 @@ fn main() {
     let text = stats(&d.socket);
     print!("{text}");
     assert!(
-        !text.contains(" dropped: "),
+        !text.contains(" dropped: UC"),
         "the loopback lost nothing, yet the NIC dropped: {text}"
     );
     println!("ok: no datagram or UC message dropped");
+
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let probe = tmp.path().join("gsi_probe");
+    daemon_util::compile(
+        Command::new("cc")
+            .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(root.join("bench/scripts/gsi_probe.c"))
+            .args(["-libverbs", "-o"])
+            .arg(&probe),
+    );
+    let out = daemon_util::run_over_lib(
+        Command::new(&probe).args(["-d", "rnic0", "-w", "300", "10.0.0.2"]),
+        &libs,
+        &d.socket,
+    );
+    assert!(
+        out.contains("gsi_probe: all 4 answered as Linux answers"),
+        "{out}"
+    );
+    let text = stats(&d.socket);
+    let qp1 = text
+        .lines()
+        .find(|l| l.starts_with("host 1 QP1:"))
+        .unwrap_or_else(|| panic!("no QP1 line for rnic1: {text}"));
+    assert!(
+        qp1.contains("MADs received 4 sent 2;")
+            && qp1.contains("answered unsupported 2;")
+            && qp1.contains("subnet management 1,"),
+        "{qp1}"
+    );
+    println!("ok: rnic1's QP1 answered as Linux: {qp1}");
 }

@@ -2,7 +2,8 @@
 //!
 //! `transport` owns the RoCEv2 + telemetry wire codec ([`wire`]), the RC
 //! engine ([`rc`]: QP contexts, requester, responder), and memory-region
-//! keys, bounds and protection domains ([`mr`]). What applications and the
+//! keys, bounds and protection domains ([`mr`]), and the management
+//! agents behind each port's QP1 ([`mad`]). What applications and the
 //! daemon agree on (WQE and CQE layouts, rings, control messages, the
 //! segment) is the `shm` crate beside it (`transport/shm`); the verbs API
 //! applications link is `verbs` (`transport/verbs`), and the drop-in
@@ -12,6 +13,7 @@
 //! `unsafe`. Time, when it is needed, is a `u64` of nanoseconds passed in.
 #![forbid(unsafe_code)]
 
+pub mod mad;
 pub mod mr;
 pub mod rc;
 pub mod wire;

@@ -423,9 +423,28 @@ struct Host {
     passes: u32,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
+    /// The management agents behind its QP1.
+    mads: transport::mad::MadAgents,
 }
 
 impl Host {
+    /// Hands the MADs QP1 received to the management agents and queues
+    /// what they answer; whether any came.
+    fn serve_mads(&mut self, now: u64) -> bool {
+        let engine = self.nic.engine_mut();
+        let mut out = Vec::new();
+        let mut any = false;
+        while let Some(m) = engine.poll_mad() {
+            any = true;
+            self.mads.handle(now, &m, &mut out);
+        }
+        for o in out {
+            // A full queue is counted by the engine (tx_overflow).
+            let _ = engine.send_mad(o, now);
+        }
+        any
+    }
+
     /// Removes QP `qpn` from the table and from the watched QPs (a QPN
     /// the engine hands out again must not be watched twice).
     fn forget_qp(&mut self, qpn: Qpn) -> Option<QpRt> {
@@ -729,6 +748,7 @@ impl Service {
                 parked: 0,
                 passes: 0,
                 srqs: FxHashMap::default(),
+                mads: transport::mad::MadAgents::default(),
             });
         }
         Ok(hosts)
@@ -1004,6 +1024,7 @@ impl Service {
             // A QP shard's frames passed to another: work, though none
             // was its own.
             moved |= crate::host_port::link_mut(nic.port_mut()).take_moved();
+            moved |= self.hosts[h].serve_mads(now);
         }
         self.cqs.wake_owed();
         self.last_pass = Some((now, moved));
@@ -1062,6 +1083,10 @@ impl Service {
         for h in &self.hosts {
             let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
             s.add_nic(h.index, &h.nic, &qpns);
+            if let Some(p) = s.ports.last_mut() {
+                let g = h.nic.engine().gsi_counters();
+                p.gsi = crate::stats::GsiEntry::of(&g, &h.mads.counters);
+            }
         }
         let mut c = self.counters.clone();
         c.apps = self.apps.len() as u64;

@@ -25,8 +25,10 @@ pub const GSI_QUEUE: usize = 1024;
 /// A MAD received on QP1.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ReceivedMad {
-    /// The sender: its IPv4 address (the GRH's source) and QP (the DETH's).
+    /// The sender: its IPv4 address (the GRH's source), its MAC (the
+    /// frame's) and QP (the DETH's).
     pub src_ip: Ipv4Addr,
+    pub src_mac: MacAddr,
     pub src_qpn: u32,
     /// The BTH's P_Key.
     pub pkey: u16,
@@ -77,6 +79,8 @@ pub struct GsiCounters {
     pub tx_mads: u64,
     /// Dropped: not a UD SEND_ONLY (another service or opcode).
     pub not_ud_send: u64,
+    /// Dropped: a P_Key other than the default partition's.
+    pub bad_pkey: u64,
     /// Dropped: a Q_Key other than the GSI's.
     pub bad_qkey: u64,
     /// Dropped: a payload that is not one 256-byte MAD.
@@ -105,6 +109,11 @@ impl Gsi {
             self.counters.not_ud_send += 1;
             return;
         }
+        // The default partition only (rxe: the low 15 bits all ones).
+        if bth.pkey & 0x7FFF != 0x7FFF {
+            self.counters.bad_pkey += 1;
+            return;
+        }
         if p.repr.deth.map(|d| d.q_key) != Some(GSI_QKEY) {
             self.counters.bad_qkey += 1;
             return;
@@ -120,6 +129,7 @@ impl Gsi {
         self.counters.rx_mads += 1;
         self.rx.push_back(ReceivedMad {
             src_ip: p.repr.ip.src,
+            src_mac: p.repr.eth.src,
             src_qpn: p.repr.deth.map_or(0, |d| d.src_qp),
             pkey: bth.pkey,
             grh: grh_of(p),
