@@ -71,6 +71,9 @@ pub struct PortEntry {
     pub arp_tx: u64,
     #[serde(default)]
     pub tx_unresolved: u64,
+    /// Frames held while ARP asked for their destination, sent after.
+    #[serde(default)]
+    pub tx_held: u64,
     /// QP1: MADs received, sent, dropped, and what the agents did.
     #[serde(default)]
     pub gsi: GsiEntry,
@@ -360,6 +363,7 @@ impl Snapshot {
             arp_rx: nic.counters().arp_rx,
             arp_tx: nic.counters().arp_tx,
             tx_unresolved: nic.counters().tx_unresolved,
+            tx_held: nic.counters().tx_held,
             gsi: GsiEntry::of(&e.gsi_counters(), &Default::default()),
             tx_zero_copy: nic.counters().tx_zero_copy,
             tx_zero_copy_fallback: nic.counters().tx_zero_copy_fallback,
@@ -524,8 +528,8 @@ impl Snapshot {
             if p.arp_rx + p.arp_tx + p.tx_unresolved > 0 {
                 let _ = writeln!(
                     s,
-                    "host {} arp: rx {} tx {}; frames dropped awaiting a neighbour's MAC {}",
-                    host, p.arp_rx, p.arp_tx, p.tx_unresolved
+                    "host {} arp: rx {} tx {}; frames held for a neighbour's MAC and sent {}, dropped awaiting one {}",
+                    host, p.arp_rx, p.arp_tx, p.tx_held, p.tx_unresolved
                 );
             }
             let c = &p.pfc;
@@ -871,6 +875,7 @@ mod tests {
             arp_rx: 0,
             arp_tx: 0,
             tx_unresolved: 0,
+            tx_held: 0,
             gsi: GsiEntry::default(),
             tx_zero_copy: 6,
             tx_zero_copy_fallback: 1,

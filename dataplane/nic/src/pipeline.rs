@@ -38,10 +38,12 @@
 //! Nothing is lost silently: a frame that finds no buffer is built anyway
 //! (so the engine moves on and recovers it like any loss) and counted.
 
+use std::net::Ipv4Addr;
 use transport::mr::Memory;
 use transport::rc::{Apart, Cqe, Engine, TxFrame};
 use transport::wire::arp::{self, ArpOp, ArpRepr};
 use transport::wire::pfc::{self, PfcRepr};
+
 use transport::wire::{EthernetFrame, Ipv4Packet, MacAddr};
 
 use crate::neighbour::{NeighbourConfig, NeighbourTable, Resolution};
@@ -56,6 +58,12 @@ pub const MAX_HEADERS: usize = 512;
 
 /// Frames per RX and TX burst by default.
 pub const BURST: usize = 32;
+
+/// Frames held while their destinations are asked for by ARP, at most.
+pub const HELD_FRAMES: usize = 16;
+/// How long a frame is held at most: the neighbour table's three
+/// requests a second apart.
+pub const HELD_NS: u64 = 3_000_000_000;
 
 /// The application side of a NIC: where new work comes from and where
 /// completions go.
@@ -120,9 +128,13 @@ pub struct NicCounters {
     pub arp_bad: u64,
     /// ARP requests and replies sent.
     pub arp_tx: u64,
-    /// Frames dropped because their destination's MAC is not resolved
-    /// (yet, or it never answered); RC sends them again.
+    /// Frames dropped because their destination's MAC is not resolved:
+    /// it never answered, or more frames waited for it than are held
+    /// (the oldest goes); RC sends them again, UD loses them.
     pub tx_unresolved: u64,
+    /// Frames held while their destination was asked for by ARP, and
+    /// sent once it answered (as a host's neighbour table queues them).
+    pub tx_held: u64,
     /// Completions handed to the host by `poll` (a host that drains the
     /// engine itself, outside a pass, counts its own).
     pub completions: u64,
@@ -151,6 +163,9 @@ pub struct Nic<P: FramePort, M: Memory> {
     looped: Vec<P::Frame>,
     /// ARP messages to send.
     arp_out: Vec<ArpRepr>,
+    /// Frames waiting for their destination's MAC, with when they came
+    /// (at most [`HELD_FRAMES`]).
+    held: Vec<(Ipv4Addr, u64, P::Frame)>,
     neighbours: NeighbourTable,
     spare: Option<P::Frame>,
     engine: Engine<M>,
@@ -205,6 +220,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             tx: Vec::with_capacity(BURST),
             looped: Vec::with_capacity(BURST),
             arp_out: Vec::new(),
+            held: Vec::new(),
             neighbours: NeighbourTable::new(NeighbourConfig::default()),
             spare: None,
             engine,
@@ -287,11 +303,17 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         self.tx.len()
     }
 
+    /// Frames waiting for their destination's MAC (ARP asked for it).
+    pub fn held_for_arp(&self) -> usize {
+        self.held.len()
+    }
+
     /// Port buffers the pipeline holds (a spare kept for the next frame,
     /// frames waiting for the port, fresh ones the port keeps for it).
     pub fn buffers_held(&self) -> usize {
         self.tx.len()
             + self.looped.len()
+            + self.held.len()
             + usize::from(self.spare.is_some())
             + self.port.buffers_held()
     }
@@ -398,6 +420,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             && self.neighbours.learn(a.sender_ip, a.sender_mac, now)
         {
             self.engine.set_neighbour(a.sender_ip, a.sender_mac);
+            self.release_held(a.sender_ip, a.sender_mac);
         }
         let answers = self.shard.is_none_or(|s| s.answers_arp);
         if for_us && a.op == ArpOp::Request && answers {
@@ -449,10 +472,51 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             Resolution::Ask => {
                 let c = self.engine.config();
                 self.arp_out.push(ArpRepr::request(c.mac, c.ip, ip));
-                self.counters.tx_unresolved += 1;
+                self.hold(ip, now, f);
             }
-            Resolution::Waiting | Resolution::Failed => self.counters.tx_unresolved += 1,
+            Resolution::Waiting => self.hold(ip, now, f),
+            Resolution::Failed => {
+                self.counters.tx_unresolved += 1;
+                // Those held for it will not go either.
+                let before = self.held.len();
+                self.held.retain(|h| h.0 != ip);
+                self.counters.tx_unresolved += (before - self.held.len()) as u64;
+            }
         }
+    }
+
+    /// Holds a frame until `ip` answers ARP: the oldest held frame goes
+    /// when [`HELD_FRAMES`] wait, and any held longer than
+    /// [`HELD_NS`].
+    fn hold(&mut self, ip: Ipv4Addr, now: u64, f: P::Frame) {
+        let before = self.held.len();
+        self.held.retain(|h| now.saturating_sub(h.1) < HELD_NS);
+        let mut dropped = before - self.held.len();
+        if self.held.len() >= HELD_FRAMES {
+            self.held.remove(0);
+            dropped += 1;
+        }
+        self.counters.tx_unresolved += dropped as u64;
+        self.held.push((ip, now, f));
+    }
+
+    /// `ip` answered with `mac`: its held frames go, in the order they
+    /// came.
+    fn release_held(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+        if self.held.is_empty() {
+            return;
+        }
+        let mut keep = Vec::with_capacity(self.held.len());
+        for (dst, t, mut f) in std::mem::take(&mut self.held) {
+            if dst == ip {
+                f.as_mut()[..6].copy_from_slice(&mac.0);
+                self.counters.tx_held += 1;
+                self.tx.push(f);
+            } else {
+                keep.push((dst, t, f));
+            }
+        }
+        self.held = keep;
     }
 
     /// Keeps a built frame for the port, or for this NIC's own RX when

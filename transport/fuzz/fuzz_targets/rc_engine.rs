@@ -9,8 +9,10 @@
 //! other source ports, moves), INT response subscription and
 //! authenticated feedback (forged MACs on ACKs, probe answers and
 //! notifications, forged tokens on INT responses, from the crafted
-//! frames). Nothing may panic, and every work
-//! request completes at most once.
+//! frames). Its next bits choose the QPs' service: RC, UC or UD (with an
+//! address handle each way); crafted frames may be of any service and go
+//! to QP1 too, whose MADs pass through the management agents' dispatch.
+//! Nothing may panic, and every work request completes at most once.
 #![no_main]
 
 use std::collections::{HashSet, VecDeque};
@@ -20,11 +22,14 @@ use std::sync::{Arc, Mutex};
 use libfuzzer_sys::fuzz_target;
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
 use transport::mr::{Access, VecMemory};
+use transport::mr::DEFAULT_PD;
 use transport::rc::{
-    CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, RecvWr, SendWr, SgList, Sge,
-    WrOp,
+    AhAttr, CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, QpInit,
+    RecvWr, SendWr, SgList, Sge, UdDest, WrOp,
 };
-use transport::wire::{AethRepr, HopRecord, MacAddr, Opcode, PacketRepr, ProbeRepr, RethRepr};
+use transport::wire::{
+    AethRepr, DethRepr, HopRecord, MacAddr, Opcode, PacketRepr, ProbeRepr, RethRepr, Service,
+};
 
 const BASE: u64 = 0x1_0000;
 const SIZE: usize = 1 << 16;
@@ -90,13 +95,23 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Bytes(data);
     let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
     let (ia, ib) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let hpcc = input.u8().unwrap_or(0) & 1 == 1;
+    let first = input.u8().unwrap_or(0);
+    let hpcc = first & 1 == 1;
+    let service = [Service::Rc, Service::Rc, Service::Uc, Service::Ud][usize::from(first >> 1 & 3)];
     let mut e = [engine(ma, ia, hpcc), engine(mb, ib, hpcc)];
     let keys = [
         e[0].register_mr(BASE, SIZE as u64, Access::ALL).unwrap(),
         e[1].register_mr(BASE, SIZE as u64, Access::ALL).unwrap(),
     ];
-    let q = [e[0].create_qp(8, 0).unwrap(), e[1].create_qp(8, 0).unwrap()];
+    let init = QpInit {
+        service,
+        ..QpInit::new(8)
+    };
+    let q = [
+        e[0].create_qp_with(init, 0).unwrap(),
+        e[1].create_qp_with(init, 0).unwrap(),
+    ];
+    const QKEY: u32 = 0x1111;
     let mtu = [PathMtu::Mtu256, PathMtu::Mtu1024][usize::from(input.u8().unwrap_or(0) & 1)];
     let params = ConnectParams {
         timeout: 3,
@@ -107,7 +122,22 @@ fuzz_target!(|data: &[u8]| {
         feedback_key: hpcc.then_some(transport::rc::auth::FeedbackKey([3; 16])),
         ..ConnectParams::new(mtu)
     };
+    let mut ahs = [0u32; 2];
     for (i, (mac, ip)) in [(mb, ib), (ma, ia)].into_iter().enumerate() {
+        if service == Service::Ud {
+            e[i].set_qp_qkey(q[i], QKEY).unwrap();
+            e[i].modify_to_init(q[i], QpAccess::default()).unwrap();
+            e[i].modify_ud_to_rtr(q[i], mtu).unwrap();
+            e[i].modify_ud_to_rts(q[i], 0xFF_FFF0).unwrap();
+            let attr = AhAttr {
+                pd: DEFAULT_PD,
+                dest_ip: ip,
+                dest_mac: mac,
+                dscp: None,
+            };
+            ahs[i] = e[i].create_ah(attr).unwrap();
+            continue;
+        }
         let peer = Endpoint {
             qpn: q[1 - i],
             psn: 0xFF_FFF0,
@@ -116,6 +146,15 @@ fuzz_target!(|data: &[u8]| {
         };
         e[i].connect_to(q[i], 0xFF_FFF0, &peer, &params).unwrap();
     }
+    // The UD address of the other side's QP.
+    let ud = |side: usize, qkey: u32| {
+        (service == Service::Ud).then_some(UdDest {
+            ah: ahs[side],
+            remote_qpn: q[1 - side],
+            remote_qkey: qkey,
+        })
+    };
+    let mut agents = transport::mad::MadAgents::default();
     let fates: Fates = Arc::new(Mutex::new(VecDeque::new()));
     let wrap = |p: MemPort| {
         let f = fates.clone();
@@ -148,6 +187,7 @@ fuzz_target!(|data: &[u8]| {
                 let kind = if op & 1 == 0 { WrOp::Write } else { WrOp::Read };
                 let wr = SendWr {
                     signaled: op & 0x20 == 0,
+                    ud: ud(side, QKEY),
                     ..SendWr::new(next_id, kind, buf, keys[1 - side].rkey, rva)
                 };
                 if nics[side].engine_mut().post_send(q[side], wr, now).is_ok() {
@@ -189,6 +229,8 @@ fuzz_target!(|data: &[u8]| {
                     sg,
                     fence: k & 0x40 != 0,
                     signaled: k & 0x80 == 0,
+                    // A controlled Q_Key now and then.
+                    ud: ud(side, if k & 0x20 != 0 { 0x8000_0000 } else { QKEY }),
                     ..SendWr::new(next_id, kind, sges[0], keys[1 - side].rkey, rva)
                 };
                 if nics[side].engine_mut().post_send(q[side], wr, now).is_ok() {
@@ -224,15 +266,26 @@ fuzz_target!(|data: &[u8]| {
                 nics[side].port().inner().inject(now, raw);
             }
             5 => {
-                // A well-formed frame with fuzz-chosen headers.
-                let opcode = Opcode::ALL[usize::from(input.u8().unwrap_or(0)) % Opcode::ALL.len()];
+                // A well-formed frame with fuzz-chosen headers, of any
+                // service, to the QP or (now and then) to QP1.
+                let Some((svc, opcode)) = Opcode::decode(input.u8().unwrap_or(0)) else {
+                    continue;
+                };
                 let psn = input.u32().unwrap_or(0);
-                let mut r = PacketRepr::new(opcode, q[side], psn);
+                let dest = if psn & 4 != 0 { 1 } else { q[side] };
+                let mut r = PacketRepr::new(opcode, dest, psn);
                 let (smac, sip) = if side == 0 { (mb, ib) } else { (ma, ia) };
                 r.eth.src = smac;
                 r.ip.src = sip;
                 r.bth.ack_req = psn & 1 == 1;
-                let l = opcode.layout();
+                r.bth.service = svc;
+                let l = opcode.layout_in(svc);
+                if l.deth {
+                    r.deth = Some(DethRepr {
+                        q_key: [QKEY, transport::wire::mad::GSI_QKEY, psn][usize::from(psn as u8 % 3)],
+                        src_qp: psn >> 8,
+                    });
+                }
                 if l.reth {
                     r.reth = Some(RethRepr {
                         va: BASE + u64::from(input.u32().unwrap_or(0) % (2 * SIZE as u32)),
@@ -307,7 +360,10 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     0
                 };
-                let payload = vec![0xA5u8; n];
+                // A MAD's bytes from the input (its header matters).
+                let mut payload = vec![0xA5u8; n];
+                let head = input.take(n.min(32)).to_vec();
+                payload[..head.len()].copy_from_slice(&head);
                 let mut f = vec![0u8; r.frame_len(n)];
                 if r.emit(&payload, &mut f).is_ok() {
                     nics[side].port().inner().inject(now, f);
@@ -334,6 +390,14 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         for s in 0..2 {
+            // QP1's MADs through the agents' dispatch, the answers queued.
+            let mut out = Vec::new();
+            while let Some(m) = nics[s].engine_mut().poll_mad() {
+                agents.handle(now, &m, &mut out);
+            }
+            for o in out {
+                let _ = nics[s].engine_mut().send_mad(o, now);
+            }
             let _ = nics[s].next_wakeup(now);
             for c in cqes[s].0.drain(..) {
                 assert!(
