@@ -81,7 +81,7 @@ impl std::fmt::Debug for MadAgents {
 fn is_response(h: &MadHeader) -> bool {
     h.is_response()
         || h.method == method::TRAP_REPRESS
-        || (h.mgmt_class == class::BM && h.attr_mod & 2 != 0)
+        || (h.mgmt_class == class::BM && h.attr_mod & 1 != 0)
 }
 
 /// A MAD back to the sender of `m` (from QP1, with the GSI Q_Key).

@@ -192,3 +192,24 @@ fn a_duplicated_message_is_delivered_once() {
     );
     assert_eq!(p.b_bytes(RX + 4096, 1500), p.a_bytes(4096, 1500));
 }
+
+#[test]
+fn a_peer_that_starts_again_far_behind_is_taken_at_its_first_packet() {
+    let mut p = uc();
+    p.post_recv_b(p.recv_wr(7, RX, 4096));
+    // B expects PSN 100; a SEND_ONLY 100000 PSNs behind is no duplicate
+    // but a peer that began again: it is delivered.
+    let f = p.frame_to_b(
+        Opcode::SendOnly,
+        100u32.wrapping_sub(100_000) & 0xFF_FFFF,
+        false,
+        None,
+        &[3; 16],
+    );
+    let mut r = transport::wire::Packet::parse(&f).unwrap().repr;
+    r.bth.service = Service::Uc;
+    let f = rc_util::emit(&r, &[3; 16]);
+    let now = p.now;
+    p.b.engine_mut().handle_packet(now, &f);
+    assert_eq!(p.completions_b().len(), 1);
+}

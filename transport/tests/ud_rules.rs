@@ -282,3 +282,22 @@ fn a_connected_packet_to_a_ud_qp_is_dropped_as_another_service() {
     assert!(p.completions_b().is_empty());
     let _ = MR_BASE;
 }
+
+#[test]
+fn an_address_handle_on_a_connected_qps_wr_is_refused() {
+    let mut p = Pair::new(Setup::default());
+    let mut wr = p.wr(1, WrOp::Send, 0, 0, 8);
+    wr.ud = Some(transport::rc::UdDest {
+        ah: 0,
+        remote_qpn: 5,
+        remote_qkey: QKEY,
+    });
+    let (qa, now) = (p.a.qpn, p.now);
+    assert_eq!(
+        p.a.engine_mut().post_send(qa, wr, now),
+        Err(RcError::NotOnService {
+            what: "an address handle",
+            service: "RC"
+        })
+    );
+}

@@ -420,7 +420,7 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
             && self.neighbours.learn(a.sender_ip, a.sender_mac, now)
         {
             self.engine.set_neighbour(a.sender_ip, a.sender_mac);
-            self.release_held(a.sender_ip, a.sender_mac);
+            self.release_held(a.sender_ip, a.sender_mac, now);
         }
         let answers = self.shard.is_none_or(|s| s.answers_arp);
         if for_us && a.op == ArpOp::Request && answers {
@@ -502,13 +502,16 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     /// `ip` answered with `mac`: its held frames go, in the order they
     /// came.
-    fn release_held(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+    fn release_held(&mut self, ip: Ipv4Addr, mac: MacAddr, now: u64) {
         if self.held.is_empty() {
             return;
         }
         let mut keep = Vec::with_capacity(self.held.len());
         for (dst, t, mut f) in std::mem::take(&mut self.held) {
-            if dst == ip {
+            if now.saturating_sub(t) >= HELD_NS {
+                // Too old to go now.
+                self.counters.tx_unresolved += 1;
+            } else if dst == ip {
                 f.as_mut()[..6].copy_from_slice(&mac.0);
                 self.counters.tx_held += 1;
                 self.tx.push(f);

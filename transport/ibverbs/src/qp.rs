@@ -600,6 +600,16 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         let mut eff = *a;
         eff.qp_state = to;
+        if q.ibv.qp_type == IBV_QPT_UC {
+            // UC's masks carry no retry, RNR or READ attributes: whatever
+            // the caller left in them is not read.
+            eff.max_dest_rd_atomic = 0;
+            eff.max_rd_atomic = 0;
+            eff.min_rnr_timer = 0;
+            eff.timeout = 0;
+            eff.retry_cnt = 0;
+            eff.rnr_retry = 0;
+        }
         let steps = if q.ibv.qp_type == IBV_QPT_UD {
             Ok(ud_request(from, &eff, mask))
         } else {

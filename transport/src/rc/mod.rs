@@ -951,6 +951,12 @@ impl<M: Memory> Engine<M> {
         if qp.service != Service::Rc {
             check_unreliable(qp, wr, &self.ahs)?;
         }
+        if wr.head.ud.is_some() && qp.service != Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "an address handle",
+                service: qp.service.name(),
+            });
+        }
         if wr.head.op.is_atomic() && total != 8 {
             return Err(RcError::AtomicLength {
                 what: "an atomic",
@@ -1084,6 +1090,10 @@ impl<M: Memory> Engine<M> {
                 self.cq
                     .push_back(requester::cqe(qpn, &done, WcStatus::Success));
             }
+        }
+        // A UC or UD WR completes as it is sent: its QP may drain so.
+        if qp.service != Service::Rc && qp.req.failed_front().is_none() && qp.take_drained() {
+            self.events.push_back(AsyncEvent::SqDrained(qpn));
         }
     }
 
@@ -1523,10 +1533,15 @@ impl<M: Memory> Engine<M> {
     ) -> Option<Option<TxFrame>> {
         let qp = self.qps[i].as_mut()?;
         self.ip_ident = self.ip_ident.wrapping_add(1);
-        let mut split = qp::Split {
-            min: split_min,
-            apart: None,
+        // A UC or UD WR completes when its packet is built: its payload
+        // is copied, never lent out to a frame sent later (the
+        // application may reuse the buffer on the completion).
+        let min = if qp.service == Service::Rc {
+            split_min
+        } else {
+            NEVER_SPLIT
         };
+        let mut split = qp::Split { min, apart: None };
         let (ahs, mrs, mem) = (&self.ahs, &self.mrs, &self.mem);
         let emitted = qp.emit_paced(now, self.ip_ident, ahs, mrs, mem, buf, &mut split, peeked);
         let unreliable = qp.service != Service::Rc;

@@ -407,6 +407,7 @@ impl Qp {
         // Path choice needs telemetry from the switches on the way back.
         self.paths = cfg
             .path_choice
+            .filter(|_| self.service == Service::Rc)
             .filter(|_| matches!(cfg.cc, CcMode::HpccInband { .. } | CcMode::HpccProbe { .. }))
             .map(|pc| {
                 let base = udp::entropy_port(self.qpn, a.dest_qpn);

@@ -641,7 +641,7 @@ impl Requester {
             if !e.contains(self.tx_psn) {
                 self.tx_idx += 1;
                 if !item.ack_req {
-                    self.unasked_msgs += 1;
+                    self.unasked_msgs = self.unasked_msgs.saturating_add(1);
                 }
             }
         }
@@ -649,7 +649,7 @@ impl Requester {
             self.unasked_msgs = 0;
             self.unasked_pkts = 0;
         } else {
-            self.unasked_pkts += 1;
+            self.unasked_pkts = self.unasked_pkts.saturating_add(1);
         }
         if psn_gt(self.tx_psn, self.hi) {
             self.hi = self.tx_psn;

@@ -31,6 +31,12 @@ use crate::wire::{aeth, Opcode, Packet};
 /// Largest DMA length of one message.
 pub const MAX_DMA_LEN: u64 = 1 << 31;
 
+/// UC: a packet at most this many PSNs behind the expected one is a
+/// duplicate (dropped alone); one further behind is a peer that started
+/// again at a new PSN (its first packet starts a message, as rxe takes
+/// it), so that a re-connected peer is not ignored for 2^23 packets.
+pub const UC_DUPLICATE_WINDOW: i32 = 1 << 12;
+
 /// NAK syndromes.
 pub const NAK_PSN_SEQ: u8 = 0x60;
 pub const NAK_INVALID_REQUEST: u8 = 0x61;
@@ -337,10 +343,10 @@ impl Responder {
                 | RdmaWriteOnlyWithImmediate
         );
         let d = psn_diff(p.repr.bth.psn, self.epsn);
-        if d < 0 {
+        if d < 0 && d > -UC_DUPLICATE_WINDOW {
             return Verdict::Dropped;
         }
-        if self.dropping || d > 0 {
+        if self.dropping || d != 0 {
             if !starts {
                 self.drop_message();
                 return Verdict::Dropped;
