@@ -40,7 +40,9 @@ pub struct AhTable {
     live: usize,
 }
 
-fn template(a: &AhAttr, cfg: &EngineConfig) -> FrameTemplate {
+/// The outer headers of datagrams from this engine to `a`'s destination
+/// (UDP source port 0: the sender puts its own in, `with_src_port`).
+pub(crate) fn template(a: &AhAttr, cfg: &EngineConfig) -> FrameTemplate {
     let eth = EthernetRepr {
         src: cfg.mac,
         dst: a.dest_mac,

@@ -10,14 +10,13 @@
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
+use super::ah::{self, AhAttr};
 use super::datagram::{grh_of, GRH_LEN};
 use super::types::RcError;
 use super::EngineConfig;
+use crate::mr::DEFAULT_PD;
 use crate::wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
-use crate::wire::{
-    udp, DethRepr, EthernetRepr, FrameTemplate, Ipv4Repr, MacAddr, Opcode, Packet, Service,
-    TransportRepr, UdpRepr,
-};
+use crate::wire::{udp, DethRepr, MacAddr, Opcode, Packet, Service, TransportRepr};
 
 /// MADs waiting each way at most; more are dropped and counted.
 pub const GSI_QUEUE: usize = 1024;
@@ -165,28 +164,19 @@ impl Gsi {
     /// `buf` is too small: it then waits).
     pub fn emit(&mut self, cfg: &EngineConfig, ident: u16, buf: &mut [u8]) -> Option<usize> {
         let m = self.tx.front()?;
-        let eth = EthernetRepr {
-            src: cfg.mac,
-            dst: m.dest_mac,
-            vlan: cfg.vlan,
+        let dest = AhAttr {
+            pd: DEFAULT_PD,
+            dest_ip: m.dest_ip,
+            dest_mac: m.dest_mac,
+            dscp: m.dscp,
         };
-        let ip = Ipv4Repr {
-            src: cfg.ip,
-            dst: m.dest_ip,
-            dscp: m.dscp.unwrap_or(cfg.dscp),
-            ecn: 0,
-            ..Ipv4Repr::default()
-        };
-        let udp = UdpRepr {
-            src_port: udp::entropy_port(GSI_QPN, m.dest_qpn),
-        };
+        let tpl = ah::template(&dest, cfg).with_src_port(udp::entropy_port(GSI_QPN, m.dest_qpn));
         let mut t = TransportRepr::new(Opcode::SendOnly, m.dest_qpn, self.psn);
         t.bth.service = Service::Ud;
         t.deth = Some(DethRepr {
             q_key: m.qkey,
             src_qp: GSI_QPN,
         });
-        let tpl = FrameTemplate::new(&eth, &ip, &udp);
         let n = tpl
             .emit_with(&t, ident, MAD_LEN, buf, |d| d.copy_from_slice(&m.mad))
             .ok()?;
