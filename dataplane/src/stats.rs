@@ -147,6 +147,21 @@ pub struct QpTotalsEntry {
     pub datagrams_too_long: u64,
     #[serde(default)]
     pub datagrams_unaddressed: u64,
+    /// UD congestion control towards our own NICs: samples sent, given
+    /// up, echoes taken, refused (stale); echoes this host sent for
+    /// others' samples, and dropped for a full queue.
+    #[serde(default)]
+    pub ud_samples: u64,
+    #[serde(default)]
+    pub ud_samples_lost: u64,
+    #[serde(default)]
+    pub ud_echoes_taken: u64,
+    #[serde(default)]
+    pub ud_echoes_stale: u64,
+    #[serde(default)]
+    pub ud_echoes_sent: u64,
+    #[serde(default)]
+    pub ud_echoes_dropped: u64,
 }
 
 /// QP1's counters and its management agents' (`transport::mad`).
@@ -411,6 +426,12 @@ impl Snapshot {
                     datagrams_no_wqe: t.datagrams_no_wqe,
                     datagrams_too_long: t.datagrams_too_long,
                     datagrams_unaddressed: t.datagrams_unaddressed,
+                    ud_samples: t.ud_samples,
+                    ud_samples_lost: t.ud_samples_lost,
+                    ud_echoes_taken: t.ud_echoes_taken,
+                    ud_echoes_stale: t.ud_echoes_stale,
+                    ud_echoes_sent: t.ud_echoes_sent,
+                    ud_echoes_dropped: t.ud_echoes_dropped,
                 }
             },
         });
@@ -618,6 +639,14 @@ impl Snapshot {
                         "host {} dropped: UC packets {} (their messages cut); UD datagrams: wrong Q_Key {}, no receive WQE {}, over the MTU {}, address handle gone {}",
                         host, t.uc_dropped, t.qkey_violations, t.datagrams_no_wqe,
                         t.datagrams_too_long, t.datagrams_unaddressed
+                    );
+                }
+                if t.ud_samples + t.ud_echoes_sent + t.ud_echoes_stale > 0 {
+                    let _ = writeln!(
+                        s,
+                        "host {} UD telemetry: samples {} (echoed {}, given up {}), stale echoes {}; echoes sent {} (dropped {})",
+                        host, t.ud_samples, t.ud_echoes_taken, t.ud_samples_lost,
+                        t.ud_echoes_stale, t.ud_echoes_sent, t.ud_echoes_dropped
                     );
                 }
                 if t.feedback_forged + t.feedback_replayed + t.feedback_unkeyed > 0 {

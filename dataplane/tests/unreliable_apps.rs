@@ -140,4 +140,34 @@ fn main() {
         "{qp1}"
     );
     println!("ok: rnic1's QP1 answered as Linux: {qp1}");
+    drop(d);
+
+    // UD congestion control between our own NICs: under an HPCC++ mode
+    // the datagrams from rnic0 to rnic1 sample the path and rnic1 echoes
+    // the samples; no datagram may be lost for it.
+    let d = daemon_util::start_daemon_with("unreliable-apps-hpcc", "", "cc = \"hpcc\"");
+    let a = ["-c", "UD", "-x", "1", "-a", "-n", "100", "-F"];
+    let (_, cli) = pair_on(&libs, &d.socket, "ib_send_bw", port, ("rnic1", "rnic0"), &a);
+    assert!(cli.contains("\n 1024 "), "{cli}");
+    let text = stats(&d.socket);
+    let line = |host: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("host {host} UD telemetry:")))
+            .unwrap_or_else(|| panic!("no UD telemetry line for host {host}: {text}"))
+            .to_string()
+    };
+    let number_after = |l: &str, key: &str| -> u64 {
+        let at = l.find(key).unwrap_or_else(|| panic!("no {key:?} in {l}")) + key.len();
+        l[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number after {key:?} in {l}"))
+    };
+    let (l0, l1) = (line("0"), line("1"));
+    let (samples, echoed) = (number_after(&l0, "samples "), number_after(&l0, "(echoed "));
+    assert!(samples > 0 && echoed > 0 && echoed <= samples, "{l0}");
+    assert!(number_after(&l1, "echoes sent ") >= echoed, "{l1}");
+    assert!(!text.contains(" dropped: UC"), "{text}");
+    println!("ok: ib_send_bw -c UD under hpcc: {l0} / {l1}");
 }

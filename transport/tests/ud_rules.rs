@@ -254,6 +254,7 @@ fn an_address_handle_serves_only_its_protection_domain() {
         dest_ip: IP_B,
         dest_mac: MAC_B,
         dscp: None,
+        telemetry: false,
     };
     let other = p.a.engine_mut().create_ah(attr).unwrap();
     let mut wr = p.ud_wr(1, WrOp::Send, 0, 8, QKEY);

@@ -15,7 +15,8 @@
 //! or by the operation number stamped in the data (SENDs without
 //! immediate are at least 8 bytes for that), then checked in full; an
 //! operation whose requester completed and whose message did not arrive
-//! within a millisecond of virtual time counts as lost.
+//! within a millisecond of virtual time counts as lost. UD runs HPCC++ per
+//! destination: samples and their echoes cross the faults too.
 //!
 //! Faults hit every packet kind in both directions: loss, duplication,
 //! reordering (extra delay) and corruption (one random bit flipped inside
@@ -92,7 +93,9 @@ pub struct TortureArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = OpKind::ALL)]
     pub mix: Vec<OpKind>,
     /// The QPs' transport service: rc, uc (send, send_imm, write_imm) or
-    /// ud (send, send_imm up to the MTU).
+    /// ud (send, send_imm up to the MTU; the engines run HPCC++ inband, so
+    /// that every datagram's path is sampled and the samples echoed under
+    /// the faults too).
     #[arg(long, value_enum, default_value_t = ServiceArg::Rc)]
     pub service: ServiceArg,
     /// Fraction of the responder's receive WQEs posted late (after
@@ -305,6 +308,9 @@ fn host(
     mem.add(BASE, bytes as usize);
     let mut cfg = EngineConfig::new(mac, ip, LINE_BPS);
     cfg.max_outstanding_psns = args.window.max(1);
+    if args.service == ServiceArg::Ud {
+        cfg.cc = transport::rc::CcMode::HpccInband { maxhop: 3 };
+    }
     let mut engine = Engine::new(cfg, mem, 0);
     let mr = engine
         .register_mr(BASE, bytes, Access::ALL)
@@ -344,6 +350,7 @@ fn connect(a: &mut Host, b: &Host, mac: MacAddr, ip: Ipv4Addr, args: &TortureArg
             dest_ip: ip,
             dest_mac: mac,
             dscp: None,
+            telemetry: true,
         };
         a.ah = Some(e.create_ah(attr).expect("an address handle"));
         return;

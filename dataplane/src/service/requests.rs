@@ -701,6 +701,7 @@ impl Service {
             dest_ip,
             dest_mac: self.neighbour(host, dest_ip),
             dscp: traffic_class.map(|tc| tc >> 2),
+            telemetry: self.speaks_telemetry(dest_ip),
         };
         let ah = self.hosts[host]
             .nic

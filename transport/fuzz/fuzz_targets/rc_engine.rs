@@ -134,6 +134,7 @@ fuzz_target!(|data: &[u8]| {
                 dest_ip: ip,
                 dest_mac: mac,
                 dscp: None,
+                telemetry: true,
             };
             ahs[i] = e[i].create_ah(attr).unwrap();
             continue;

@@ -25,6 +25,10 @@ pub struct AhAttr {
     pub dest_mac: MacAddr,
     /// The GRH traffic class's top six bits; `None`: the engine's.
     pub dscp: Option<u8>,
+    /// The destination speaks our telemetry: datagrams to it sample the
+    /// path with TLM blocks and are paced by HPCC++ per destination
+    /// (`ud_cc`); to any other, none is ever sent.
+    pub telemetry: bool,
 }
 
 #[derive(Debug, Clone, Copy)]

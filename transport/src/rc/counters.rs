@@ -68,6 +68,17 @@ pub struct QpCounters {
     /// UD: datagrams not sent because their address handle was
     /// destroyed after the post (the WR completes; the datagram is lost).
     pub datagrams_unaddressed: u64,
+    /// UD towards destinations that speak our telemetry (`ud_cc`):
+    /// datagrams sent with a sample (a TLM block), samples given up
+    /// without an echo, echoes taken, echoes refused (no sample of their
+    /// PSN out to their sender: late, duplicated or forged).
+    pub ud_samples: u64,
+    pub ud_samples_lost: u64,
+    pub ud_echoes_taken: u64,
+    pub ud_echoes_stale: u64,
+    /// UD receiver: echoes of samples sent, and dropped for a full queue.
+    pub ud_echoes_sent: u64,
+    pub ud_echoes_dropped: u64,
     pub last_probe_rtt_ns: u64,
 }
 
@@ -111,6 +122,12 @@ impl QpCounters {
             datagrams_no_wqe,
             datagrams_too_long,
             datagrams_unaddressed,
+            ud_samples,
+            ud_samples_lost,
+            ud_echoes_taken,
+            ud_echoes_stale,
+            ud_echoes_sent,
+            ud_echoes_dropped,
             last_probe_rtt_ns,
         } = *other;
         self.tx_packets += tx_packets;
@@ -150,6 +167,12 @@ impl QpCounters {
         self.datagrams_no_wqe += datagrams_no_wqe;
         self.datagrams_too_long += datagrams_too_long;
         self.datagrams_unaddressed += datagrams_unaddressed;
+        self.ud_samples += ud_samples;
+        self.ud_samples_lost += ud_samples_lost;
+        self.ud_echoes_taken += ud_echoes_taken;
+        self.ud_echoes_stale += ud_echoes_stale;
+        self.ud_echoes_sent += ud_echoes_sent;
+        self.ud_echoes_dropped += ud_echoes_dropped;
         if last_probe_rtt_ns != 0 {
             self.last_probe_rtt_ns = last_probe_rtt_ns;
         }

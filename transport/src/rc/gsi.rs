@@ -169,6 +169,7 @@ impl Gsi {
             dest_ip: m.dest_ip,
             dest_mac: m.dest_mac,
             dscp: m.dscp,
+            telemetry: false,
         };
         let tpl = ah::template(&dest, cfg).with_src_port(udp::entropy_port(GSI_QPN, m.dest_qpn));
         let mut t = TransportRepr::new(Opcode::SendOnly, m.dest_qpn, self.psn);

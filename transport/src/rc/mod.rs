@@ -34,6 +34,7 @@ pub use requester::ACK_REQ_MSGS_MAX;
 pub use responder::MAX_DMA_LEN;
 mod sgl;
 mod types;
+mod ud_cc;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -56,6 +57,7 @@ pub use types::{
     SgList, Sge, TooManySges, TxFrame, UdDest, UdSource, WcOpcode, WcStatus, WrHead, WrOp, WrParts,
     WrPayload, MAX_INLINE_DATA, MAX_SGE,
 };
+pub use ud_cc::{UdFlowInfo, MAX_DEST_FLOWS, MAX_ECHOES, SAMPLE_TIMEOUT_T};
 
 use crate::mr::{Access, Memory, MrError, MrKeys, MrTable, Pd, DEFAULT_PD};
 use crate::wire::{check_vlan, MacAddr, Opcode, Packet, Service, VlanTag, WireError};
@@ -767,6 +769,13 @@ impl<M: Memory> Engine<M> {
         Ok((qp.cc.window_bytes(), qp.cc.rate_bps()))
     }
 
+    /// A UD QP's flow per destination that speaks our telemetry (none
+    /// unless the engine runs an HPCC++ mode).
+    pub fn ud_flows(&self, qpn: Qpn) -> Result<Vec<UdFlowInfo>, RcError> {
+        let i = self.index(qpn)?;
+        Ok(self.qps[i].as_ref().expect("index checked").ud_flows())
+    }
+
     /// RESET -> INIT with the QP's access flags.
     pub fn modify_to_init(&mut self, qpn: Qpn, access: QpAccess) -> Result<(), RcError> {
         self.qp_mut(qpn)?.modify_to_init(access)
@@ -1152,7 +1161,7 @@ impl<M: Memory> Engine<M> {
                 // What `next_paced` skips: no response, no request.
                 debug_assert!(qp.resp.peek_response().is_none());
                 debug_assert!(qp.req.peek_frame(u64::MAX).is_none());
-                let rate = qp.cc.rate_bps();
+                let rate = qp.pacing_rate(&self.ahs);
                 self.sched.set_rate_and_next(qp.flow, rate, None, now);
             }
             _ => self.post_owed = Some((i, now)),
@@ -1168,9 +1177,9 @@ impl<M: Memory> Engine<M> {
     /// packet: all a valid post changes (see [`Engine::settle_posts`]).
     fn refresh_next(&mut self, i: usize, now: u64) {
         if let Some(qp) = self.qps[i].as_ref() {
-            let size = qp.next_paced_size(&self.cfg);
-            self.sched
-                .set_rate_and_next(qp.flow, qp.cc.rate_bps(), size, now);
+            let size = qp.next_paced_size(&self.cfg, &self.ahs);
+            let rate = qp.pacing_rate(&self.ahs);
+            self.sched.set_rate_and_next(qp.flow, rate, size, now);
         }
     }
 
@@ -1287,7 +1296,10 @@ impl<M: Memory> Engine<M> {
             self.counters.wrong_state += 1;
             return;
         }
-        if p.repr.bth.service != qp.service {
+        // (A UD QP's samples are echoed with TLM_RESPONSE, an opcode of
+        // no service.)
+        let echo = qp.service == Service::Ud && p.repr.bth.opcode == Opcode::TlmResponse;
+        if p.repr.bth.service != qp.service && !echo {
             self.counters.wrong_service += 1;
             return;
         }
@@ -1507,10 +1519,10 @@ impl<M: Memory> Engine<M> {
         if !self.sched.may_send_now(qp.flow) {
             return None; // refused whatever the packet: not sized
         }
-        let (size, peeked) = qp.next_paced_item(&self.cfg)?;
+        let (size, peeked) = qp.next_paced_item(&self.cfg, &self.ahs)?;
         if !self
             .sched
-            .send_now_unasked(qp.flow, qp.cc.rate_bps(), size, now)
+            .send_now_unasked(qp.flow, qp.pacing_rate(&self.ahs), size, now)
         {
             return None;
         }

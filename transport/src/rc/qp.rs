@@ -28,6 +28,7 @@ use super::types::{
     Apart, PathMtu, QpAccess, QpState, QpUpdate, Qpn, RcError, RtrAttr, RtsAttr, SendLimits,
     WcStatus,
 };
+use super::ud_cc::{EchoTaken, Echoes, UdCc};
 use super::EngineConfig;
 use crate::mr::{Memory, MrTable, Pd};
 use crate::wire::ethernet;
@@ -120,6 +121,16 @@ impl CcMode {
         )
     }
 
+    /// Slots of the TLM blocks of an HPCC++ mode.
+    pub fn hpcc_maxhop(self) -> Option<u8> {
+        match self {
+            CcMode::HpccInband { maxhop }
+            | CcMode::HpccProbe { maxhop, .. }
+            | CcMode::RxHpcc { maxhop } => Some(maxhop),
+            CcMode::Dcqcn | CcMode::None => None,
+        }
+    }
+
     /// Slots of the TLM block data packets carry in this mode, if they
     /// carry one (inband and receiver-based HPCC++).
     pub fn data_tlm_maxhop(self) -> Option<u8> {
@@ -191,6 +202,13 @@ pub(crate) struct Qp {
     /// UD: the outer headers of the datagram being built (its address
     /// handle's, with this QP's UDP source port).
     ud_tpl: Option<FrameTemplate>,
+    /// UD: HPCC++ per destination that speaks our telemetry (when the
+    /// engine's mode is an HPCC++ one), and the one the datagram being
+    /// built samples.
+    ud_cc: Option<Box<UdCc>>,
+    ud_sampling: Option<Ipv4Addr>,
+    /// UD: echoes of other NICs' samples, waiting to go.
+    echoes: Echoes,
     /// The protection domain whose regions this QP reaches.
     pub pd: Pd,
     /// Index of its receive queue (its own, or a shared one) in the
@@ -280,8 +298,9 @@ fn check_bits(what: &'static str, value: u64, max: u64) -> Result<(), RcError> {
 
 impl Qp {
     /// A QP of `service` in RESET. UC and UD QPs run no congestion
-    /// control of ours (no telemetry in their packets: a peer's
-    /// unreliable QPs answer nothing) and send at the line rate.
+    /// controller of the QP's own (a peer's unreliable QPs answer
+    /// nothing): UC sends at the line rate, UD per destination
+    /// (`ud_cc`).
     pub fn new(
         qpn: Qpn,
         service: Service,
@@ -291,6 +310,18 @@ impl Qp {
         flow: FlowId,
         cfg: &EngineConfig,
     ) -> Self {
+        let ud_cc = match (service, cfg.cc.hpcc_maxhop()) {
+            (Service::Ud, Some(maxhop)) => Some(Box::new(UdCc::new(
+                cfg.hpcc,
+                cfg.line_rate_bps,
+                TlmRepr {
+                    compact: cfg.compact_int,
+                    sojourn: cfg.int_sojourn,
+                    ..TlmRepr::empty(maxhop)
+                },
+            ))),
+            _ => None,
+        };
         let cfg = &EngineConfig {
             cc: match service {
                 Service::Rc => cfg.cc,
@@ -311,6 +342,9 @@ impl Qp {
             service,
             qkey: 0,
             ud_tpl: None,
+            ud_cc,
+            ud_sampling: None,
+            echoes: Echoes::default(),
             pd,
             rq,
             state: QpState::Reset,
@@ -707,6 +741,7 @@ impl Qp {
 
     pub fn has_ctrl(&self) -> bool {
         self.resp.has_ack()
+            || !self.echoes.is_empty()
             || self.pending_probe.is_some()
             || self.pending_cnp
             || self.tlm.probe_resp.is_some()
@@ -725,6 +760,7 @@ impl Qp {
             return ack;
         }
         let t = earliest(ack, earliest(self.req.timer(), self.cc.poll_timeout()));
+        let t = earliest(t, self.ud_cc.as_ref().and_then(|c| c.deadline()));
         let t = match &self.paths {
             // Not while a probe waits to go: its deadline has passed.
             Some(p) if self.req.has_outstanding() && p.pending.is_none() => {
@@ -761,6 +797,9 @@ impl Qp {
         }
         if self.cc.poll_timeout().is_some_and(|t| t <= now) {
             self.cc.handle_timeout(now);
+        }
+        if let Some(c) = self.ud_cc.as_mut() {
+            self.counters.ud_samples_lost += c.expire(now);
         }
         self.follow_path(now);
         self.poll_probe(now);
@@ -932,6 +971,20 @@ impl Qp {
                     self.tlm.probe_resp = Some((probe, t));
                 }
             }
+            Opcode::TlmResponse if self.service == Service::Ud => {
+                let snd_nxt = self.req.snd_nxt();
+                let echo = p.repr.tlm.as_ref().filter(|t| t.echo);
+                let taken = match (self.ud_cc.as_mut(), p.repr.probe, echo) {
+                    (Some(c), Some(pr), Some(t)) => {
+                        c.on_echo(p.repr.ip.src, pr.snd_psn, snd_nxt, &hops_of(t))
+                    }
+                    _ => EchoTaken::Stale,
+                };
+                match taken {
+                    EchoTaken::Taken => self.counters.ud_echoes_taken += 1,
+                    EchoTaken::Stale => self.counters.ud_echoes_stale += 1,
+                }
+            }
             Opcode::TlmResponse if self.is_path_probe(&p.repr.probe) => {
                 let (qpn, probe) = (self.qpn, p.repr.probe.unwrap_or_default());
                 let fb = Feedback::Probe {
@@ -1007,11 +1060,18 @@ impl Qp {
             _ if self.service == Service::Ud => {
                 let (qkey, mtu) = (self.qkey, self.resp.mtu);
                 let crossed = &mut out.srq_limit;
-                match super::datagram::receive(p, qkey, mtu, mrs, mem, rq, crossed) {
+                let received = super::datagram::receive(p, qkey, mtu, mrs, mem, rq, crossed);
+                let qkey_ok = !matches!(received, Err(Dropped::QKey));
+                match received {
                     Ok(done) => out.recv = Some(done),
                     Err(Dropped::QKey) => self.counters.qkey_violations += 1,
                     Err(Dropped::NoWqe) => self.counters.datagrams_no_wqe += 1,
                     Err(Dropped::TooLong) => self.counters.datagrams_too_long += 1,
+                }
+                // A sample is echoed whether or not a WQE took it (it
+                // measured the path either way); not under a wrong Q_Key.
+                if p.repr.tlm.is_some() && qkey_ok && !self.echoes.answer(p) {
+                    self.counters.ud_echoes_dropped += 1;
                 }
             }
             _ => {
@@ -1218,7 +1278,10 @@ impl Qp {
         r.reth = t.reth_repr();
         r.atomic = t.atomic;
         r.imm = t.imm;
-        r.tlm = self.tlm.data.as_ref();
+        r.tlm = match (&self.ud_cc, self.ud_sampling) {
+            (Some(c), Some(_)) => Some(c.sample_tlm()),
+            _ => self.tlm.data.as_ref(),
+        };
         r.deth = t.ud.map(|d| DethRepr {
             q_key: if d.remote_qkey & deth::CONTROLLED_QKEY != 0 {
                 self.qkey
@@ -1233,12 +1296,17 @@ impl Qp {
     /// Size on the wire of the next paced packet (READ responses first,
     /// then requests), if any.
     #[inline]
-    pub fn next_paced_size(&self, cfg: &EngineConfig) -> Option<u32> {
+    pub fn next_paced_size(&self, cfg: &EngineConfig, ahs: &AhTable) -> Option<u32> {
+        if self.ud_cc.is_some() {
+            // Whether a datagram samples depends on its destination.
+            return self.next_paced_item(cfg, ahs).map(|(size, _)| size);
+        }
         // The requester's gates, without building the packet.
+        let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
         let sized = self.next_paced(cfg, |q| {
             let (opcode, len, retransmit) = q.req.peek_frame(q.cc.window_bytes())?;
             q.path_hold(retransmit)?;
-            Some((opcode, len, ()))
+            Some((opcode, len, tlm, ()))
         });
         sized.map(|(size, _)| size)
     }
@@ -1255,8 +1323,55 @@ impl Qp {
     /// request itself: what [`Qp::emit_paced`] would peek again when it
     /// is built at once, in the same call, with nothing changed between.
     #[inline]
-    pub fn next_paced_item(&self, cfg: &EngineConfig) -> Option<(u32, Option<TxItem>)> {
-        self.next_paced(cfg, |q| q.peek().map(|t| (t.opcode, t.len, t)))
+    pub fn next_paced_item(
+        &self,
+        cfg: &EngineConfig,
+        ahs: &AhTable,
+    ) -> Option<(u32, Option<TxItem>)> {
+        self.next_paced(cfg, |q| {
+            q.peek()
+                .map(|t| (t.opcode, t.len, q.tlm_len_of(&t, ahs), t))
+        })
+    }
+
+    /// The TLM block request `t` carries: a UD sample's, or the data
+    /// packets' of the QP's mode.
+    fn tlm_len_of(&self, t: &TxItem, ahs: &AhTable) -> usize {
+        match (&self.ud_cc, self.ud_sample(t, ahs)) {
+            (Some(c), Some(_)) => c.sample_tlm().block_len(),
+            _ => self.tlm.data.as_ref().map_or(0, TlmRepr::block_len),
+        }
+    }
+
+    /// The destination of datagram `t` when it speaks our telemetry and
+    /// this QP runs a flow per destination.
+    fn ud_dest(&self, t: &TxItem, ahs: &AhTable) -> Option<Ipv4Addr> {
+        self.ud_cc.as_ref()?;
+        let a = ahs.get(t.ud?.ah, self.pd)?;
+        a.telemetry.then_some(a.dest_ip)
+    }
+
+    /// ... when `t` is to carry a sample (none is out to it).
+    fn ud_sample(&self, t: &TxItem, ahs: &AhTable) -> Option<Ipv4Addr> {
+        let ip = self.ud_dest(t, ahs)?;
+        self.ud_cc.as_ref()?.wants_sample(ip).then_some(ip)
+    }
+
+    /// The rate the scheduler paces this QP at: its controller's; a UD
+    /// QP's, that of the destination of its next datagram.
+    #[inline]
+    pub fn pacing_rate(&self, ahs: &AhTable) -> u64 {
+        if let Some(c) = &self.ud_cc {
+            if let Some(ip) = self.peek().and_then(|t| self.ud_dest(&t, ahs)) {
+                return c.rate_bps(ip);
+            }
+        }
+        self.cc.rate_bps()
+    }
+
+    /// Every destination flow of a UD QP.
+    pub fn ud_flows(&self) -> Vec<super::ud_cc::UdFlowInfo> {
+        self.ud_cc.as_ref().map_or_else(Vec::new, |c| c.flows())
     }
 
     /// The size of the next paced packet and, for a request, what
@@ -1266,7 +1381,7 @@ impl Qp {
     fn next_paced<T>(
         &self,
         cfg: &EngineConfig,
-        request: impl FnOnce(&Self) -> Option<(Opcode, u32, T)>,
+        request: impl FnOnce(&Self) -> Option<(Opcode, u32, usize, T)>,
     ) -> Option<(u32, Option<T>)> {
         if self.state == QpState::Err || !self.ready() || !self.may_have_paced() {
             return None;
@@ -1280,8 +1395,7 @@ impl Qp {
         if !self.state.sends() {
             return None;
         }
-        let (opcode, len, t) = request(self)?;
-        let tlm = self.tlm.data.as_ref().map_or(0, TlmRepr::block_len);
+        let (opcode, len, tlm, t) = request(self)?;
         Some((
             (tag + frame_len_of(opcode.layout_in(self.service), tlm, len as usize)) as u32,
             Some(t),
@@ -1341,6 +1455,8 @@ impl Qp {
         let Some(t) = peeked.or_else(|| self.peek()) else {
             return Ok(None);
         };
+        let ud_dest = self.ud_dest(&t, ahs);
+        self.ud_sampling = self.ud_sample(&t, ahs);
         if let Some(d) = t.ud {
             let port = udp::entropy_port(self.qpn, d.remote_qpn);
             self.ud_tpl = ahs.template(d.ah, self.pd).map(|t| t.with_src_port(port));
@@ -1390,10 +1506,15 @@ impl Qp {
                 })
             }
         };
+        let sampled = std::mem::take(&mut self.ud_sampling).is_some();
         let Some(n) = emitted else {
             return Ok(None);
         };
         self.req.sent(&t, now);
+        if let (Some(ip), Some(c)) = (ud_dest, self.ud_cc.as_mut()) {
+            c.sent(ip, t.psn, sampled, now);
+            self.counters.ud_samples += u64::from(sampled);
+        }
         if let Some(p) = self.paths.as_deref_mut().filter(|p| p.draining()) {
             p.drain_acked |= t.ack_req && !t.retransmit;
         }
@@ -1412,6 +1533,15 @@ impl Qp {
     /// probe) into `buf`.
     /// `flows`: N to report in an echoed stack (receiver-measured N).
     pub fn emit_ctrl(&mut self, ident: u16, buf: &mut [u8], flows: Option<u16>) -> Option<usize> {
+        if let Some(e) = self.echoes.pop() {
+            // UD: the echo of a sample, to the QP that sent it.
+            let mut r = TransportRepr::new(Opcode::TlmResponse, e.dest_qp, 0);
+            r.probe = Some(e.probe);
+            r.tlm = Some(&e.tlm);
+            let n = e.template.emit_with(&r, ident, 0, buf, |_| ()).ok();
+            self.counters.ud_echoes_sent += u64::from(n.is_some());
+            return n;
+        }
         self.rtr?;
         let n = if let Some(a) = self.resp.take_ack() {
             let mut r = self.transport(Opcode::Acknowledge, a.psn);

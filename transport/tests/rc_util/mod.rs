@@ -127,6 +127,8 @@ pub struct Setup {
     /// address handle each to the other side instead of a connection).
     pub service: Service,
     pub qkey: u32,
+    /// UD: the address handles say the other end speaks our telemetry.
+    pub ah_telemetry: bool,
 }
 
 impl Default for Setup {
@@ -151,6 +153,7 @@ impl Default for Setup {
             feedback_key: None,
             service: Service::Rc,
             qkey: 0x1111_1111,
+            ah_telemetry: false,
         }
     }
 }
@@ -238,6 +241,7 @@ impl Pair {
                     dest_ip: ip,
                     dest_mac: mac,
                     dscp: None,
+                    telemetry: s.ah_telemetry,
                 };
                 e.create_ah(attr).unwrap()
             };
