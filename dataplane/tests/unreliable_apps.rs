@@ -4,7 +4,8 @@
 //! data` and exit 0 on a bad byte, which `pair` reads), and perftest's
 //! `ib_send_lat -c UD`, `ib_send_bw -c UD`, `ib_write_lat -c UC` and
 //! `ib_send_bw -c UC` over all their sizes (`-a`), server on rnic1 and
-//! client on rnic0, then both on rnic0. On the loopback nothing is lost,
+//! client on rnic0, then both on rnic0; `ib_send_bw -c UD -g` to a
+//! multicast group. On the loopback nothing is lost,
 //! so no datagram or UC message may be dropped: the daemon's counters
 //! must show none (a bandwidth test whose receiver missed one would also
 //! wait for it until perftest's own timeout and fail). Then QP1:
@@ -100,6 +101,25 @@ fn main() {
             assert!(cli.contains(last), "{cli}");
             println!("ok: {prog} {a:?} {server} <- {client}");
         }
+    }
+
+    // Multicast: perftest's `-g` attaches the server's QP to the group
+    // `-M` names (an IPv4-mapped multicast GID: our port is RoCEv2 over
+    // IPv4) and the client sends to it, DestQP 0xFFFFFF; on rnic0 alone
+    // the datagrams come back to the NIC's own RX.
+    let mgid = "0:0:0:0:0:0:0:0:0:0:255:255:239:1:1:1";
+    for (server, client) in [("rnic1", "rnic0"), ("rnic0", "rnic0")] {
+        let a = ["-c", "UD", "-x", "1", "-g", "-M", mgid, "-n", "1000", "-F"];
+        let (srv, cli) = pair_on(&libs, &d.socket, "ib_send_bw", port, (server, client), &a);
+        port += 1;
+        for t in [&srv, &cli] {
+            assert!(
+                t.contains("MGID: 00:00:00:00:00:00:00:00:00:00:255:255:239:01:01:01"),
+                "{t}"
+            );
+            assert!(t.contains("\n 1024       1000 "), "{t}");
+        }
+        println!("ok: ib_send_bw {a:?} {server} <- {client}");
     }
 
     let text = stats(&d.socket);

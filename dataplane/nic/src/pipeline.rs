@@ -524,15 +524,43 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
 
     /// Keeps a built frame for the port, or for this NIC's own RX when
     /// it is addressed to itself, or resolves its destination first.
-    fn queue(&mut self, now: u64, f: P::Frame) {
+    fn queue(&mut self, now: u64, mut f: P::Frame) {
         let dst = f.as_ref().get(..6);
+        let group = dst.is_some_and(|d| d[0] & 1 == 1);
         if dst == Some(&self.engine.config().mac.0[..]) && self.shard.is_none() {
             self.counters.looped_frames += 1;
             self.looped.push(f);
         } else if dst == Some(&MacAddr::default().0[..]) {
             self.resolve(now, f);
         } else {
+            if group && self.shard.is_none() {
+                self.loop_multicast(&mut f);
+            }
             self.tx.push(f);
+        }
+    }
+
+    /// A datagram to a multicast group this NIC's QPs joined: a copy comes
+    /// back to its own RX (as IP multicast loops back to local members),
+    /// the frame itself goes on the wire for the others.
+    fn loop_multicast(&mut self, f: &mut P::Frame) {
+        if !f.linearize() {
+            return;
+        }
+        let group = EthernetFrame::new_checked(f.as_ref())
+            .and_then(|e| Ipv4Packet::new_checked(e.payload()).map(|p| p.dst()));
+        if !group.is_ok_and(|g| self.engine.joined(g)) {
+            return;
+        }
+        let Some(mut copy) = self.port.alloc() else {
+            self.counters.tx_no_buffer += 1;
+            return;
+        };
+        if copy.set(f.as_ref()) {
+            self.counters.looped_frames += 1;
+            self.looped.push(copy);
+        } else {
+            self.counters.tx_buffer_too_small += 1;
         }
     }
 

@@ -251,6 +251,26 @@ impl Service {
                 dest_ip,
                 traffic_class,
             } => self.create_ah(conn, pd, dest_ip, traffic_class),
+            Request::AttachMcast { qpn, group } => {
+                let host = self.own_qp(conn, qpn)?;
+                let e = self.hosts[host].nic.engine_mut();
+                e.attach_mcast(qpn, group).map_err(|e| {
+                    let kind = match e {
+                        transport::rc::RcError::TooManyGroups(_)
+                        | transport::rc::RcError::GroupFull { .. } => ErrorKind::NoSpace,
+                        _ => ErrorKind::InvalidArgument,
+                    };
+                    err(kind, e.to_string())
+                })?;
+                done(Reply::Done)
+            }
+            Request::DetachMcast { qpn, group } => {
+                let host = self.own_qp(conn, qpn)?;
+                let e = self.hosts[host].nic.engine_mut();
+                e.detach_mcast(qpn, group)
+                    .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+                done(Reply::Done)
+            }
             Request::DestroyAh { ah } => {
                 let a = self.app(conn);
                 let Some(i) = a.ahs.iter().position(|x| x.0 == ah) else {
@@ -701,7 +721,8 @@ impl Service {
             dest_ip,
             dest_mac: self.neighbour(host, dest_ip),
             dscp: traffic_class.map(|tc| tc >> 2),
-            telemetry: self.speaks_telemetry(dest_ip),
+            // (Samples to a group would be echoed by every member.)
+            telemetry: !dest_ip.is_multicast() && self.speaks_telemetry(dest_ip),
         };
         let ah = self.hosts[host]
             .nic
@@ -1098,6 +1119,12 @@ impl Service {
     /// or what the host's neighbour table knows; else the zero MAC, which
     /// the pipeline resolves with ARP when the QP's frames go.
     fn neighbour(&self, host: usize, ip: std::net::Ipv4Addr) -> transport::wire::MacAddr {
+        if ip.is_multicast() {
+            // IPv4 multicast's MAC (RFC 1112): 01:00:5e and the low 23
+            // bits of the group.
+            let o = ip.octets();
+            return transport::wire::MacAddr([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]);
+        }
         let now = self.clock.now_ns();
         self.peers
             .iter()

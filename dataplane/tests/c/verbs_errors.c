@@ -351,6 +351,36 @@ static void errors(struct side *a, struct side *b)
 	CHECK(!ibv_modify_qp(a->qp, &rr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER),
 	      "RTS -> RTS");
 	printf("ok: RTS->RTS changes the RNR timer\n");
+
+	/* Multicast: only UD QPs attach, only to an IPv4-mapped multicast
+	 * GID; detaching what is not attached fails; attaching twice is no
+	 * error (as in rxe). */
+	union ibv_gid grp = { .raw = { [10] = 0xff, [11] = 0xff, [12] = 239,
+				       [13] = 9, [14] = 9, [15] = 9 } };
+	union ibv_gid uni = grp, v6 = { .raw = { 0xff, 0x12, [15] = 1 } };
+	uni.raw[12] = 10;
+	EXPECT(ibv_attach_mcast(a->qp, &grp, 0) == EINVAL,
+	       "an RC QP attached to a multicast group");
+	struct ibv_qp_init_attr ua = { .send_cq = a->cq, .recv_cq = a->cq,
+				       .qp_type = IBV_QPT_UD,
+				       .cap = { .max_send_wr = 4,
+						.max_recv_wr = 4,
+						.max_send_sge = 1,
+						.max_recv_sge = 1 } };
+	struct ibv_qp *ud;
+	CHECK(ud = ibv_create_qp(a->pd, &ua), "ibv_create_qp UD");
+	EXPECT(ibv_attach_mcast(ud, &uni, 0) == EINVAL,
+	       "attached to a unicast GID");
+	EXPECT(ibv_attach_mcast(ud, &v6, 0) == EINVAL,
+	       "attached to an IPv6 multicast GID on an IPv4 port");
+	EXPECT(ibv_detach_mcast(ud, &grp, 0) == EINVAL,
+	       "detached from a group it was not attached to");
+	CHECK(!ibv_attach_mcast(ud, &grp, 0), "ibv_attach_mcast");
+	CHECK(!ibv_attach_mcast(ud, &grp, 0), "ibv_attach_mcast again");
+	CHECK(!ibv_detach_mcast(ud, &grp, 0), "ibv_detach_mcast");
+	EXPECT(ibv_detach_mcast(ud, &grp, 0) == EINVAL, "detached twice");
+	CHECK(!ibv_destroy_qp(ud), "ibv_destroy_qp UD");
+	printf("ok: multicast attach/detach: UD QPs and IPv4 groups only\n");
 	free(ro);
 	free(mine);
 }

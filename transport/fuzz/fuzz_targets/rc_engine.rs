@@ -11,7 +11,8 @@
 //! notifications, forged tokens on INT responses, from the crafted
 //! frames). Its next bits choose the QPs' service: RC, UC or UD (with an
 //! address handle each way); crafted frames may be of any service and go
-//! to QP1 too, whose MADs pass through the management agents' dispatch.
+//! to QP1 too, whose MADs pass through the management agents' dispatch,
+//! or to a multicast group the QPs attach to and detach from.
 //! Nothing may panic, and every work request completes at most once.
 #![no_main]
 
@@ -21,17 +22,19 @@ use std::sync::{Arc, Mutex};
 
 use libfuzzer_sys::fuzz_target;
 use nic::{mem_link, Completions, Direction, Fault, FaultInjector, MemPort, Nic};
-use transport::mr::{Access, VecMemory};
 use transport::mr::DEFAULT_PD;
+use transport::mr::{Access, VecMemory};
 use transport::rc::{
     AhAttr, CcMode, ConnectParams, Endpoint, Engine, EngineConfig, PathMtu, QpAccess, QpInit,
-    RecvWr, SendWr, SgList, Sge, UdDest, WrOp,
+    RecvWr, SendWr, SgList, Sge, UdDest, WrOp, MULTICAST_QPN,
 };
 use transport::wire::{
     AethRepr, DethRepr, HopRecord, MacAddr, Opcode, PacketRepr, ProbeRepr, RethRepr, Service,
 };
 
 const BASE: u64 = 0x1_0000;
+/// The multicast group UD QPs attach to (and crafted datagrams go to).
+const GROUP: Ipv4Addr = Ipv4Addr::new(239, 0, 0, 1);
 const SIZE: usize = 1 << 16;
 
 struct Bytes<'a>(&'a [u8]);
@@ -273,8 +276,17 @@ fuzz_target!(|data: &[u8]| {
                     continue;
                 };
                 let psn = input.u32().unwrap_or(0);
-                let dest = if psn & 4 != 0 { 1 } else { q[side] };
+                let dest = if psn & 4 != 0 {
+                    1
+                } else if psn & 0x200 != 0 {
+                    MULTICAST_QPN
+                } else {
+                    q[side]
+                };
                 let mut r = PacketRepr::new(opcode, dest, psn);
+                if dest == MULTICAST_QPN {
+                    r.ip.dst = GROUP;
+                }
                 let (smac, sip) = if side == 0 { (mb, ib) } else { (ma, ia) };
                 r.eth.src = smac;
                 r.ip.src = sip;
@@ -283,7 +295,8 @@ fuzz_target!(|data: &[u8]| {
                 let l = opcode.layout_in(svc);
                 if l.deth {
                     r.deth = Some(DethRepr {
-                        q_key: [QKEY, transport::wire::mad::GSI_QKEY, psn][usize::from(psn as u8 % 3)],
+                        q_key: [QKEY, transport::wire::mad::GSI_QKEY, psn]
+                            [usize::from(psn as u8 % 3)],
                         src_qp: psn >> 8,
                     });
                 }
@@ -374,7 +387,12 @@ fuzz_target!(|data: &[u8]| {
                 now += u64::from(input.u32().unwrap_or(0) % 1_000_000);
             }
             7 => {
-                let _ = nics[side].engine_mut().modify_to_err(q[side]);
+                let e = nics[side].engine_mut();
+                let _ = match input.u8().unwrap_or(0) % 3 {
+                    0 => e.modify_to_err(q[side]),
+                    1 => e.attach_mcast(q[side], GROUP),
+                    _ => e.detach_mcast(q[side], GROUP),
+                };
             }
             8 => {
                 let _ = nics[side].engine_mut().deregister_mr(keys[side].lkey);

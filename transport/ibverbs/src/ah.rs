@@ -149,7 +149,7 @@ fn reply_attr(ctx: &Ctx, port_num: u8, wc: &ibv_wc, grh: &[u8; 40]) -> Result<ib
     }
     let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
     let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-    if dst != ctx.dev.info.ip {
+    if dst != ctx.dev.info.ip && !dst.is_multicast() {
         return Err(format!(
             "the datagram went to {dst}, not this device's {}",
             ctx.dev.info.ip

@@ -27,6 +27,7 @@ mod async_event;
 mod context;
 mod cq;
 mod device;
+mod mcast;
 mod pd_mr;
 mod post;
 mod qp;

@@ -88,6 +88,10 @@ fn device_attr(ctx: &Ctx) -> ibv_device_attr {
         max_srq_sge: sat(c.max_recv_sge),
         max_pkeys: 1,
         max_ah: transport::rc::MAX_AHS as c_int,
+        max_mcast_grp: transport::rc::MAX_MCAST_GROUPS as c_int,
+        max_mcast_qp_attach: transport::rc::MAX_MCAST_QP_ATTACH as c_int,
+        max_total_mcast_qp_attach: (transport::rc::MAX_MCAST_GROUPS
+            * transport::rc::MAX_MCAST_QP_ATTACH) as c_int,
         local_ca_ack_delay: 15,
         phys_port_cnt: 1,
         ..Default::default()

@@ -73,8 +73,6 @@ returns_null!(
 );
 
 returns_errno!(
-    ibv_attach_mcast,
-    ibv_detach_mcast,
     ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid,
     ibv_query_ece,

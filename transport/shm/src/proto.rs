@@ -219,6 +219,16 @@ pub enum Request {
     DestroyAh {
         ah: u32,
     },
+    /// Attaches UD QP `qpn` to the IPv4 multicast group `group`
+    /// (ibv_attach_mcast with an IPv4-mapped multicast GID).
+    AttachMcast {
+        qpn: u32,
+        group: std::net::Ipv4Addr,
+    },
+    DetachMcast {
+        qpn: u32,
+        group: std::net::Ipv4Addr,
+    },
     /// A shared receive queue of `depth` receive WQEs, its ring in the
     /// segment.
     CreateSrq {

@@ -193,6 +193,9 @@ pub struct EngineCounters {
     /// Frames of another transport service than their QP's (a UC or UD
     /// packet to an RC QP, ...).
     pub wrong_service: u64,
+    /// Datagrams to a multicast group no QP of this engine is attached
+    /// to.
+    pub mcast_unjoined: u64,
     /// INT responses naming no QP connected to (their source, DestQP), or
     /// arriving at an engine whose data packets do not subscribe.
     pub int_response_unknown: u64,

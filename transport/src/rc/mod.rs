@@ -22,6 +22,7 @@ pub mod auth;
 mod counters;
 mod datagram;
 mod gsi;
+mod mcast;
 pub mod paths;
 mod qp;
 mod qpn_space;
@@ -48,6 +49,7 @@ pub use ah::{AhAttr, MAX_AHS};
 pub use counters::{EngineCounters, QpCounters};
 pub use datagram::{grh_of, GRH_LEN};
 pub use gsi::{GsiCounters, OutMad, ReceivedMad, GSI_QUEUE};
+pub use mcast::{MAX_MCAST_GROUPS, MAX_MCAST_QP_ATTACH, MULTICAST_QPN};
 pub use qp::{CcMode, UnknownCc, MIN_SEGMENT};
 pub use qpn_space::{BadShard, QpnSpace, MAX_SHARDS};
 pub use recv::MAX_RECV_WR;
@@ -266,6 +268,7 @@ pub struct Engine<M: Memory> {
     mem: M,
     mrs: MrTable,
     ahs: ah::AhTable,
+    mcast: mcast::McastGroups,
     /// QP1, and when the last MAD to send was queued.
     gsi: gsi::Gsi,
     gsi_since: u64,
@@ -317,6 +320,7 @@ impl<M: Memory> Engine<M> {
             mem,
             mrs: MrTable::new(),
             ahs: ah::AhTable::default(),
+            mcast: mcast::McastGroups::default(),
             gsi: gsi::Gsi::default(),
             gsi_since: now,
             qps: Vec::new(),
@@ -587,6 +591,7 @@ impl<M: Memory> Engine<M> {
         let qp = self.qps[i].take().expect("index checked");
         self.counters.closed_qps.accumulate(&qp.counters);
         self.forget_peer(&qp);
+        self.mcast.forget(qpn);
         if let Some(q) = self.rqs[qp.rq].as_mut() {
             q.users = q.users.saturating_sub(1);
             if !q.shared {
@@ -643,6 +648,37 @@ impl<M: Memory> Engine<M> {
     /// Address handles alive.
     pub fn ah_count(&self) -> usize {
         self.ahs.len()
+    }
+
+    /// Attaches UD QP `qpn` to multicast group `group` (ibv_attach_mcast):
+    /// it receives the datagrams sent to the group from now on.
+    pub fn attach_mcast(&mut self, qpn: Qpn, group: Ipv4Addr) -> Result<(), RcError> {
+        let i = self.index(qpn)?;
+        let service = self.qps[i].as_ref().expect("index checked").service;
+        if service != Service::Ud {
+            return Err(RcError::NotOnService {
+                what: "multicast",
+                service: service.name(),
+            });
+        }
+        self.mcast.attach(qpn, group)
+    }
+
+    /// Detaches `qpn` from `group` (ibv_detach_mcast).
+    pub fn detach_mcast(&mut self, qpn: Qpn, group: Ipv4Addr) -> Result<(), RcError> {
+        self.index(qpn)?;
+        self.mcast.detach(qpn, group)
+    }
+
+    /// Whether a QP of this engine is attached to `group` (a datagram
+    /// this NIC sends there comes back to its own RX too).
+    pub fn joined(&self, group: Ipv4Addr) -> bool {
+        self.mcast.has(group)
+    }
+
+    /// The groups `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: Qpn) -> Vec<Ipv4Addr> {
+        self.mcast.groups_of(qpn)
     }
 
     /// The next MAD QP1 received, for the management agents.
@@ -1287,11 +1323,37 @@ impl<M: Memory> Engine<M> {
             self.gsi.on_packet(p);
             return;
         }
+        if qpn == MULTICAST_QPN {
+            self.multicast(now, p);
+            return;
+        }
         let Ok(i) = self.index(qpn) else {
             self.counters.unknown_qp += 1;
             return;
         };
+        self.deliver(now, i, p);
+    }
+
+    /// A datagram to a multicast group: a copy to each QP attached.
+    fn multicast(&mut self, now: u64, p: &Packet<'_>) {
+        let group = p.repr.ip.dst;
+        if !self.mcast.has(group) {
+            self.counters.mcast_unjoined += 1;
+            return;
+        }
+        let mut k = 0;
+        while let Some(qpn) = self.mcast.member(group, k) {
+            k += 1;
+            if let Ok(i) = self.index(qpn) {
+                self.deliver(now, i, p);
+            }
+        }
+    }
+
+    /// Hands a packet for the QP of index `i` to it.
+    fn deliver(&mut self, now: u64, i: usize, p: &Packet<'_>) {
         let qp = self.qps[i].as_mut().expect("index checked");
+        let qpn = qp.qpn;
         if !qp.state.receives() || !qp.is_from_peer(p) {
             self.counters.wrong_state += 1;
             return;

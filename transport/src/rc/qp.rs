@@ -1069,8 +1069,10 @@ impl Qp {
                     Err(Dropped::TooLong) => self.counters.datagrams_too_long += 1,
                 }
                 // A sample is echoed whether or not a WQE took it (it
-                // measured the path either way); not under a wrong Q_Key.
-                if p.repr.tlm.is_some() && qkey_ok && !self.echoes.answer(p) {
+                // measured the path either way); not under a wrong Q_Key,
+                // nor one to a group (its members would all answer).
+                let sample = p.repr.tlm.is_some() && !p.repr.ip.dst.is_multicast();
+                if sample && qkey_ok && !self.echoes.answer(p) {
                     self.counters.ud_echoes_dropped += 1;
                 }
             }

@@ -610,6 +610,17 @@ pub enum RcError {
     DatagramTooLong { len: u64, mtu: u32 },
     #[error("a UD SEND needs an address handle, a remote QPN and a Q_Key")]
     NoAddress,
+    #[error("{0} is not an IPv4 multicast address (224.0.0.0/4): no multicast group")]
+    NotMulticast(std::net::Ipv4Addr),
+    #[error("multicast groups exhausted (at most {0} per device)")]
+    TooManyGroups(usize),
+    #[error("multicast group {group} has its {max} QPs attached already")]
+    GroupFull {
+        group: std::net::Ipv4Addr,
+        max: usize,
+    },
+    #[error("QP {qpn:#x} is not attached to multicast group {group}")]
+    NotAttached { qpn: Qpn, group: std::net::Ipv4Addr },
 }
 
 /// A frame [`Engine::poll_transmit_split`](super::Engine::poll_transmit_split)
