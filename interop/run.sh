@@ -64,7 +64,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-say() { printf '==> %s\n' "$*"; }
+# Each step says what it does and when (seconds since the script started).
+say() { printf '==> [%ds] %s\n' "$SECONDS" "$*"; }
 die() { printf 'interop: %s\n' "$*" >&2; exit 1; }
 # What this machine cannot do (no root, no tap, no QEMU or kernel to
 # install): with --quick (./x test) the run is skipped, exit 77; otherwise
