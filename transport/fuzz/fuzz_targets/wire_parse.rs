@@ -9,7 +9,8 @@
 //! switch's record pushed into any stack reads back in the stack's units;
 //! a domain boundary's rewrite of any stack into relative load is what
 //! `TlmRepr::relative` computes and rewriting again changes nothing;
-//! steering's DestQP read from the headers alone is the frame's.
+//! steering's DestQP read from the headers alone is the frame's; a CM
+//! message (the input as a 256-byte MAD) emits and parses back the same.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,6 +20,15 @@ use transport::wire::{
 };
 
 fuzz_target!(|data: &[u8]| {
+    // A CM MAD: what parses emits again and parses back the same.
+    let mut mad = [0u8; 256];
+    let n = data.len().min(256);
+    mad[..n].copy_from_slice(&data[..n]);
+    if let Ok((h, m)) = transport::wire::cm::CmMsg::parse(&mad) {
+        let again = transport::wire::cm::CmMsg::parse(&m.emit(h.tid));
+        assert_eq!(again.map(|(_, m)| m), Ok(m));
+    }
+    let _ = transport::wire::cm::CmaHeader::parse(data);
     if let Ok(a) = ArpRepr::parse(data) {
         let vlan = EthernetFrame::new_checked(data).ok().and_then(|e| e.vlan());
         let mut out = [0u8; 64];

@@ -15,6 +15,7 @@ pub mod aeth;
 pub mod arp;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
 pub mod cnp;
 pub mod deth;
 mod error;
