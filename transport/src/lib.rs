@@ -13,6 +13,7 @@
 //! `unsafe`. Time, when it is needed, is a `u64` of nanoseconds passed in.
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod mad;
 pub mod mr;
 pub mod rc;
