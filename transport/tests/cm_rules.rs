@@ -559,3 +559,72 @@ fn calls_in_the_wrong_state_are_refused_by_name() {
         "93 bytes of REQ private data"
     );
 }
+
+#[test]
+fn sidr_resolves_a_service_to_a_ud_qp_and_its_qkey() {
+    let mut p = Pair::new();
+    let udp = cm::service_id(PortSpace::Udp, 7174);
+    p.b.listen(udp, 5).unwrap();
+    let now = p.now;
+    let ida = p.a.resolve(now, peer(IP_B), udp, &[7; 40]).unwrap();
+    p.deliver();
+    let idb = match &Pair::events(&mut p.b)[..] {
+        [CmEvent::SidrRequest {
+            listener: 5,
+            id,
+            req,
+            ..
+        }] => {
+            assert_eq!(
+                (req.request_id, req.service_id, req.pkey),
+                (ida, udp, 0xFFFF)
+            );
+            assert_eq!(req.private_data[..40], [7; 40]);
+            *id
+        }
+        other => panic!("{other:?}"),
+    };
+    p.b.sidr_reply(idb, cm::sidr::SUCCESS, 0x33, 0x0123_4567, &[])
+        .unwrap();
+    p.deliver();
+    match &Pair::events(&mut p.a)[..] {
+        [CmEvent::SidrReply { id, rep }] => {
+            assert_eq!(*id, ida);
+            assert_eq!(
+                (rep.status, rep.qpn, rep.qkey, rep.service_id),
+                (0, 0x33, 0x0123_4567, udp)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(p.a.is_empty() && p.b.is_empty());
+    assert_eq!(p.names(), ["A:SIDR_REQ", "B:SIDR_REP"]);
+}
+
+#[test]
+fn a_sidr_req_nobody_listens_for_is_answered_unsupported() {
+    let mut p = Pair::new();
+    let now = p.now;
+    let ida =
+        p.a.resolve(now, peer(IP_B), cm::service_id(PortSpace::Udp, 1), &[])
+            .unwrap();
+    p.deliver();
+    match &Pair::events(&mut p.a)[..] {
+        [CmEvent::SidrReply { id, rep }] => {
+            assert_eq!((*id, rep.status), (ida, cm::sidr::UNSUPPORTED));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sidr_req_never_answered_ends_unreachable_after_its_retries() {
+    let mut p = Pair::new();
+    p.hook = Box::new(|_, _| false);
+    let now = p.now;
+    let ida = p.a.resolve(now, peer(IP_B), 1, &[]).unwrap();
+    // 2^(20-8) ms, 1 + 15 times.
+    p.run_until(16 * 4_096 * MS);
+    assert_eq!(Pair::events(&mut p.a), [CmEvent::Unreachable { id: ida }]);
+    assert_eq!(p.names().len(), 16);
+}

@@ -1,6 +1,7 @@
 //! Fuzz the connection manager: two CMs run a sequence of the consumer's
-//! calls (listen, connect, accept, reject, establish, disconnect, destroy)
-//! chosen by the input, their MADs crossing a wire that the input drops,
+//! calls (listen, connect, accept, reject, establish, disconnect, destroy,
+//! SIDR's resolve and reply) chosen by the input, their MADs crossing a
+//! wire that the input drops,
 //! duplicates and delays, with time stepping and MADs crafted from the
 //! input (valid CM headers with arbitrary bodies, and real MADs with
 //! bytes flipped) thrown in. Nothing may panic; every event names a
@@ -46,8 +47,11 @@ struct Seen {
 impl Seen {
     fn take(&mut self, e: &CmEvent) {
         match e {
-            CmEvent::ConnectRequest { id, .. } => {
+            CmEvent::ConnectRequest { id, .. } | CmEvent::SidrRequest { id, .. } => {
                 self.live.insert(*id);
+            }
+            CmEvent::SidrReply { id, .. } => {
+                self.live.remove(id);
             }
             CmEvent::Rejected { id, .. }
             | CmEvent::Unreachable { id }
@@ -193,6 +197,23 @@ fuzz_target!(|data: &[u8]| {
                 let _ = cms[side].listen(u64::from(arg), 1);
             }
             11 => cms[side].unlisten(service),
+            12 => {
+                let svc = if arg & 1 == 0 {
+                    service
+                } else {
+                    u64::from(arg)
+                };
+                if let Ok(id) =
+                    cms[side].resolve(now, peer(1 - side), svc, &vec![arg; usize::from(arg)])
+                {
+                    ids[side].push(id);
+                }
+            }
+            13 => {
+                if let Some(id) = pick(&ids[side]) {
+                    let _ = cms[side].sidr_reply(id, arg % 6, 0x30, 0x0123_4567, &[arg; 9]);
+                }
+            }
             _ => {}
         }
         for s in 0..2 {
@@ -203,7 +224,7 @@ fuzz_target!(|data: &[u8]| {
                 wire.push((s, m));
             }
             while let Some(e) = cms[s].poll_event() {
-                if let CmEvent::ConnectRequest { id, .. } = &e {
+                if let CmEvent::ConnectRequest { id, .. } | CmEvent::SidrRequest { id, .. } = &e {
                     ids[s].push(*id);
                 }
                 seen[s].take(&e);

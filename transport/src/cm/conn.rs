@@ -37,6 +37,10 @@ pub enum State {
     DreqRcvd,
     /// Disconnected; the QP number may not be reused until this ends.
     TimeWait,
+    /// Active SIDR: SIDR_REQ sent, waiting for the SIDR_REP.
+    SidrReqSent,
+    /// Passive SIDR: SIDR_REQ received, the consumer has not answered.
+    SidrReqRcvd,
 }
 
 impl State {
@@ -50,6 +54,8 @@ impl State {
             State::DreqSent => "DREQ_SENT",
             State::DreqRcvd => "DREQ_RCVD",
             State::TimeWait => "TIMEWAIT",
+            State::SidrReqSent => "SIDR_REQ_SENT",
+            State::SidrReqRcvd => "SIDR_REQ_RCVD",
         }
     }
 }
@@ -82,6 +88,8 @@ pub struct Conn {
     pub dreq_tid: u64,
     /// The listener's token (passive connections).
     pub listener: Option<u64>,
+    /// The service ID (SIDR's reply echoes it).
+    pub service_id: u64,
     /// The path's ACK timeout (IBA's 4.096 us * 2^t exponent): how long
     /// TIMEWAIT lasts.
     pub ack_timeout: u8,

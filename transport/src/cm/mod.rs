@@ -13,8 +13,9 @@
 //! consumer come out of [`Cm::poll_mad`] and [`Cm::poll_event`]. The
 //! consumer moves its QPs: the CM only says when and with what.
 //!
-//! Not here yet: SIDR (UD service resolution) and LAP/APR (alternate
-//! paths, which RoCE does not use); such MADs are counted and dropped.
+//! SIDR resolves a service ID to a UD QP ([`Cm::resolve`],
+//! [`Cm::sidr_reply`]). LAP and APR (alternate paths, which RoCE does not
+//! use) are counted and dropped.
 
 mod conn;
 mod recv;
@@ -135,6 +136,16 @@ pub enum CmEvent {
     Disconnected { id: CommId, timed_out: bool },
     /// TIMEWAIT ended: the connection is gone.
     TimewaitExit { id: CommId },
+    /// Passive: a SIDR_REQ for the listener of token `listener`; answer
+    /// with `sidr_reply`.
+    SidrRequest {
+        listener: u64,
+        id: CommId,
+        req: Box<cm::SidrReq>,
+        from: Peer,
+    },
+    /// Active: the SIDR_REP (its status says whether it resolved).
+    SidrReply { id: CommId, rep: Box<cm::SidrRep> },
 }
 
 /// Why a consumer's call was refused.
@@ -397,6 +408,7 @@ impl Cm {
                 tid,
                 dreq_tid: 0,
                 listener: None,
+                service_id: p.service_id,
                 ack_timeout: ack,
                 timeout_ns,
                 max_retries: self.cfg.max_retries,
@@ -407,6 +419,81 @@ impl Cm {
         let mad = CmMsg::Req(Box::new(req)).emit(tid);
         self.send_request(now, id, mad);
         Ok(id)
+    }
+
+    /// Active SIDR: asks the peer which UD QP serves `service_id`
+    /// (`private`: rdma_cm's header and the application's data, at most
+    /// 216 bytes); the answer comes as [`CmEvent::SidrReply`], or
+    /// [`CmEvent::Unreachable`] when the retries run out.
+    pub fn resolve(
+        &mut self,
+        now: u64,
+        to: Peer,
+        service_id: u64,
+        private: &[u8],
+    ) -> Result<CommId, CmCallError> {
+        let private_data = fill("SIDR_REQ", private)?;
+        let id = self.new_id();
+        let tid = self.tid(id);
+        self.conns.insert(
+            id,
+            Conn {
+                state: State::SidrReqSent,
+                local_id: id,
+                remote_id: 0,
+                remote_guid: 0,
+                local_qpn: 0,
+                remote_qpn: 0,
+                peer: to,
+                tid,
+                dreq_tid: 0,
+                listener: None,
+                service_id,
+                ack_timeout: 0,
+                timeout_ns: exp_to_ns(self.cfg.response_timeout),
+                max_retries: self.cfg.max_retries,
+                pending: None,
+                timewait_until: None,
+            },
+        );
+        let req = cm::SidrReq {
+            request_id: id,
+            pkey: 0xFFFF,
+            service_id,
+            private_data,
+        };
+        let mad = CmMsg::SidrReq(Box::new(req)).emit(tid);
+        self.send_request(now, id, mad);
+        Ok(id)
+    }
+
+    /// Passive SIDR: answers the SIDR_REQ of `id` with `status`
+    /// (`wire::cm::sidr`), the UD QP and its Q_Key; the request is done.
+    pub fn sidr_reply(
+        &mut self,
+        id: CommId,
+        status: u8,
+        qpn: Qpn,
+        qkey: u32,
+        private: &[u8],
+    ) -> Result<(), CmCallError> {
+        let private_data = fill("SIDR_REP", private)?;
+        let c = self.conn(id, State::SidrReqRcvd)?;
+        let rep = cm::SidrRep {
+            request_id: c.remote_id,
+            status,
+            info_length: 0,
+            vendor_id: 0,
+            qpn,
+            service_id: c.service_id,
+            qkey,
+            info: [0; cm::SIDR_REP_INFO],
+            private_data,
+        };
+        let (to, tid) = (c.peer, c.tid);
+        self.send(to, CmMsg::SidrRep(Box::new(rep)).emit(tid));
+        self.forget(id);
+        Ok(())
     }
 
     /// Passive: accepts the REQ of `id` with a REP (the QP is in RTS).
@@ -582,6 +669,10 @@ impl Cm {
                 self.forget(id);
             }
             State::TimeWait => {}
+            State::SidrReqSent => self.forget(id),
+            State::SidrReqRcvd => {
+                let _ = self.sidr_reply(id, cm::sidr::REJECT, 0, 0, &[]);
+            }
         }
         // A destroyed connection's events are of no one's interest.
         if let Some(c) = self.conns.get_mut(&id) {

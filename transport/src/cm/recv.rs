@@ -5,7 +5,7 @@
 
 use super::conn::{exp_to_ns, Conn, State};
 use super::{ack_timeout, Cm, CmEvent, CommId, Peer};
-use crate::wire::cm::{self, CmMsg, Drep, Dreq, Mra, Rej, Rep, Req, Rtu};
+use crate::wire::cm::{self, CmMsg, Drep, Dreq, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq};
 
 pub(super) fn handle(cm: &mut Cm, now: u64, tid: u64, from: Peer, msg: CmMsg) {
     match msg {
@@ -16,7 +16,8 @@ pub(super) fn handle(cm: &mut Cm, now: u64, tid: u64, from: Peer, msg: CmMsg) {
         CmMsg::Mra(m) => on_mra(cm, now, &m),
         CmMsg::Dreq(d) => on_dreq(cm, tid, from, &d),
         CmMsg::Drep(d) => on_drep(cm, now, &d),
-        CmMsg::SidrReq(_) | CmMsg::SidrRep(_) => cm.counters.unsupported += 1,
+        CmMsg::SidrReq(r) => on_sidr_req(cm, tid, from, r),
+        CmMsg::SidrRep(r) => on_sidr_rep(cm, r),
     }
 }
 
@@ -108,6 +109,7 @@ fn on_req(cm: &mut Cm, now: u64, tid: u64, from: Peer, r: Box<Req>) {
             tid,
             dreq_tid: 0,
             listener: Some(listener),
+            service_id: r.service_id,
             ack_timeout: r.primary.local_ack_timeout,
             timeout_ns: exp_to_ns(r.local_cm_response_timeout),
             max_retries: r.max_cm_retries,
@@ -317,4 +319,73 @@ fn on_drep(cm: &mut Cm, now: u64, d: &Drep) {
         Some(_) => cm.counters.duplicates += 1,
         None => cm.counters.unmatched += 1,
     }
+}
+
+fn on_sidr_req(cm: &mut Cm, tid: u64, from: Peer, r: Box<SidrReq>) {
+    // Asked again while the consumer still decides: dropped.
+    let pending = cm.conns.values().any(|c| {
+        c.state == State::SidrReqRcvd && c.remote_id == r.request_id && c.peer.ip == from.ip
+    });
+    if pending {
+        cm.counters.duplicates += 1;
+        return;
+    }
+    let Some(&listener) = cm.listeners.get(&r.service_id) else {
+        cm.counters.no_listener += 1;
+        let rep = SidrRep {
+            request_id: r.request_id,
+            status: cm::sidr::UNSUPPORTED,
+            info_length: 0,
+            vendor_id: 0,
+            qpn: 0,
+            service_id: r.service_id,
+            qkey: 0,
+            info: [0; cm::SIDR_REP_INFO],
+            private_data: [0; cm::SIDR_REP_PRIVATE],
+        };
+        cm.send(from, CmMsg::SidrRep(Box::new(rep)).emit(tid));
+        return;
+    };
+    let id = cm.new_id();
+    cm.conns.insert(
+        id,
+        Conn {
+            state: State::SidrReqRcvd,
+            local_id: id,
+            remote_id: r.request_id,
+            remote_guid: 0,
+            local_qpn: 0,
+            remote_qpn: 0,
+            peer: from,
+            tid,
+            dreq_tid: 0,
+            listener: Some(listener),
+            service_id: r.service_id,
+            ack_timeout: 0,
+            timeout_ns: 0,
+            max_retries: 0,
+            pending: None,
+            timewait_until: None,
+        },
+    );
+    cm.events.push_back(CmEvent::SidrRequest {
+        listener,
+        id,
+        req: r,
+        from,
+    });
+}
+
+fn on_sidr_rep(cm: &mut Cm, r: Box<SidrRep>) {
+    let id = r.request_id;
+    if !cm
+        .conns
+        .get(&id)
+        .is_some_and(|c| c.state == State::SidrReqSent)
+    {
+        cm.counters.unmatched += 1;
+        return;
+    }
+    cm.forget(id);
+    cm.events.push_back(CmEvent::SidrReply { id, rep: r });
 }
