@@ -17,6 +17,9 @@ ip addr add 10.77.0.2/24 dev "$IF"
 ip link set "$IF" mtu 9000 2>/dev/null
 ip link set "$IF" up
 modprobe rdma_rxe || { echo "GUEST-FATAL no rdma_rxe module"; exit 1; }
+# The kernel's connection manager (ib_cm, rdma_cm and their user-space
+# interface): it answers CM MADs on rxe's QP1, and rdma_cm programs use it.
+modprobe rdma_ucm || { echo "GUEST-FATAL no rdma_ucm module (the kernel's connection manager)"; exit 1; }
 rdma link add rxe0 type rxe netdev "$IF" || { echo "GUEST-FATAL rdma link add"; exit 1; }
 VGID=none
 if grep -q '@vlan_gid@' "$PLAN"; then

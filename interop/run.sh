@@ -13,7 +13,8 @@
 # ibv_ud_pingpong ibv_uc_pingpong (data checked, -c) ib_send_lat_ud
 # ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc (perftest's -c UD / -c UC)
 # gsi_probe (bench/scripts/gsi_probe.c: each side asks the other's QP1
-# four MADs and requires Linux's answers; MTU 1024 phase only)
+# five MADs and requires Linux's answers, the fifth a CM REQ whose REJ
+# our CM counts; MTU 1024 phase only)
 # (default: all).
 # rc_verify (bench/scripts/rc_verify.c, built by ./x build against
 # rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
@@ -498,6 +499,27 @@ check_shards() { # STATS-FILE
   fi
 }
 
+# gsi_probe's fifth probe is a CM REQ, each way, for a port nobody listens
+# on: our CM must have rejected rxe's (invalid service ID, to rxe's QP1)
+# and taken the REJ rxe's CM sent to our QP1 as one (not dropped it as
+# malformed).
+check_cm() { # STATS-FILE
+  local line sent rcvd nolisten malformed
+  line=$(grep '^host 0 CM:' "$1" || true)
+  echo "cm: ${line:-no CM line in our counters}"
+  sent=$(echo "$line" | sed -n 's/.*REJ sent \([0-9]*\) received.*/\1/p')
+  rcvd=$(echo "$line" | sed -n 's/.*REJ sent [0-9]* received \([0-9]*\):.*/\1/p')
+  nolisten=$(echo "$line" | sed -n 's/.*no listener \([0-9]*\);.*/\1/p')
+  malformed=$(echo "$line" | sed -n 's/.*dropped: malformed \([0-9]*\),.*/\1/p')
+  # Each gsi_probe run sends one REQ; rxe's probe 4 (an unknown CM
+  # attribute) is the only MAD our CM may drop as malformed.
+  if [ "${sent:-0}" -lt 1 ] || [ "${rcvd:-0}" -lt 1 ] || [ "${nolisten:-0}" != "${sent:-0}" ] \
+     || [ "${malformed:-1}" != "${sent:-0}" ]; then
+    echo "interop cm FAIL: gsi_probe's CM REQs were not rejected both ways (REJ sent ${sent:-?}, received ${rcvd:-?}, no listener ${nolisten:-?}, malformed ${malformed:-?})"
+    failed=$((failed + 1))
+  fi
+}
+
 # Ends a phase: our counters, the daemon stopped (which closes the pcap),
 # the pcap checked.
 end_phase() { # PHASE
@@ -506,6 +528,9 @@ end_phase() { # PHASE
   cat "$work/stats.out"
   stop_daemon
   [ "$1" = shards ] && check_shards "$work/stats.out"
+  if [ "$1" = mtu1024 ] && grep -q '^mtu1024 gsi_probe' "$steps"; then
+    check_cm "$work/stats.out"
+  fi
   say "phase $1: our port's pcap"
   # How many frames it holds, and how many the tap_frames limit left out.
   grep '^tap:' "$work/daemon-$1.log" || true

@@ -7,11 +7,15 @@
  *   2. PerfMgmt Get(PortCounters)    Linux answers GetResp, status 0x000C
  *   3. SubnMgt Get(PortInfo)         Linux drops it (no answer)
  *   4. CM Send, unknown attribute    Linux drops it (no answer)
+ *   5. CM REQ for a service nobody   Linux's CM answers REJ (invalid
+ *      listens on                    service ID) to the sender's QP1,
+ *                                    not to this QP: no answer here
  *
  * Each answer must echo the request (TID, attribute, modifier, data) but
  * for the method and status, come from QP 1 with the GSI Q_Key. Prints
- * one line per probe and "gsi_probe: all 4 answered as Linux answers";
- * exits 1 at the first difference.
+ * one line per probe and "gsi_probe: all 5 answered as Linux answers";
+ * exits 1 at the first difference. (The REJ of probe 5 is counted by the
+ * sending device's own CM: `dataplane stats` on our side.)
  *
  *   gsi_probe [-d DEVICE] [-g GID_INDEX] [-w WAIT_MS] TARGET_IPV4
  *   gsi_probe [-d DEVICE] [-g GID_INDEX] [-w WAIT_MS] -t TARGET_IPV4 [HOST]
@@ -53,6 +57,7 @@ struct probe {
 	uint8_t class, version, method;
 	uint16_t attr;
 	int answered; /* 1: GetResp 0x000C expected; 0: no answer */
+	int req;      /* the data is a CM REQ as Linux's rdma_cm builds one */
 };
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = v >> 8; p[1] = v; }
@@ -133,11 +138,15 @@ int main(int argc, char **argv)
 		die("ibv_create_ah", errno);
 
 	const struct probe probes[] = {
-		{ "CM Get(ClassPortInfo)", 0x07, 2, 0x01, 0x0001, 1 },
-		{ "PerfMgmt Get(PortCounters)", 0x04, 1, 0x01, 0x0012, 1 },
-		{ "SubnMgt Get(PortInfo)", 0x01, 1, 0x01, 0x0015, 0 },
-		{ "CM Send(attribute 0x00ff)", 0x07, 2, 0x03, 0x00ff, 0 },
+		{ "CM Get(ClassPortInfo)", 0x07, 2, 0x01, 0x0001, 1, 0 },
+		{ "PerfMgmt Get(PortCounters)", 0x04, 1, 0x01, 0x0012, 1, 0 },
+		{ "SubnMgt Get(PortInfo)", 0x01, 1, 0x01, 0x0015, 0, 0 },
+		{ "CM Send(attribute 0x00ff)", 0x07, 2, 0x03, 0x00ff, 0, 0 },
+		{ "CM REQ for port 65001 (nobody listens)", 0x07, 2, 0x03, 0x0010, 0, 1 },
 	};
+	union ibv_gid own;
+	if (ibv_query_gid(ctx, 1, gid_index, &own))
+		die("ibv_query_gid", errno);
 	uint8_t *rx = buf, *tx = buf + GRH_LEN + MAD_LEN;
 	for (unsigned p = 0; p < sizeof probes / sizeof probes[0]; p++) {
 		const struct probe *pr = &probes[p];
@@ -157,6 +166,34 @@ int main(int argc, char **argv)
 		put32(tx + 20, 0x55aa00 + p);
 		for (int i = 24; i < MAD_LEN; i++)
 			tx[i] = (uint8_t)(i * 7 + p);
+		if (pr->req) {
+			/* IBA table 106 (offsets into the MAD): an RC REQ to
+			 * RDMA_PS_TCP port 65001 from this QP, as rdma_cm fills it. */
+			uint8_t *r = tx + 24;
+			memset(r, 0, MAD_LEN - 24);
+			put32(r + 0, 0x0c0ffee0);              /* LocalCommID */
+			put32(r + 8, 0);                       /* ServiceID */
+			put32(r + 12, 0x01060000u | 65001);
+			memcpy(r + 16, "\x02\x00\x00\xff\xfe\x00\x00\x01", 8); /* CA GUID */
+			put32(r + 32, qp->qp_num << 8 | 1);    /* QPN, responder resources */
+			r[39] = 1;                             /* initiator depth */
+			r[43] = 20 << 3 | 1;                   /* response timeout, RC, flow control */
+			put32(r + 44, 0x123456u << 8 | 20 << 3 | 7); /* PSN, timeout, retries */
+			put16(r + 48, 0xffff);                 /* P_Key */
+			r[50] = 3 << 4 | 7;                    /* MTU 1024, RNR retries */
+			r[51] = 15 << 4;                       /* max CM retries */
+			put16(r + 52, 0xffff);                 /* LIDs */
+			put16(r + 54, 0xffff);
+			memcpy(r + 56, own.raw, 16);           /* local and remote GIDs */
+			memcpy(r + 72, aa.grh.dgid.raw, 16);
+			r[93] = 64;                            /* hop limit */
+			r[95] = 19 << 3;                       /* local ACK timeout */
+			/* rdma_cm's header: version 0, IPv4, source port, addresses. */
+			r[141] = 0x40;
+			put16(r + 142, 40000);
+			memcpy(r + 140 + 16, own.raw + 12, 4);
+			memcpy(r + 140 + 32, aa.grh.dgid.raw + 12, 4);
+		}
 		struct ibv_sge ss = { (uintptr_t)tx, MAD_LEN, mr->lkey };
 		struct ibv_send_wr sw = {
 			.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
@@ -196,7 +233,8 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gsi_probe: %s: no answer within %d ms (Linux answers GetResp 0x000C)\n", pr->name, wait_ms);
 				return 1;
 			}
-			printf("gsi_probe: %s: no answer within %d ms, as Linux\n", pr->name, wait_ms);
+			printf("gsi_probe: %s: no answer within %d ms, as Linux%s\n", pr->name, wait_ms,
+			       pr->req ? " (its REJ goes to this device's QP1)" : "");
 			/* The receive WQE stays posted; the next probe posts another. */
 			continue;
 		}
@@ -226,6 +264,6 @@ int main(int argc, char **argv)
 		printf("gsi_probe: %s: GetResp status 0x%04x from QP 1, the rest echoed, as Linux\n",
 		       pr->name, get16(m + 4));
 	}
-	printf("gsi_probe: all 4 answered as Linux answers\n");
+	printf("gsi_probe: all 5 answered as Linux answers\n");
 	return 0;
 }

@@ -77,6 +77,9 @@ pub struct PortEntry {
     /// QP1: MADs received, sent, dropped, and what the agents did.
     #[serde(default)]
     pub gsi: GsiEntry,
+    /// The connection manager's counters and connections.
+    #[serde(default)]
+    pub cm: CmEntry,
     /// Frames whose payload was sent from the application's memory where
     /// it lies (zero-copy TX), and those copied for want of an mbuf.
     #[serde(default)]
@@ -210,6 +213,45 @@ impl GsiEntry {
             cm_method: m.cm_method,
             unmatched: m.unmatched,
             stray_responses: m.stray_responses,
+        }
+    }
+}
+
+/// The connection manager's counters (`transport::cm::CmCounters`) and
+/// the connections it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CmEntry {
+    pub connections: u64,
+    pub received: u64,
+    pub sent: u64,
+    pub retransmitted: u64,
+    pub malformed: u64,
+    pub unsupported: u64,
+    pub unmatched: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub no_listener: u64,
+    pub rejects_sent: u64,
+    pub rejects_received: u64,
+    pub timeouts: u64,
+}
+
+impl CmEntry {
+    pub fn of(c: &transport::cm::CmCounters, connections: usize) -> CmEntry {
+        CmEntry {
+            connections: connections as u64,
+            received: c.received,
+            sent: c.sent,
+            retransmitted: c.retransmitted,
+            malformed: c.malformed,
+            unsupported: c.unsupported,
+            unmatched: c.unmatched,
+            duplicates: c.duplicates,
+            stale: c.stale,
+            no_listener: c.no_listener,
+            rejects_sent: c.rejects_sent,
+            rejects_received: c.rejects_received,
+            timeouts: c.timeouts,
         }
     }
 }
@@ -380,6 +422,7 @@ impl Snapshot {
             tx_unresolved: nic.counters().tx_unresolved,
             tx_held: nic.counters().tx_held,
             gsi: GsiEntry::of(&e.gsi_counters(), &Default::default()),
+            cm: CmEntry::default(),
             tx_zero_copy: nic.counters().tx_zero_copy,
             tx_zero_copy_fallback: nic.counters().tx_zero_copy_fallback,
             pfc: PfcEntry {
@@ -616,6 +659,16 @@ impl Snapshot {
                     g.bad_length, g.rx_overflow, g.tx_overflow, g.requests, g.responses,
                     g.answered_unsupported, g.bad_base_version, g.subnet_mgmt, g.cm_method,
                     g.unmatched, g.stray_responses
+                );
+            }
+            let c = &p.cm;
+            if c.received + c.sent + c.connections > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} CM: connections {}; MADs received {} sent {} (retransmitted {}); dropped: malformed {}, unsupported {}, for no connection or state {}, duplicates {}; REJ sent {} received {}: stale {}, no listener {}; requests unanswered {}",
+                    host, c.connections, c.received, c.sent, c.retransmitted, c.malformed,
+                    c.unsupported, c.unmatched, c.duplicates, c.rejects_sent,
+                    c.rejects_received, c.stale, c.no_listener, c.timeouts
                 );
             }
             let t = &p.qp_totals;
@@ -906,6 +959,7 @@ mod tests {
             tx_unresolved: 0,
             tx_held: 0,
             gsi: GsiEntry::default(),
+            cm: CmEntry::default(),
             tx_zero_copy: 6,
             tx_zero_copy_fallback: 1,
             pfc: PfcEntry {

@@ -10,9 +10,10 @@
 //! must show none (a bandwidth test whose receiver missed one would also
 //! wait for it until perftest's own timeout and fail). Then QP1:
 //! `bench/scripts/gsi_probe.c` (plain verbs, a UD QP) asks rnic1's QP1
-//! four MADs and requires what Linux answers (GetResp with status 0x000C
+//! five MADs and requires what Linux answers (GetResp with status 0x000C
 //! to an unmatched Get, nothing to subnet management or an unmatched
-//! Send), and the daemon's counters must say so.
+//! Send, a REJ to rnic0's QP1 for a CM REQ nobody listens for), and the
+//! daemon's counters must say so.
 
 use std::process::Command;
 
@@ -154,7 +155,7 @@ fn main() {
         &d.socket,
     );
     assert!(
-        out.contains("gsi_probe: all 4 answered as Linux answers"),
+        out.contains("gsi_probe: all 5 answered as Linux answers"),
         "{out}"
     );
     let text = stats(&d.socket);
@@ -163,12 +164,27 @@ fn main() {
         .find(|l| l.starts_with("host 1 QP1:"))
         .unwrap_or_else(|| panic!("no QP1 line for rnic1: {text}"));
     assert!(
-        qp1.contains("MADs received 4 sent 2;")
+        qp1.contains("MADs received 5 sent 3;")
             && qp1.contains("answered unsupported 2;")
             && qp1.contains("subnet management 1,"),
         "{qp1}"
     );
     println!("ok: rnic1's QP1 answered as Linux: {qp1}");
+    // The REQ for a port nobody listens on: rnic1's CM rejected it (to
+    // rnic0's QP1, as Linux's does), and rnic0's CM got that REJ.
+    let cm_line = |host: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("host {host} CM:")))
+            .unwrap_or_else(|| panic!("no CM line for host {host}: {text}"))
+            .to_string()
+    };
+    let (cm1, cm0) = (cm_line("1"), cm_line("0"));
+    assert!(
+        cm1.contains("REJ sent 1 received 0: stale 0, no listener 1;"),
+        "{cm1}"
+    );
+    assert!(cm0.contains("REJ sent 0 received 1:"), "{cm0}");
+    println!("ok: a REQ nobody listens for was rejected: {cm1} / {cm0}");
     drop(d);
 
     // UD congestion control between our own NICs: under an HPCC++ mode

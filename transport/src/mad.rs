@@ -35,6 +35,10 @@ pub struct Registration {
 /// A management agent (the connection manager, ...).
 pub trait MadAgent {
     fn registration(&self) -> Registration;
+    /// Itself, for [`MadAgents::agent`] and [`MadAgents::agent_mut`]
+    /// (`self`).
+    fn as_any(&self) -> &dyn std::any::Any;
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
     /// A request of its class and methods, or a response whose TID's
     /// upper 32 bits are its agent number; MADs to send go into `out`.
     fn on_mad(&mut self, now: u64, m: &ReceivedMad, out: &mut Vec<OutMad>);
@@ -102,6 +106,23 @@ impl MadAgents {
     pub fn register(&mut self, agent: Box<dyn MadAgent + Send>) -> u32 {
         self.agents.push(agent);
         self.agents.len() as u32
+    }
+
+    /// The agent of `number` as its own type.
+    pub fn agent<T: 'static>(&self, number: u32) -> Option<&T> {
+        let i = (number as usize).checked_sub(1)?;
+        self.agents.get(i)?.as_any().downcast_ref::<T>()
+    }
+
+    /// ... to change (the daemon drives its CM through it).
+    pub fn agent_mut<T: 'static>(&mut self, number: u32) -> Option<&mut T> {
+        let i = (number as usize).checked_sub(1)?;
+        self.agents.get_mut(i)?.as_any_mut().downcast_mut::<T>()
+    }
+
+    /// The number the next agent registered gets.
+    pub fn next_number(&self) -> u32 {
+        self.agents.len() as u32 + 1
     }
 
     /// Dispatches one received MAD; MADs to send go into `out`.
@@ -273,6 +294,12 @@ mod tests {
                 methods: &[method::SEND],
             }
         }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
         fn on_mad(&mut self, _: u64, m: &ReceivedMad, out: &mut Vec<OutMad>) {
             self.0 += 1;
             out.push(reply_to(m, m.mad));
@@ -296,6 +323,10 @@ mod tests {
         a.handle(0, &received(resp), &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!((a.counters.requests, a.counters.responses), (1, 1));
+        assert_eq!(a.agent_mut::<Echo>(id).map(|e| e.0), Some(2));
+        assert_eq!(a.agent::<Echo>(id).map(|e| e.0), Some(2));
+        assert!(a.agent_mut::<u8>(id).is_none(), "not of that type");
+        assert!(a.agent_mut::<Echo>(id + 1).is_none());
         assert_eq!(a.counters.unmatched, 1);
     }
 }

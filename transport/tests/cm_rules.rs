@@ -194,6 +194,7 @@ fn connect_params(app: &[u8]) -> ConnectParams {
         traffic_class: 0,
         flow_label: 0,
         private_data: private,
+        telemetry: false,
     }
 }
 
@@ -207,6 +208,7 @@ fn accept_params() -> AcceptParams {
         srq: false,
         flow_control: true,
         private_data: vec![9, 9],
+        telemetry: false,
     }
 }
 
@@ -627,4 +629,45 @@ fn a_sidr_req_never_answered_ends_unreachable_after_its_retries() {
     p.run_until(16 * 4_096 * MS);
     assert_eq!(Pair::events(&mut p.a), [CmEvent::Unreachable { id: ida }]);
     assert_eq!(p.names().len(), 16);
+}
+
+#[test]
+fn our_telemetry_is_offered_in_the_req_and_taken_in_the_rep_where_linux_reads_nothing() {
+    use transport::cm::{rep_speaks_telemetry, req_offers_telemetry};
+    let mut p = Pair::new();
+    let now = p.now;
+    let plain = p.a.connect(now, &connect_params(&[])).unwrap();
+    p.deliver();
+    let (idb, req) = p.request_at_b();
+    assert!(!req_offers_telemetry(&req), "a plain REQ offers nothing");
+    assert_eq!(req.alternate, cm::CmPath::default());
+    p.b.reject(idb, cm::rej::CONSUMER_DEFINED, &[]).unwrap();
+    p.deliver();
+    let _ = (plain, Pair::events(&mut p.a));
+    let ours = ConnectParams {
+        telemetry: true,
+        qpn: 0x12,
+        ..connect_params(&[])
+    };
+    let ida = p.a.connect(now, &ours).unwrap();
+    p.deliver();
+    let (idb, req) = p.request_at_b();
+    assert!(req_offers_telemetry(&req));
+    // Linux takes an alternate path only with a LID or an OPA GID
+    // (interface ID bytes 8-10 = 00:06:6a): neither.
+    assert_eq!(req.alternate.local_lid, 0);
+    assert_ne!(req.alternate.local_gid[8..11], [0x00, 0x06, 0x6a]);
+    let acc = AcceptParams {
+        telemetry: true,
+        ..accept_params()
+    };
+    p.b.accept(now, idb, &acc).unwrap();
+    p.deliver();
+    match &Pair::events(&mut p.a)[..] {
+        [CmEvent::RepReceived { id, rep }] => {
+            assert_eq!(*id, ida);
+            assert!(rep_speaks_telemetry(rep));
+        }
+        other => panic!("{other:?}"),
+    }
 }

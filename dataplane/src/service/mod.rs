@@ -42,6 +42,7 @@ use nix::sys::eventfd::EventFd;
 use serde::{Deserialize, Serialize};
 use shm::abi::{self, Consumer};
 use shm::segment::Segment;
+use transport::cm::{Cm, CmConfig};
 use transport::rc::{
     CcMode, Cqe, Engine, EngineConfig, PathMtu, Qpn, QpnSpace, RcError, WcOpcode, WcStatus,
 };
@@ -423,21 +424,51 @@ struct Host {
     passes: u32,
     /// Shared receive queues of applications on this host.
     srqs: FxHashMap<u32, SrqRt>,
-    /// The management agents behind its QP1.
+    /// The management agents behind its QP1: the connection manager
+    /// (agent `cm_agent`).
     mads: transport::mad::MadAgents,
+    cm_agent: u32,
+}
+
+/// The management agents of a device's QP1: its connection manager
+/// (node GUID the EUI-64 of its MAC, as the device reports it), and its
+/// agent number.
+fn management_agents(spec: &HostSpec) -> (transport::mad::MadAgents, u32) {
+    let mut mads = transport::mad::MadAgents::default();
+    let mut cfg = CmConfig::new(spec.ip, u64::from_be_bytes(spec.mac.eui64()));
+    cfg.agent = mads.next_number();
+    // Communication IDs a restarted daemon does not repeat.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+    cfg.id_seed = t ^ std::process::id().rotate_left(16);
+    let n = mads.register(Box::new(Cm::new(cfg)));
+    (mads, n)
 }
 
 impl Host {
-    /// Hands the MADs QP1 received to the management agents and queues
-    /// what they answer; whether any came.
+    /// The device's connection manager.
+    fn cm(&mut self) -> &mut Cm {
+        self.mads
+            .agent_mut::<Cm>(self.cm_agent)
+            .expect("the CM is registered at the host's creation")
+    }
+
+    /// Hands the MADs QP1 received to the management agents, runs the
+    /// CM's timers and queues what they send; whether any came.
     fn serve_mads(&mut self, now: u64) -> bool {
-        let engine = self.nic.engine_mut();
         let mut out = Vec::new();
         let mut any = false;
-        while let Some(m) = engine.poll_mad() {
+        while let Some(m) = self.nic.engine_mut().poll_mad() {
             any = true;
             self.mads.handle(now, &m, &mut out);
         }
+        let cm = self.cm();
+        if cm.poll_timeout().is_some_and(|t| t <= now) {
+            cm.on_timeout(now);
+        }
+        out.extend(std::iter::from_fn(|| cm.poll_mad()));
+        let engine = self.nic.engine_mut();
         for o in out {
             // A full queue is counted by the engine (tx_overflow).
             let _ = engine.send_mad(o, now);
@@ -737,6 +768,7 @@ impl Service {
             for &(ip, mac) in &cfg.neighbours {
                 nic.neighbours_mut().add_static(ip, mac);
             }
+            let (mads, cm_agent) = management_agents(&spec);
             hosts.push(Host {
                 index: i,
                 qp_shard: shard as u32,
@@ -748,7 +780,8 @@ impl Service {
                 parked: 0,
                 passes: 0,
                 srqs: FxHashMap::default(),
-                mads: transport::mad::MadAgents::default(),
+                mads,
+                cm_agent,
             });
         }
         Ok(hosts)
@@ -1086,6 +1119,9 @@ impl Service {
             if let Some(p) = s.ports.last_mut() {
                 let g = h.nic.engine().gsi_counters();
                 p.gsi = crate::stats::GsiEntry::of(&g, &h.mads.counters);
+                if let Some(cm) = h.mads.agent::<Cm>(h.cm_agent) {
+                    p.cm = crate::stats::CmEntry::of(&cm.counters, cm.len());
+                }
             }
         }
         let mut c = self.counters.clone();

@@ -107,6 +107,7 @@ fuzz_target!(|data: &[u8]| {
                     traffic_class: 0,
                     flow_label: 0,
                     private_data: vec![arg; usize::from(arg) % 100],
+                    telemetry: arg & 4 != 0,
                 };
                 if let Ok(id) = cms[side].connect(now, &p) {
                     ids[side].push(id);
@@ -123,6 +124,7 @@ fuzz_target!(|data: &[u8]| {
                         srq: false,
                         flow_control: true,
                         private_data: vec![1; usize::from(arg) % 200],
+                        telemetry: arg & 4 != 0,
                     };
                     let _ = cms[side].accept(now, id, &a);
                 }

@@ -48,7 +48,7 @@ impl Dev {
 
 /// The modified EUI-64 of a MAC address.
 pub fn eui64(m: [u8; 6]) -> [u8; 8] {
-    [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+    transport::wire::MacAddr(m).eui64()
 }
 
 /// The device for `info` on `socket`, made once and kept.

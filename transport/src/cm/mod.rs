@@ -92,6 +92,31 @@ pub struct ConnectParams {
     pub flow_label: u32,
     /// The REQ's private data (rdma_cm's header first), at most 92 bytes.
     pub private_data: Vec<u8>,
+    /// Offer our telemetry (HPCC++): a peer that is one of our NICs
+    /// answers whether it speaks it too ([`rep_speaks_telemetry`]).
+    pub telemetry: bool,
+}
+
+/// The capability mark our NICs put in a REQ's alternate path, which
+/// RoCE does not use and Linux ignores while the alternate LID is 0 and
+/// the GID's interface ID is not OPA's (`cm_req_has_alt_path`): "RNIC",
+/// a version, then capability bits (bit 0: our telemetry).
+const REQ_MARK: [u8; 4] = *b"RNIC";
+const REQ_MARK_VERSION: u8 = 1;
+const CAP_TELEMETRY: u8 = 0x01;
+
+/// Whether a REQ comes from one of our NICs offering our telemetry.
+pub fn req_offers_telemetry(req: &Req) -> bool {
+    let g = &req.alternate.local_gid;
+    req.alternate.local_lid == 0
+        && g[..4] == REQ_MARK
+        && g[4] == REQ_MARK_VERSION
+        && g[5] & CAP_TELEMETRY != 0
+}
+
+/// Whether a REP comes from one of our NICs that takes our telemetry.
+pub fn rep_speaks_telemetry(rep: &Rep) -> bool {
+    rep.reserved_flags & cm::REP_TELEMETRY != 0
 }
 
 /// What the passive side answers with (the REP's fields).
@@ -106,6 +131,8 @@ pub struct AcceptParams {
     pub flow_control: bool,
     /// At most 196 bytes.
     pub private_data: Vec<u8>,
+    /// Say we speak our telemetry (only when the REQ offered it).
+    pub telemetry: bool,
 }
 
 /// What the CM tells its consumer.
@@ -387,7 +414,18 @@ impl Cm {
                 subnet_local: false,
                 local_ack_timeout: ack,
             },
-            alternate: CmPath::default(),
+            alternate: CmPath {
+                local_gid: if p.telemetry {
+                    let mut g = [0u8; 16];
+                    g[..4].copy_from_slice(&REQ_MARK);
+                    g[4] = REQ_MARK_VERSION;
+                    g[5] = CAP_TELEMETRY;
+                    g
+                } else {
+                    [0; 16]
+                },
+                ..CmPath::default()
+            },
             sap_supported: false,
             private_data,
         };
@@ -519,6 +557,7 @@ impl Cm {
             end_to_end_flow_control: p.flow_control,
             rnr_retry_count: p.rnr_retry_count.min(7),
             srq: p.srq,
+            reserved_flags: if p.telemetry { cm::REP_TELEMETRY } else { 0 },
             local_ca_guid: guid,
             private_data,
         };
@@ -788,6 +827,14 @@ impl MadAgent for Cm {
             class_version: cm::CLASS_VERSION,
             methods: &[method::SEND],
         }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 
     fn on_mad(&mut self, now: u64, m: &ReceivedMad, out: &mut Vec<OutMad>) {

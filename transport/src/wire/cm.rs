@@ -272,9 +272,17 @@ pub struct Rep {
     pub end_to_end_flow_control: bool,
     pub rnr_retry_count: u8,
     pub srq: bool,
+    /// Byte 27's reserved low four bits; our NICs set the first
+    /// ([`REP_TELEMETRY`]) to say they speak our telemetry (a Linux peer
+    /// reads none of them).
+    pub reserved_flags: u8,
     pub local_ca_guid: u64,
     pub private_data: [u8; REP_PRIVATE],
 }
+
+/// The bit of [`Rep::reserved_flags`] that says the accepting NIC speaks
+/// our telemetry.
+pub const REP_TELEMETRY: u8 = 0x08;
 
 /// RTU (table 110): ready to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,6 +446,7 @@ impl CmMsg {
                 end_to_end_flow_control: F(26, 7, 1).get(b) == 1,
                 rnr_retry_count: F(27, 0, 3).get(b) as u8,
                 srq: F(27, 3, 1).get(b) == 1,
+                reserved_flags: F(27, 4, 4).get(b) as u8,
                 local_ca_guid: F(28, 0, 64).get(b),
                 private_data: bytes(b, 36),
             })),
@@ -559,6 +568,7 @@ impl CmMsg {
                 F(26, 7, 1).set(b, r.end_to_end_flow_control.into());
                 F(27, 0, 3).set(b, r.rnr_retry_count.into());
                 F(27, 3, 1).set(b, r.srq.into());
+                F(27, 4, 4).set(b, r.reserved_flags.into());
                 F(28, 0, 64).set(b, r.local_ca_guid);
                 b[36..].copy_from_slice(&r.private_data);
             }
@@ -837,6 +847,7 @@ mod tests {
                 end_to_end_flow_control: true,
                 rnr_retry_count: 7,
                 srq: true,
+                reserved_flags: REP_TELEMETRY,
                 local_ca_guid: 9,
                 private_data: [6; REP_PRIVATE],
             })),

@@ -19,6 +19,15 @@ pub const TPID_8021Q: u16 = 0x8100;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct MacAddr(pub [u8; 6]);
 
+impl MacAddr {
+    /// Its modified EUI-64 (a RoCE device's node GUID and the interface
+    /// ID of its link-local GID, as rxe derives them), network order.
+    pub fn eui64(&self) -> [u8; 8] {
+        let m = self.0;
+        [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+    }
+}
+
 impl core::fmt::Display for MacAddr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let b = self.0;
