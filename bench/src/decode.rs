@@ -161,6 +161,73 @@ fn describe(s: &mut String, p: &Packet<'_>) {
     if let Some(t) = &r.tlm {
         tlm(s, t);
     }
+    if b.dest_qp == transport::wire::mad::GSI_QPN && r.deth.is_some() {
+        mad(s, p.payload);
+    }
+}
+
+/// A MAD to a QP1: its header, and a CM message's identifying fields.
+fn mad(s: &mut String, m: &[u8]) {
+    use transport::wire::cm::CmMsg;
+    let Ok(h) = transport::wire::MadHeader::parse(m) else {
+        return;
+    };
+    let _ = write!(
+        s,
+        " mad.class={:#04x} mad.version={} mad.method={:#04x} mad.status={:#06x} mad.tid={:#018x} mad.attr={:#06x}",
+        h.mgmt_class, h.class_version, h.method, h.status, h.tid, h.attr_id
+    );
+    let Ok((_, msg)) = CmMsg::parse(m) else {
+        return;
+    };
+    let _ = write!(s, " cm={}", msg.name());
+    let _ = match &msg {
+        CmMsg::Req(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.service={:#018x} cm.qpn={:#x} cm.psn={} cm.mtu={} cm.guid={:#018x}",
+            r.local_comm_id, r.service_id, r.local_qpn, r.starting_psn, r.path_mtu, r.local_ca_guid
+        ),
+        CmMsg::Rep(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x} cm.qpn={:#x} cm.psn={}",
+            r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn
+        ),
+        CmMsg::Rej(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x} cm.reason={} cm.rejected={}",
+            r.local_comm_id, r.remote_comm_id, r.reason, r.message_rejected
+        ),
+        CmMsg::Mra(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x} cm.mraed={} cm.timeout={}",
+            r.local_comm_id, r.remote_comm_id, r.message_mraed, r.service_timeout
+        ),
+        CmMsg::Rtu(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x}",
+            r.local_comm_id, r.remote_comm_id
+        ),
+        CmMsg::Dreq(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x} cm.remote_qpn={:#x}",
+            r.local_comm_id, r.remote_comm_id, r.remote_qpn
+        ),
+        CmMsg::Drep(r) => write!(
+            s,
+            " cm.local_comm={:#x} cm.remote_comm={:#x}",
+            r.local_comm_id, r.remote_comm_id
+        ),
+        CmMsg::SidrReq(r) => write!(
+            s,
+            " cm.request={:#x} cm.service={:#018x}",
+            r.request_id, r.service_id
+        ),
+        CmMsg::SidrRep(r) => write!(
+            s,
+            " cm.request={:#x} cm.status={} cm.qpn={:#x} cm.qkey={:#x}",
+            r.request_id, r.status, r.qpn, r.qkey
+        ),
+    };
 }
 
 fn tlm(s: &mut String, t: &TlmRepr) {
@@ -253,6 +320,41 @@ mod tests {
                 errors: 0
             }
         );
+    }
+
+    #[test]
+    fn a_cm_mad_to_qp1_is_decoded_with_its_message() {
+        use transport::wire::cm::{self, CmMsg};
+        use transport::wire::{DethRepr, Opcode, PacketRepr, Service};
+        let rej = cm::Rej {
+            local_comm_id: 0x11,
+            remote_comm_id: 0x22,
+            message_rejected: cm::msg::REQ,
+            ari_length: 0,
+            reason: cm::rej::INVALID_SERVICE_ID,
+            ari: [0; cm::REJ_ARI],
+            private_data: [0; cm::REJ_PRIVATE],
+        };
+        let mad = CmMsg::Rej(Box::new(rej)).emit(0x0000_0001_0000_0005);
+        let mut r = PacketRepr::new(Opcode::SendOnly, 1, 0);
+        r.bth.service = Service::Ud;
+        r.deth = Some(DethRepr {
+            q_key: 0x8001_0000,
+            src_qp: 1,
+        });
+        let mut f = vec![0u8; r.frame_len(mad.len())];
+        r.emit(&mad, &mut f).unwrap();
+        let line = Summary::default().decode(1, &rec(f));
+        for tok in [
+            " op=UD_SEND_ONLY ",
+            " mad.class=0x07 ",
+            " mad.tid=0x0000000100000005 ",
+            " cm=REJ ",
+            " cm.remote_comm=0x22 ",
+            " cm.reason=8 ",
+        ] {
+            assert!(line.contains(tok), "{tok:?} missing from {line}");
+        }
     }
 
     #[test]
