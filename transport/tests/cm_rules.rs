@@ -487,16 +487,27 @@ fn a_dreq_for_no_connection_gets_its_drep() {
 #[test]
 fn a_req_from_a_qp_still_connected_is_rejected_stale_and_the_old_connection_disconnected() {
     let mut p = Pair::new();
-    let (_, idb) = p.established();
+    let (ida, idb) = p.established();
     // A second REQ from the same QP (a restarted peer), new comm ID.
     let now = p.now;
     let ida2 = p.a.connect(now, &connect_params(&[])).unwrap();
     p.deliver();
     assert_eq!(p.b.counters.stale, 1);
-    assert!(Pair::events(&mut p.a).iter().any(|e| matches!(
+    let a_events = Pair::events(&mut p.a);
+    assert!(a_events.iter().any(|e| matches!(
         e,
         CmEvent::Rejected { id, reason: 10, .. } if *id == ida2
     )));
+    // B asked the old connection to go (a DREQ); A's consumer hears of
+    // it and answers, and B's hears of it with the DREP, not before.
+    assert!(a_events.contains(&CmEvent::Disconnected {
+        id: ida,
+        timed_out: false
+    }));
+    assert_eq!(p.b.state(idb), Some(State::DreqSent));
+    assert!(Pair::events(&mut p.b).is_empty());
+    p.a.disconnect(now, ida).unwrap();
+    p.deliver();
     assert_eq!(
         Pair::events(&mut p.b),
         [CmEvent::Disconnected {
@@ -670,4 +681,55 @@ fn our_telemetry_is_offered_in_the_req_and_taken_in_the_rep_where_linux_reads_no
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_second_mra_does_not_extend_the_wait_again() {
+    let mut p = Pair::new();
+    p.hook = Box::new(|name, _| name != "REQ");
+    let ida = p.connect();
+    p.deliver();
+    let mra = |p: &mut Pair| {
+        let m = cm::Mra {
+            local_comm_id: 0,
+            remote_comm_id: ida,
+            message_mraed: cm::msg::REQ,
+            service_timeout: 24,
+            private_data: [0; cm::MRA_PRIVATE],
+        };
+        let out = OutMad {
+            dest_ip: IP_A,
+            dest_mac: MacAddr::default(),
+            dest_qpn: 1,
+            qkey: 0x8001_0000,
+            dscp: None,
+            mad: CmMsg::Mra(Box::new(m)).emit(1),
+        };
+        let now = p.now;
+        p.a.on_mad(now, &received(IP_B, &out));
+    };
+    mra(&mut p);
+    p.run_until(60_000 * MS);
+    mra(&mut p);
+    p.run_until((65_536 + 2_048) * MS);
+    assert_eq!(
+        p.names(),
+        ["A:REQ", "A:REQ"],
+        "the retry came at the first MRA's time"
+    );
+    assert_eq!(p.a.counters.duplicates, 1);
+}
+
+#[test]
+fn a_req_for_another_host_is_not_answered() {
+    let mut p = Pair::new();
+    let mut params = connect_params(&[]);
+    params.peer = peer(Ipv4Addr::new(10, 0, 0, 99));
+    let now = p.now;
+    p.a.connect(now, &params).unwrap();
+    // The REQ reaches B all the same (flooded).
+    let m = p.a.poll_mad().unwrap();
+    p.b.on_mad(now, &received(IP_A, &m));
+    assert!(p.b.poll_mad().is_none() && p.b.poll_event().is_none());
+    assert_eq!(p.b.counters.unmatched, 1);
 }

@@ -927,10 +927,15 @@ impl Service {
         }
         let moved = self.poll();
         let now = self.clock.now_ns();
+        // The NICs' timers and the CMs' (retransmissions, TIMEWAIT).
         let due = self
             .hosts
             .iter()
-            .filter_map(|h| h.nic.next_wakeup(now))
+            .flat_map(|h| {
+                let cm = h.mads.agent::<Cm>(h.cm_agent).and_then(Cm::poll_timeout);
+                [h.nic.next_wakeup(now), cm]
+            })
+            .flatten()
             .min();
         if moved
             || !link.requests.is_empty()

@@ -253,6 +253,16 @@ impl Service {
             } => self.create_ah(conn, pd, dest_ip, traffic_class),
             Request::AttachMcast { qpn, group } => {
                 let host = self.own_qp(conn, qpn)?;
+                if self.cfg.qp_shards > 1 {
+                    // A group's datagrams reach one shard's engine only.
+                    return Err(err(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "multicast on a device whose QPs are sharded over {} engines is not supported (qp_shards = 1 for multicast)",
+                            self.cfg.qp_shards
+                        ),
+                    ));
+                }
                 let e = self.hosts[host].nic.engine_mut();
                 e.attach_mcast(qpn, group).map_err(|e| {
                     let kind = match e {

@@ -67,6 +67,9 @@ pub struct Pending {
     pub deadline: u64,
     pub timeout_ns: u64,
     pub retries_left: u8,
+    /// The peer asked for more time (an MRA) already: later MRAs are
+    /// dropped, as Linux's MRA_*_RCVD states drop them.
+    pub mra_taken: bool,
 }
 
 /// One connection.

@@ -353,6 +353,7 @@ impl Cm {
             deadline: now.saturating_add(c.timeout_ns),
             timeout_ns: c.timeout_ns,
             retries_left: c.max_retries,
+            mra_taken: false,
         });
         self.send(to, mad);
     }
@@ -598,7 +599,8 @@ impl Cm {
             }
         };
         let rej = Rej {
-            local_comm_id: id,
+            // Linux names itself only once it has answered the REQ.
+            local_comm_id: if c.state == State::ReqRcvd { 0 } else { id },
             remote_comm_id: c.remote_id,
             message_rejected: rejected,
             ari_length: 0,
@@ -705,7 +707,12 @@ impl Cm {
                 let (to, tid) = (c.peer, c.tid);
                 self.counters.rejects_sent += 1;
                 self.send(to, CmMsg::Rej(Box::new(rej)).emit(tid));
-                self.forget(id);
+                if c.state == State::RepSent {
+                    // Its QP was in RTS already: TIMEWAIT protects it.
+                    self.enter_timewait(now, id);
+                } else {
+                    self.forget(id);
+                }
             }
             State::TimeWait => {}
             State::SidrReqSent => self.forget(id),

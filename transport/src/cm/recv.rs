@@ -46,6 +46,12 @@ fn reject_unknown(
 }
 
 fn on_req(cm: &mut Cm, now: u64, tid: u64, from: Peer, r: Box<Req>) {
+    // A REQ for another host (flooded to this port) is not ours to
+    // answer.
+    if r.primary.remote_gid != super::gid_of(cm.cfg.ip) {
+        cm.counters.unmatched += 1;
+        return;
+    }
     let guid = r.local_ca_guid;
     // A REQ we hold already: dropped (Linux never sends the REP again for
     // it; only its own retries do).
@@ -70,11 +76,9 @@ fn on_req(cm: &mut Cm, now: u64, tid: u64, from: Peer, r: Box<Req>) {
             .get(&old)
             .is_some_and(|c| c.state == State::Established)
         {
+            // Its consumer hears of it when the DREP comes (or the DREQ
+            // times out), as from Linux.
             cm.send_dreq(now, old);
-            cm.events.push_back(CmEvent::Disconnected {
-                id: old,
-                timed_out: false,
-            });
         }
         return;
     }
@@ -156,6 +160,11 @@ fn on_rep(cm: &mut Cm, tid: u64, from: Peer, r: Box<Rep>) {
         }
         return;
     }
+    if cm.by_remote_id.contains_key(&(r.local_comm_id, guid)) {
+        // Another connection's peer ID: a duplicate, as Linux takes it.
+        cm.counters.duplicates += 1;
+        return;
+    }
     if cm.by_remote_qpn.contains_key(&(r.local_qpn, guid)) {
         cm.counters.stale += 1;
         reject_unknown(
@@ -217,7 +226,12 @@ fn on_rej(cm: &mut Cm, now: u64, r: Box<Rej>) {
         };
         ids && matches!(
             c.state,
-            State::ReqSent | State::ReqRcvd | State::RepSent | State::RepRcvd | State::Established
+            State::ReqSent
+                | State::ReqRcvd
+                | State::RepSent
+                | State::RepRcvd
+                | State::Established
+                | State::DreqSent
         )
     });
     if !ok {
@@ -225,7 +239,16 @@ fn on_rej(cm: &mut Cm, now: u64, r: Box<Rej>) {
         return;
     }
     let reason = r.reason;
-    if reason == cm::rej::STALE_CONN {
+    // A connection that had its peer's QP (a REP sent or received, or
+    // connected) keeps the QPN out of use in TIMEWAIT; so does a stale
+    // one.
+    let connected = cm.conns.get(&id).is_some_and(|c| {
+        matches!(
+            c.state,
+            State::RepSent | State::RepRcvd | State::Established | State::DreqSent
+        )
+    });
+    if reason == cm::rej::STALE_CONN || connected {
         cm.enter_timewait(now, id);
     } else {
         cm.forget(id);
@@ -248,6 +271,11 @@ fn on_mra(cm: &mut Cm, now: u64, m: &Mra) {
         cm.counters.unmatched += 1;
         return;
     };
+    if p.mra_taken {
+        cm.counters.duplicates += 1;
+        return;
+    }
+    p.mra_taken = true;
     // The peer needs this long more: every wait from now on.
     p.timeout_ns = exp_to_ns(m.service_timeout) + exp_to_ns(c.ack_timeout);
     p.deadline = now.saturating_add(p.timeout_ns);

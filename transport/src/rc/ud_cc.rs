@@ -164,7 +164,8 @@ impl UdCc {
                 f.sample = None;
                 // ack.seq: the PSN after the sample's, as a probe's
                 // response carries snd_nxt when the probe left.
-                f.hpcc.new_ack((psn + 1) & PSN_MASK, snd_nxt, hops);
+                f.hpcc
+                    .new_ack(s.psn.wrapping_add(1) & PSN_MASK, snd_nxt, hops);
                 EchoTaken::Taken
             }
             _ => EchoTaken::Stale,
