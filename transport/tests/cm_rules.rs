@@ -159,13 +159,18 @@ impl Pair {
 }
 
 fn received(from: Ipv4Addr, m: &OutMad) -> ReceivedMad {
+    mad_from(from, m.mad)
+}
+
+/// A MAD as QP1 receives it from `from`'s QP1.
+fn mad_from(from: Ipv4Addr, mad: [u8; 256]) -> ReceivedMad {
     ReceivedMad {
         src_ip: from,
         src_mac: peer(from).mac,
         src_qpn: 1,
         pkey: 0xFFFF,
         grh: [0; GRH_LEN],
-        mad: m.mad,
+        mad,
     }
 }
 
@@ -390,15 +395,8 @@ fn an_mra_gives_the_peer_its_service_timeout() {
         service_timeout: 24,
         private_data: [0; cm::MRA_PRIVATE],
     };
-    let m = OutMad {
-        dest_ip: IP_A,
-        dest_mac: MacAddr::default(),
-        dest_qpn: 1,
-        qkey: 0x8001_0000,
-        dscp: None,
-        mad: CmMsg::Mra(Box::new(mra)).emit(1),
-    };
-    p.a.on_mad(p.now, &received(IP_B, &m));
+    let m = CmMsg::Mra(Box::new(mra)).emit(1);
+    p.a.on_mad(p.now, &mad_from(IP_B, m));
     let wait = (65_536 + 2_048) * MS;
     p.run_until(wait - 1);
     assert_eq!(p.names(), ["A:REQ"], "no retry before the MRA's time");
@@ -466,15 +464,8 @@ fn a_dreq_for_no_connection_gets_its_drep() {
         remote_qpn: 7,
         private_data: [0; cm::DREQ_PRIVATE],
     };
-    let m = OutMad {
-        dest_ip: IP_B,
-        dest_mac: MacAddr::default(),
-        dest_qpn: 1,
-        qkey: 0x8001_0000,
-        dscp: None,
-        mad: CmMsg::Dreq(Box::new(dreq)).emit(0x77),
-    };
-    p.b.on_mad(0, &received(IP_A, &m));
+    let m = CmMsg::Dreq(Box::new(dreq)).emit(0x77);
+    p.b.on_mad(0, &mad_from(IP_A, m));
     let out = p.b.poll_mad().expect("a DREP");
     let (h, back) = CmMsg::parse(&out.mad).unwrap();
     assert_eq!(h.tid, 0x77, "the DREQ's TID echoed");
@@ -538,19 +529,12 @@ fn destroying_a_connection_that_waits_for_its_rep_rejects_it_with_timeout() {
 #[test]
 fn a_malformed_or_unsupported_mad_is_counted_and_changes_nothing() {
     let mut p = Pair::new();
-    let mut m = OutMad {
-        dest_ip: IP_B,
-        dest_mac: MacAddr::default(),
-        dest_qpn: 1,
-        qkey: 0x8001_0000,
-        dscp: None,
-        mad: [0; 256],
-    };
-    m.mad[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
-    m.mad[16..18].copy_from_slice(&cm::attr::LAP.to_be_bytes());
-    p.b.on_mad(0, &received(IP_A, &m));
-    m.mad[2] = 1;
-    p.b.on_mad(0, &received(IP_A, &m));
+    let mut m = [0u8; 256];
+    m[..4].copy_from_slice(&[1, 0x07, 2, 0x03]);
+    m[16..18].copy_from_slice(&cm::attr::LAP.to_be_bytes());
+    p.b.on_mad(0, &mad_from(IP_A, m));
+    m[2] = 1;
+    p.b.on_mad(0, &mad_from(IP_A, m));
     assert_eq!((p.b.counters.unsupported, p.b.counters.malformed), (1, 1));
     assert!(p.b.poll_mad().is_none() && p.b.poll_event().is_none() && p.b.is_empty());
 }
@@ -697,16 +681,9 @@ fn a_second_mra_does_not_extend_the_wait_again() {
             service_timeout: 24,
             private_data: [0; cm::MRA_PRIVATE],
         };
-        let out = OutMad {
-            dest_ip: IP_A,
-            dest_mac: MacAddr::default(),
-            dest_qpn: 1,
-            qkey: 0x8001_0000,
-            dscp: None,
-            mad: CmMsg::Mra(Box::new(m)).emit(1),
-        };
+        let out = CmMsg::Mra(Box::new(m)).emit(1);
         let now = p.now;
-        p.a.on_mad(now, &received(IP_B, &out));
+        p.a.on_mad(now, &mad_from(IP_B, out));
     };
     mra(&mut p);
     p.run_until(60_000 * MS);
