@@ -106,6 +106,29 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// A connection `id` in `state` with `peer`: no peer IDs, timers or
+    /// limits yet (the caller sets what it knows).
+    pub fn new(id: CommId, state: State, peer: Peer, tid: u64, service_id: u64) -> Conn {
+        Conn {
+            state,
+            local_id: id,
+            remote_id: 0,
+            remote_guid: 0,
+            local_qpn: 0,
+            remote_qpn: 0,
+            peer,
+            tid,
+            dreq_tid: 0,
+            listener: None,
+            service_id,
+            ack_timeout: 0,
+            timeout_ns: 0,
+            max_retries: 0,
+            pending: None,
+            timewait_until: None,
+        }
+    }
+
     /// The earliest of its deadlines.
     pub fn deadline(&self) -> Option<u64> {
         match (

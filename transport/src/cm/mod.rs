@@ -437,22 +437,11 @@ impl Cm {
         self.conns.insert(
             id,
             Conn {
-                state: State::ReqSent,
-                local_id: id,
-                remote_id: 0,
-                remote_guid: 0,
                 local_qpn: p.qpn,
-                remote_qpn: 0,
-                peer: p.peer,
-                tid,
-                dreq_tid: 0,
-                listener: None,
-                service_id: p.service_id,
                 ack_timeout: ack,
                 timeout_ns,
                 max_retries: self.cfg.max_retries,
-                pending: None,
-                timewait_until: None,
+                ..Conn::new(id, State::ReqSent, p.peer, tid, p.service_id)
             },
         );
         let mad = CmMsg::Req(Box::new(req)).emit(tid);
@@ -477,22 +466,9 @@ impl Cm {
         self.conns.insert(
             id,
             Conn {
-                state: State::SidrReqSent,
-                local_id: id,
-                remote_id: 0,
-                remote_guid: 0,
-                local_qpn: 0,
-                remote_qpn: 0,
-                peer: to,
-                tid,
-                dreq_tid: 0,
-                listener: None,
-                service_id,
-                ack_timeout: 0,
                 timeout_ns: exp_to_ns(self.cfg.response_timeout),
                 max_retries: self.cfg.max_retries,
-                pending: None,
-                timewait_until: None,
+                ..Conn::new(id, State::SidrReqSent, to, tid, service_id)
             },
         );
         let req = cm::SidrReq {

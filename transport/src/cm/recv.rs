@@ -103,22 +103,14 @@ fn on_req(cm: &mut Cm, now: u64, tid: u64, from: Peer, r: Box<Req>) {
     cm.conns.insert(
         id,
         Conn {
-            state: State::ReqRcvd,
-            local_id: id,
             remote_id: r.local_comm_id,
             remote_guid: guid,
-            local_qpn: 0,
             remote_qpn: r.local_qpn,
-            peer: from,
-            tid,
-            dreq_tid: 0,
             listener: Some(listener),
-            service_id: r.service_id,
             ack_timeout: r.primary.local_ack_timeout,
             timeout_ns: exp_to_ns(r.local_cm_response_timeout),
             max_retries: r.max_cm_retries,
-            pending: None,
-            timewait_until: None,
+            ..Conn::new(id, State::ReqRcvd, from, tid, r.service_id)
         },
     );
     cm.by_remote_id.insert((r.local_comm_id, guid), id);
@@ -378,22 +370,9 @@ fn on_sidr_req(cm: &mut Cm, tid: u64, from: Peer, r: Box<SidrReq>) {
     cm.conns.insert(
         id,
         Conn {
-            state: State::SidrReqRcvd,
-            local_id: id,
             remote_id: r.request_id,
-            remote_guid: 0,
-            local_qpn: 0,
-            remote_qpn: 0,
-            peer: from,
-            tid,
-            dreq_tid: 0,
             listener: Some(listener),
-            service_id: r.service_id,
-            ack_timeout: 0,
-            timeout_ns: 0,
-            max_retries: 0,
-            pending: None,
-            timewait_until: None,
+            ..Conn::new(id, State::SidrReqRcvd, from, tid, r.service_id)
         },
     );
     cm.events.push_back(CmEvent::SidrRequest {
