@@ -80,6 +80,9 @@ pub struct PortEntry {
     /// The connection manager's counters and connections.
     #[serde(default)]
     pub cm: CmEntry,
+    /// The rdma_cm sessions on the device's CM.
+    #[serde(default)]
+    pub rdma_cm: RdmaCmEntry,
     /// Frames whose payload was sent from the application's memory where
     /// it lies (zero-copy TX), and those copied for want of an mbuf.
     #[serde(default)]
@@ -256,6 +259,20 @@ impl CmEntry {
     }
 }
 
+/// A device's rdma_cm sessions (`librdmacm.so.1`'s) and what they did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RdmaCmEntry {
+    pub sessions: u64,
+    pub ids: u64,
+    pub events: u64,
+    /// CM events for ids destroyed meanwhile.
+    pub events_unclaimed: u64,
+    pub addr_resolved: u64,
+    pub addr_errors: u64,
+    /// Connection requests the listener's checks refused (REJ).
+    pub requests_refused: u64,
+}
+
 /// The fault injector's counters, by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FaultEntry {
@@ -423,6 +440,7 @@ impl Snapshot {
             tx_held: nic.counters().tx_held,
             gsi: GsiEntry::of(&e.gsi_counters(), &Default::default()),
             cm: CmEntry::default(),
+            rdma_cm: RdmaCmEntry::default(),
             tx_zero_copy: nic.counters().tx_zero_copy,
             tx_zero_copy_fallback: nic.counters().tx_zero_copy_fallback,
             pfc: PfcEntry {
@@ -669,6 +687,15 @@ impl Snapshot {
                     host, c.connections, c.received, c.sent, c.retransmitted, c.malformed,
                     c.unsupported, c.unmatched, c.duplicates, c.rejects_sent,
                     c.rejects_received, c.stale, c.no_listener, c.timeouts
+                );
+            }
+            let r = &p.rdma_cm;
+            if r.sessions + r.events + r.addr_errors + r.requests_refused > 0 {
+                let _ = writeln!(
+                    s,
+                    "host {} rdma_cm: sessions {}, ids {}; events {} (for destroyed ids {}); addresses resolved {}, unresolved {}; requests refused by a listener {}",
+                    host, r.sessions, r.ids, r.events, r.events_unclaimed, r.addr_resolved,
+                    r.addr_errors, r.requests_refused
                 );
             }
             let t = &p.qp_totals;
@@ -960,6 +987,7 @@ mod tests {
             tx_held: 0,
             gsi: GsiEntry::default(),
             cm: CmEntry::default(),
+            rdma_cm: RdmaCmEntry::default(),
             tx_zero_copy: 6,
             tx_zero_copy_fallback: 1,
             pfc: PfcEntry {

@@ -298,6 +298,19 @@ impl<P: FramePort, M: Memory> Nic<P, M> {
         &mut self.neighbours
     }
 
+    /// Resolves `ip` as a frame to it would (rdma_cm's address
+    /// resolution): the MAC the table has, or an ARP request broadcast
+    /// when the table says to ask (at most one per retry interval), and
+    /// the answer meanwhile.
+    pub fn resolve_neighbour(&mut self, ip: Ipv4Addr, now: u64) -> Resolution {
+        let r = self.neighbours.resolve(ip, now);
+        if r == Resolution::Ask {
+            let c = self.engine.config();
+            self.arp_out.push(ArpRepr::request(c.mac, c.ip, ip));
+        }
+        r
+    }
+
     /// Frames built and waiting for the port.
     pub fn tx_waiting(&self) -> usize {
         self.tx.len()

@@ -21,6 +21,7 @@ pub mod control;
 mod cqs;
 pub mod memory;
 mod qp_table;
+mod rdma_cm;
 mod requests;
 mod router;
 pub mod sleep;
@@ -541,6 +542,8 @@ pub struct Service {
     awake_since: u64,
     sharing: sleep::Sharing,
     nap: sleep::Nap,
+    /// The rdma_cm sessions of its devices' CMs.
+    cma: rdma_cm::RdmaCm,
 }
 
 impl Service {
@@ -623,6 +626,7 @@ impl Service {
                 awake_since: 0,
                 sharing: sleep::Sharing::new(cpus),
                 nap: sleep::Nap::new(u64::from(cfg.nap_us) * 1_000),
+                cma: rdma_cm::RdmaCm::default(),
             })
             .collect();
         for (i, spec) in hosts.iter().enumerate() {
@@ -791,16 +795,18 @@ impl Service {
     /// services of [`Service::shards`]) each runs on: a host sharded over
     /// several lcores is named once for each.
     fn placement(shards: &[Service]) -> Vec<(String, usize)> {
-        let all: std::collections::BTreeSet<(usize, usize, String)> = shards
+        // A device's QP shards in their order: shard 0 first (the router
+        // sends rdma_cm sessions to it).
+        let all: std::collections::BTreeSet<(usize, u32, usize, String)> = shards
             .iter()
             .enumerate()
             .flat_map(|(l, s)| {
                 s.hosts
                     .iter()
-                    .map(move |h| (h.index, l, h.spec.name.clone()))
+                    .map(move |h| (h.index, h.qp_shard, l, h.spec.name.clone()))
             })
             .collect();
-        all.into_iter().map(|(_, l, name)| (name, l)).collect()
+        all.into_iter().map(|(_, _, l, name)| (name, l)).collect()
     }
 
     /// Closes the tap's pcap file: the frames it recorded and those it
@@ -846,6 +852,7 @@ impl Service {
                 }
             }
             busy |= self.poll();
+            busy |= self.send_cm_events(link);
             self.counters.passes += 1;
             if let Some((now, _)) = self.last_pass {
                 self.class.worked(now.saturating_sub(self.awake_since));
@@ -925,9 +932,12 @@ impl Service {
                 rt.ring.ring.arm(&*rt.seg);
             }
         }
-        let moved = self.poll();
+        let moved = self.poll() | self.send_cm_events(link);
         let now = self.clock.now_ns();
-        // The NICs' timers and the CMs' (retransmissions, TIMEWAIT).
+        // The NICs' timers and the CMs' (retransmissions, TIMEWAIT), and
+        // rdma_cm's address resolutions (looked at every 100 ms for ARP's
+        // retries).
+        let resolving = self.cma.next_deadline().map(|t| t.min(now + 100_000_000));
         let due = self
             .hosts
             .iter()
@@ -936,6 +946,7 @@ impl Service {
                 [h.nic.next_wakeup(now), cm]
             })
             .flatten()
+            .chain(resolving)
             .min();
         if moved
             || !link.requests.is_empty()
@@ -1063,7 +1074,9 @@ impl Service {
             // was its own.
             moved |= crate::host_port::link_mut(nic.port_mut()).take_moved();
             moved |= self.hosts[h].serve_mads(now);
+            self.cm_events(h);
         }
+        self.cm_resolve_pass(now);
         self.cqs.wake_owed();
         self.last_pass = Some((now, moved));
         if moved {
@@ -1118,7 +1131,7 @@ impl Service {
             at_ns: self.clock.now_ns(),
             ..Default::default()
         };
-        for h in &self.hosts {
+        for (hi, h) in self.hosts.iter().enumerate() {
             let qpns: Vec<Qpn> = h.qps.iter().map(|(q, _)| q).collect();
             s.add_nic(h.index, &h.nic, &qpns);
             if let Some(p) = s.ports.last_mut() {
@@ -1127,6 +1140,16 @@ impl Service {
                 if let Some(cm) = h.mads.agent::<Cm>(h.cm_agent) {
                     p.cm = crate::stats::CmEntry::of(&cm.counters, cm.len());
                 }
+                let (sessions, ids, c) = self.cma.of_host(hi);
+                p.rdma_cm = crate::stats::RdmaCmEntry {
+                    sessions: sessions as u64,
+                    ids: ids as u64,
+                    events: c.events,
+                    events_unclaimed: c.events_unclaimed,
+                    addr_resolved: c.addr_resolved,
+                    addr_errors: c.addr_errors,
+                    requests_refused: c.requests_refused,
+                };
             }
         }
         let mut c = self.counters.clone();
@@ -1147,7 +1170,28 @@ impl Service {
     /// Releases everything an application held: its QPs go to ERR and
     /// are destroyed (their peers see retry errors), its regions are
     /// deregistered, its CQs and segment freed.
+    /// Writes the rdma_cm events of the pass on their event channels;
+    /// whether there were any.
+    fn send_cm_events(&mut self, link: &ShardLink) -> bool {
+        if self.cma.outbox.is_empty() {
+            return false;
+        }
+        for (channel, ev) in self.cma.outbox.drain(..) {
+            link.reply(ToControl {
+                conn: channel,
+                msg: shm::proto::ReplyMsg {
+                    v: shm::VERSION,
+                    id: 0,
+                    result: Ok(shm::proto::Reply::CmEvent(Box::new(ev))),
+                },
+                fds: Vec::new(),
+            });
+        }
+        true
+    }
+
     fn close_app(&mut self, conn: ConnId) {
+        self.cm_closed(conn);
         let Some(app) = self.apps.remove(&conn) else {
             return;
         };

@@ -201,6 +201,9 @@ impl Service {
         if let Request::TraceStamps { from } = req {
             return self.trace_stamps(from);
         }
+        if Self::is_cm_request(&req) {
+            return self.cm_request(conn, req);
+        }
         if !self.apps.contains_key(&conn) {
             return Err(err(
                 ErrorKind::NotOpen,
@@ -212,7 +215,17 @@ impl Service {
             | Request::ListDevices
             | Request::Stats
             | Request::Trace { .. }
-            | Request::TraceStamps { .. } => {
+            | Request::TraceStamps { .. }
+            | Request::CmChannel
+            | Request::CmOpen { .. }
+            | Request::CmListen { .. }
+            | Request::CmResolveAddr { .. }
+            | Request::CmConnect(_)
+            | Request::CmAccept(_)
+            | Request::CmEstablish { .. }
+            | Request::CmReject { .. }
+            | Request::CmDisconnect { .. }
+            | Request::CmDestroyId { .. } => {
                 unreachable!("handled above")
             }
             Request::AllocPd => {
@@ -970,7 +983,8 @@ impl Service {
                         )
                     })?;
                 let dest_mac = self.neighbour(host, dest_ip);
-                self.plain_roce_for(host, qpn, dest_ip).map_err(bad)?;
+                self.plain_roce_for(host, qpn, (dest_ip, dest_qpn))
+                    .map_err(bad)?;
                 let feedback_key = self.feedback_key_for(host, qpn, (dest_ip, dest_qpn));
                 self.hosts[host].nic.engine_mut().modify_to_rtr(
                     qpn,
@@ -1088,7 +1102,8 @@ impl Service {
     }
 
     /// A QP on its way to RTR towards a peer that does not speak our
-    /// telemetry runs the standard controller instead of the device's
+    /// telemetry (neither configured to nor negotiated by rdma_cm for this
+    /// connection) runs the standard controller instead of the device's
     /// HPCC++ mode (unless the application chose its mode itself): a
     /// standard RoCEv2 peer never gets a TLM block, probe or notify. It
     /// also keeps within rxe's bounds on unacknowledged PSNs
@@ -1098,9 +1113,10 @@ impl Service {
         &mut self,
         host: usize,
         qpn: Qpn,
-        ip: std::net::Ipv4Addr,
+        (ip, dest_qpn): (std::net::Ipv4Addr, Qpn),
     ) -> Result<(), transport::rc::RcError> {
-        if self.speaks_telemetry(ip) {
+        let local = self.hosts[host].spec.ip;
+        if self.speaks_telemetry(ip) || self.cma.negotiated(local, ip, dest_qpn) {
             return Ok(());
         }
         let h = &mut self.hosts[host];
@@ -1128,7 +1144,11 @@ impl Service {
     /// The MAC of `ip` for a QP of `host`: one of the daemon's own hosts,
     /// or what the host's neighbour table knows; else the zero MAC, which
     /// the pipeline resolves with ARP when the QP's frames go.
-    fn neighbour(&self, host: usize, ip: std::net::Ipv4Addr) -> transport::wire::MacAddr {
+    pub(super) fn neighbour(
+        &self,
+        host: usize,
+        ip: std::net::Ipv4Addr,
+    ) -> transport::wire::MacAddr {
         if ip.is_multicast() {
             // IPv4 multicast's MAC (RFC 1112): 01:00:5e and the low 23
             // bits of the group.

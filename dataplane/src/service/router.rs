@@ -125,7 +125,20 @@ impl Router {
                     None => 0,
                 }
             }
-            // Not open: any shard says so.
+            (Request::CmOpen { device }, None) => {
+                // An rdma_cm session: the lcore of the device's first QP
+                // shard, whose QP1 (and CM) takes the device's MADs.
+                match (0..self.devices.len()).find(|&e| self.devices[e].0 == *device) {
+                    Some(e) => {
+                        let s = self.devices[e].1;
+                        self.owner.insert(conn, (s, e));
+                        s
+                    }
+                    None => 0,
+                }
+            }
+            // Not open (or an event channel, which any shard names): any
+            // shard says so.
             (_, None) => 0,
         };
         let m = ToDataplane::Request { conn, id, req, fds };

@@ -6,6 +6,7 @@
 //!   entries as plain old data, the single-producer single-consumer rings
 //!   of them and the doorbell block.
 //! - [`proto`]: the control messages over the daemon's Unix socket.
+//! - [`cma`]: the rdma_cm sessions and event channels among them.
 //! - [`fds`]: file descriptors beside those messages (`SCM_RIGHTS`).
 //! - [`segment`]: an application's shared-memory segment, mapped.
 //!
@@ -19,6 +20,7 @@
 //! [`abi`] reaches the mapping through the safe [`abi::SharedMem`].
 
 pub mod abi;
+pub mod cma;
 pub mod fds;
 pub mod proto;
 pub mod segment;
@@ -27,4 +29,4 @@ pub use segment::Segment;
 
 /// The version of this contract (layouts, rings and messages together).
 /// Raise it with any change either side could notice.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;

@@ -14,6 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cma::{CmAcceptReq, CmConnectReq, CmEventMsg, CmId, CmListenAddr};
 use crate::fds::{recv_with_fds, Wait};
 pub use crate::fds::{send_with_fds, MAX_FDS};
 
@@ -288,6 +289,57 @@ pub enum Request {
     TraceStamps {
         from: u64,
     },
+    /// Makes this connection an rdma_cm event channel (allowed as the
+    /// first request; see [`crate::cma`]): the reply is
+    /// `Reply::CmChannel`, then only events come.
+    CmChannel,
+    /// Makes this connection an rdma_cm session on `device` (the first
+    /// request): `Reply::CmOpened`.
+    CmOpen {
+        device: String,
+    },
+    /// Listens for connection requests to `addr` in `port_space`
+    /// (`RDMA_PS_*`); they come to `channel` as CONNECT_REQUEST events.
+    /// `Reply::CmPort` names the port (the one picked for port 0).
+    CmListen {
+        id: CmId,
+        channel: u64,
+        port_space: u16,
+        addr: CmListenAddr,
+    },
+    /// Resolves `dst` to a neighbour's MAC within `timeout_ms`:
+    /// ADDR_RESOLVED or ADDR_ERROR on `channel`. `Reply::CmPort` gives
+    /// the id its own port (`src_port`, or one picked for 0).
+    CmResolveAddr {
+        id: CmId,
+        channel: u64,
+        port_space: u16,
+        src_port: u16,
+        dst: std::net::Ipv4Addr,
+        timeout_ms: u32,
+    },
+    /// Sends the REQ (SIDR_REQ for UD).
+    CmConnect(CmConnectReq),
+    /// Answers a CONNECT_REQUEST with a REP (SIDR_REP for UD).
+    CmAccept(CmAcceptReq),
+    /// Active: the QP is in RTS; sends the RTU.
+    CmEstablish {
+        id: CmId,
+    },
+    /// Answers a CONNECT_REQUEST with a REJ (consumer-defined) or a
+    /// SIDR_REP that rejects.
+    CmReject {
+        id: CmId,
+        private_data: Vec<u8>,
+    },
+    /// Sends the DREQ (or, after the peer's, the DREP).
+    CmDisconnect {
+        id: CmId,
+    },
+    /// Forgets the id, sending what its state calls for.
+    CmDestroyId {
+        id: CmId,
+    },
 }
 
 /// An asynchronous event of a connection's objects (ibverbs'
@@ -471,6 +523,22 @@ pub enum Reply {
         json: String,
     },
     AsyncEvents(Vec<AsyncEventMsg>),
+    /// This connection is an event channel; events name it so.
+    CmChannel {
+        channel: u64,
+    },
+    /// An rdma_cm session on a device.
+    CmOpened {
+        session: u64,
+        ip: std::net::Ipv4Addr,
+        /// Largest path MTU the port carries, bytes.
+        max_mtu: u32,
+    },
+    CmPort {
+        port: u16,
+    },
+    /// An rdma_cm event, pushed on an event channel.
+    CmEvent(Box<CmEventMsg>),
     /// A page of the latency trace: (TSC, packed key) pairs flattened
     /// (`nic::FrameKey::unpack`), the TSC's rate, the stamps the trace
     /// holds and those it dropped when full. A daemon with several
@@ -507,6 +575,10 @@ pub enum ErrorKind {
     NoSpace,
     /// The message could not be read.
     Malformed,
+    /// rdma_cm: the port is taken (EADDRINUSE).
+    AddrInUse,
+    /// rdma_cm: no device has the address (EADDRNOTAVAIL).
+    AddrNotAvailable,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
