@@ -23,6 +23,7 @@ use shm::proto::{
 const RNIC0: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const RNIC1: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const PS_TCP: u16 = 0x0106;
+const PS_UDP: u16 = 0x0111;
 
 /// A connection to the daemon: a session, a channel, or neither yet.
 struct Client {
@@ -264,6 +265,50 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
     assert_eq!((e.id, e.event, e.status), (3, CmEventType::Rejected, 28));
     assert_eq!(&e.private_data[..7], b"go away");
 
+    // UD (RDMA_PS_UDP): a SIDR_REQ is the CONNECT_REQUEST; the
+    // SIDR_REP's QPN and Q_Key make the active side's ESTABLISHED; the
+    // passive side hears nothing more.
+    let ud_listen = Request::CmListen {
+        id: 5,
+        channel: srv_channel,
+        port_space: PS_UDP,
+        addr: CmListenAddr { ip: None, port: 7174 },
+    };
+    assert_eq!(ok(srv.call(ud_listen)), Reply::CmPort { port: 7174 });
+    let port = resolve(&mut cli, &mut cli_ch, cli_channel, 5);
+    ok(cli.call(Request::CmConnect(CmConnectReq {
+        port_space: PS_UDP,
+        qp_type: QpType::Ud,
+        ..connect_req(5, cli_channel, port, 7174)
+    })));
+    let r = srv_ch.event();
+    assert_eq!((r.event, r.listener), (CmEventType::ConnectRequest, Some(5)));
+    assert_eq!(r.private_data.len(), 180, "216 - the 36-byte header");
+    assert_eq!(&r.private_data[..16], b"hello from rnic0");
+    ok(srv.call(Request::CmAccept(CmAcceptReq {
+        id: r.id,
+        qpn: 0x99,
+        starting_psn: 0,
+        conn: CmConnParams::default(),
+        private_data: b"ud ok".to_vec(),
+        qkey: 0x0123_4567,
+    })));
+    let e = cli_ch.event();
+    assert_eq!((e.id, e.event, e.status), (5, CmEventType::Established, 0));
+    assert_eq!(e.conn.qp_num, 0x99);
+    assert_eq!(e.path.expect("a path").qkey, 0x0123_4567);
+    assert_eq!(&e.private_data[..5], b"ud ok");
+    // Nobody listens on UD port 7175: UNREACHABLE with the SIDR status
+    // (1: the service is not supported).
+    let port = resolve(&mut cli, &mut cli_ch, cli_channel, 6);
+    ok(cli.call(Request::CmConnect(CmConnectReq {
+        port_space: PS_UDP,
+        qp_type: QpType::Ud,
+        ..connect_req(6, cli_channel, port, 7175)
+    })));
+    let e = cli_ch.event();
+    assert_eq!((e.id, e.event, e.status), (6, CmEventType::Unreachable, 1));
+
     // A server that dies mid-handshake (its REQ not answered): its
     // session's close rejects the REQ and leaves no id or listener.
     let port = resolve(&mut cli, &mut cli_ch, cli_channel, 4);
@@ -279,7 +324,7 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
         "the dead server's port is free again"
     );
     drop(srv2);
-    for id in 1..=4 {
+    for id in 1..=6 {
         ok(cli.call(Request::CmDestroyId { id }));
     }
     let e = cli.call(Request::CmDestroyId { id: 1 }).unwrap_err();
