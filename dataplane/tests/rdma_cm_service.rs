@@ -192,6 +192,26 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
         other => panic!("{other:?}"),
     }
 
+    // Bind (rdma_bind_addr): port 0 gets a port at once; a port a
+    // listener has is EADDRINUSE; the bound port can then be listened on.
+    let bind = |id: u32, port: u16| Request::CmBind {
+        id,
+        channel: srv_channel,
+        port_space: PS_TCP,
+        addr: CmListenAddr { ip: None, port },
+    };
+    let bound = match ok(srv.call(bind(4, 0))) {
+        Reply::CmPort { port } => port,
+        other => panic!("{other:?}"),
+    };
+    assert!(bound >= 32768, "bound port {bound}");
+    let e = srv.call(bind(6, 7471)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AddrInUse, "{e}");
+    let e = srv.call(listen(6, None, bound)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AddrInUse, "another id's bound port: {e}");
+    assert_eq!(ok(srv.call(listen(4, None, bound))), Reply::CmPort { port: bound });
+    ok(srv.call(Request::CmDestroyId { id: 4 }));
+
     // The handshake: CONNECT_REQUEST with the private data after the
     // rdma_cm header and the depths as the passive side reads them;
     // CONNECT_RESPONSE with the REP's; ESTABLISHED at the RTU.
@@ -272,7 +292,10 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
         id: 5,
         channel: srv_channel,
         port_space: PS_UDP,
-        addr: CmListenAddr { ip: None, port: 7174 },
+        addr: CmListenAddr {
+            ip: None,
+            port: 7174,
+        },
     };
     assert_eq!(ok(srv.call(ud_listen)), Reply::CmPort { port: 7174 });
     let port = resolve(&mut cli, &mut cli_ch, cli_channel, 5);
@@ -282,7 +305,10 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
         ..connect_req(5, cli_channel, port, 7174)
     })));
     let r = srv_ch.event();
-    assert_eq!((r.event, r.listener), (CmEventType::ConnectRequest, Some(5)));
+    assert_eq!(
+        (r.event, r.listener),
+        (CmEventType::ConnectRequest, Some(5))
+    );
     assert_eq!(r.private_data.len(), 180, "216 - the 36-byte header");
     assert_eq!(&r.private_data[..16], b"hello from rnic0");
     ok(srv.call(Request::CmAccept(CmAcceptReq {

@@ -203,6 +203,7 @@ impl Service {
             req,
             Request::CmChannel
                 | Request::CmOpen { .. }
+                | Request::CmBind { .. }
                 | Request::CmListen { .. }
                 | Request::CmResolveAddr { .. }
                 | Request::CmConnect(_)
@@ -228,6 +229,12 @@ impl Service {
             ));
         }
         match req {
+            Request::CmBind {
+                id,
+                channel,
+                port_space,
+                addr,
+            } => self.cm_bind(conn, id, channel, port_space, addr),
             Request::CmListen {
                 id,
                 channel,
@@ -326,6 +333,78 @@ impl Service {
         })
     }
 
+    /// Whether `port` of port space `ps` is taken on `host`: listened on
+    /// or bound by an id.
+    fn port_taken(&self, host: usize, ps: u16, port: u16) -> bool {
+        self.cma
+            .sessions
+            .values()
+            .filter(|s| s.host == host)
+            .any(|s| {
+                s.ids.values().any(|i| {
+                    i.port_space == ps && i.port == port && !matches!(i.role, Role::Comm { .. })
+                })
+            })
+    }
+
+    /// A port of `ps` on `host` no listener or bound id has.
+    fn free_port(&mut self, host: usize, ps: u16) -> Option<u16> {
+        (0..EPHEMERAL.len()).find_map(|_| {
+            let p = self.cma.next_ephemeral();
+            (!self.port_taken(host, ps, p)).then_some(p)
+        })
+    }
+
+    fn cm_bind(
+        &mut self,
+        conn: ConnId,
+        id: CmId,
+        channel: u64,
+        ps: u16,
+        addr: CmListenAddr,
+    ) -> Answer {
+        if PortSpace::from_number(ps).is_none() {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("port space {ps:#x} is not rdma_cm's"),
+            ));
+        }
+        let host = self.cma.sessions[&conn].host;
+        let dev_ip = self.hosts[host].spec.ip;
+        if let Some(ip) = addr.ip.filter(|&ip| ip != dev_ip) {
+            return Err(err(
+                ErrorKind::AddrNotAvailable,
+                format!(
+                    "{ip} is not the address of {} ({dev_ip})",
+                    self.hosts[host].spec.name
+                ),
+            ));
+        }
+        if self.cma.sessions[&conn].ids.contains_key(&id) {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!("rdma_cm id {id} is bound already"),
+            ));
+        }
+        let port = if addr.port == 0 {
+            self.free_port(host, ps)
+                .ok_or_else(|| err(ErrorKind::AddrInUse, "no free port to bind"))?
+        } else if self.port_taken(host, ps, addr.port) {
+            return Err(err(
+                ErrorKind::AddrInUse,
+                format!(
+                    "port {} of port space {ps:#x} is taken on {dev_ip}",
+                    addr.port
+                ),
+            ));
+        } else {
+            addr.port
+        };
+        let i = self.session_id(conn, id, channel, ps);
+        i.port = port;
+        done(Reply::CmPort { port })
+    }
+
     fn cm_listen(
         &mut self,
         conn: ConnId,
@@ -363,6 +442,16 @@ impl Service {
         }
         let token = self.cma.next_token;
         self.cma.next_token += 1;
+        let own_port = self.cma.sessions[&conn].ids.get(&id).map(|i| i.port);
+        if addr.port != 0 && own_port != Some(addr.port) && self.port_taken(host, ps, addr.port) {
+            return Err(err(
+                ErrorKind::AddrInUse,
+                format!(
+                    "port {} of port space {ps:#x} is taken on {dev_ip}",
+                    addr.port
+                ),
+            ));
+        }
         let port = if addr.port != 0 {
             let sid = service_id(space, addr.port);
             self.hosts[host].cm().listen(sid, token).map_err(|_| {
@@ -376,19 +465,14 @@ impl Service {
             })?;
             addr.port
         } else {
-            let mut picked = None;
-            for _ in 0..EPHEMERAL.len() {
-                let p = self.cma.next_ephemeral();
-                if self.hosts[host]
-                    .cm()
-                    .listen(service_id(space, p), token)
-                    .is_ok()
-                {
-                    picked = Some(p);
-                    break;
-                }
-            }
-            picked.ok_or_else(|| err(ErrorKind::AddrInUse, "no free port to listen on"))?
+            let p = self
+                .free_port(host, ps)
+                .ok_or_else(|| err(ErrorKind::AddrInUse, "no free port to listen on"))?;
+            self.hosts[host]
+                .cm()
+                .listen(service_id(space, p), token)
+                .map_err(|e| err(ErrorKind::AddrInUse, e.to_string()))?;
+            p
         };
         self.cma.listeners.insert(token, (conn, id));
         let i = self.session_id(conn, id, channel, ps);

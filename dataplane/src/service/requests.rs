@@ -218,6 +218,7 @@ impl Service {
             | Request::TraceStamps { .. }
             | Request::CmChannel
             | Request::CmOpen { .. }
+            | Request::CmBind { .. }
             | Request::CmListen { .. }
             | Request::CmResolveAddr { .. }
             | Request::CmConnect(_)

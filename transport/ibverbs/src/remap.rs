@@ -5,10 +5,11 @@
 //! the application's pointer and the NIC's DMA reach the same pages: a
 //! remote WRITE shows in `buf` with no copy and no call.
 //!
-//! What can move: the process's private anonymous memory (malloc's heap
-//! and its mmap'd chunks, memalign, `mmap(MAP_PRIVATE|MAP_ANONYMOUS)`,
-//! anonymous hugetlb mappings). Everything else (file-backed, read-only,
-//! shared, the stack) is refused with an error that names the mapping.
+//! What can move: the process's private memory (malloc's heap and its
+//! mmap'd chunks, memalign, `mmap(MAP_PRIVATE|MAP_ANONYMOUS)`, anonymous
+//! hugetlb mappings, and private writable file mappings such as a
+//! program's static data). Everything else (read-only, shared, the
+//! stack) is refused with an error that names the mapping.
 //! Pages already moved by an earlier registration are reused, checked
 //! against `/proc/self/maps` so that a buffer freed and replaced at the
 //! same address is never mistaken for the old one.
@@ -119,6 +120,13 @@ fn kind(v: &Vma) -> Result<Kind, NotShareable> {
         return Ok(Kind::Ours);
     }
     if private_rw && (v.path.is_empty() || v.path == "[heap]") {
+        return Ok(Kind::Anon);
+    }
+    // A private writable file mapping (a program's or library's data
+    // section, where rdma_client keeps its buffers, or any MAP_PRIVATE
+    // file mapping): its pages are the process's own copies, never
+    // written back, so they move like anonymous ones.
+    if private_rw && v.path.starts_with('/') && !v.path.starts_with("/memfd:") {
         return Ok(Kind::Anon);
     }
     if private_rw && v.path.starts_with("/anon_hugepage") {

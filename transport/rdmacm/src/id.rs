@@ -422,18 +422,42 @@ fn addr_arg(a: *mut sockaddr) -> Result<Addr4, i32> {
 }
 
 /// Binds the id to `a` (a device's address or the wildcard).
-fn bind(id: &Id, st: &mut State, a: Addr4) -> Result<(), i32> {
+fn bind(id: &Id, st: &mut State, mut a: Addr4) -> Result<(), i32> {
     if st.bound.is_some() || st.dev.is_some() {
         return fail(libc::EINVAL, || {
             "rdma_bind_addr: the id is bound already".into()
         });
     }
     let devs = devices::get()?;
-    if !a.ip.is_unspecified() {
+    if a.ip.is_loopback() {
+        // As Linux binds a loopback address (cma_bind_loopback): to the
+        // first device (libfabric's verbs provider binds "localhost" to
+        // find a device for a passive endpoint).
+        let dev = devs.list.first().ok_or(libc::ENODEV)?;
+        id.attach(st, dev)?;
+    } else if !a.ip.is_unspecified() {
         let Some(dev) = devs.by_ip(a.ip) else {
             return fail(libc::EADDRNOTAVAIL, || format!("no device has {}", a.ip));
         };
         id.attach(st, dev)?;
+    }
+    if a.port == 0 {
+        // The port is assigned at bind, as the kernel does (qperf reads
+        // it with rdma_get_src_port before it listens): the device's
+        // daemon session picks one, the first device's for a wildcard.
+        let dev = st.dev.or_else(|| devs.list.first()).ok_or(libc::ENODEV)?;
+        let reply = dev.session()?.call_ok(Request::CmBind {
+            id: st.num,
+            channel: st.req_channel,
+            port_space: id.c().ps as u16,
+            addr: shm::cma::CmListenAddr {
+                ip: (!a.ip.is_unspecified() && !a.ip.is_loopback()).then_some(dev.ip),
+                port: 0,
+            },
+        })?;
+        if let Reply::CmPort { port } = reply {
+            a.port = port;
+        }
     }
     st.bound = Some(a);
     id.set_route(st, Some(a), None);
@@ -468,7 +492,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             return ret(Err(libc::EINVAL));
         };
         let r = (|| {
-            let dst = addr_arg(dst_addr)?;
+            let mut dst = addr_arg(dst_addr)?;
             if dst.ip.is_unspecified() {
                 return Err(libc::EINVAL);
             }
@@ -479,9 +503,19 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                 bind(id, &mut st, src)?;
             }
             if st.dev.is_none() {
-                id.attach(&mut st, devs.for_dst(dst.ip))?;
+                // A loopback destination is the first device itself, as
+                // Linux resolves one (cma_resolve_loopback).
+                let dev = if dst.ip.is_loopback() {
+                    devs.list.first().ok_or(libc::ENODEV)?
+                } else {
+                    devs.for_dst(dst.ip)
+                };
+                id.attach(&mut st, dev)?;
             }
             let dev = st.dev.expect("attached above");
+            if dst.ip.is_loopback() {
+                dst.ip = dev.ip;
+            }
             let session = dev.session()?;
             let src_port = st.bound.map_or(0, |b| b.port);
             let reply = session.call_ok(Request::CmResolveAddr {
@@ -605,8 +639,10 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                         id: st.num,
                         channel: st.req_channel,
                         port_space: id.c().ps as u16,
+                        // A listener bound to a loopback address takes
+                        // its device's requests whatever their address.
                         addr: CmListenAddr {
-                            ip: (!wildcard).then_some(dev.ip),
+                            ip: (!wildcard && !b.ip.is_loopback()).then_some(dev.ip),
                             port,
                         },
                     })?;

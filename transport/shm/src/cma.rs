@@ -86,6 +86,12 @@ pub struct CmPath {
 }
 
 /// One event of an id, pushed on its channel.
+///
+/// `conn` is what the application reads in `event->param.conn`: in a
+/// CONNECT_REQUEST the REQ's depths swapped (its initiator depth as
+/// `responder_resources`, its responder resources as `initiator_depth`,
+/// as rdma_cm shows a REQ to the passive side); in CONNECT_RESPONSE and
+/// ESTABLISHED the REP's as they came.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CmEventMsg {
     /// The session of the id (`Reply::CmOpened::session`).

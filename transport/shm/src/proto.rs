@@ -298,6 +298,15 @@ pub enum Request {
     CmOpen {
         device: String,
     },
+    /// Binds id `id` to `addr` (`rdma_bind_addr`): `Reply::CmPort` names
+    /// its port, one the daemon picks for port 0 (free of listeners and
+    /// other bound ids on the device), as the kernel assigns at bind.
+    CmBind {
+        id: CmId,
+        channel: u64,
+        port_space: u16,
+        addr: CmListenAddr,
+    },
     /// Listens for connection requests to `addr` in `port_space`
     /// (`RDMA_PS_*`); they come to `channel` as CONNECT_REQUEST events.
     /// `Reply::CmPort` names the port (the one picked for port 0).
