@@ -209,7 +209,10 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
     assert_eq!(e.kind, ErrorKind::AddrInUse, "{e}");
     let e = srv.call(listen(6, None, bound)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::AddrInUse, "another id's bound port: {e}");
-    assert_eq!(ok(srv.call(listen(4, None, bound))), Reply::CmPort { port: bound });
+    assert_eq!(
+        ok(srv.call(listen(4, None, bound))),
+        Reply::CmPort { port: bound }
+    );
     ok(srv.call(Request::CmDestroyId { id: 4 }));
 
     // The handshake: CONNECT_REQUEST with the private data after the

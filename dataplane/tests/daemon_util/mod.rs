@@ -91,19 +91,21 @@ hugepages = false
     Daemon { child, socket, dir }
 }
 
-/// A directory holding our libibverbs (built beside the integration
-/// tests) under its soname, for LD_LIBRARY_PATH.
+/// A directory holding our libibverbs and librdmacm (built beside the
+/// integration tests) under their sonames, for LD_LIBRARY_PATH.
 pub fn lib_dir(tmp: &Path) -> PathBuf {
     let deps = std::env::current_exe()
         .unwrap()
         .parent()
         .unwrap()
         .to_path_buf();
-    let lib = deps.join("libibverbs.so");
-    assert!(lib.exists(), "{} not built", lib.display());
     let dir = tmp.join("ibverbs");
     std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(&lib, dir.join("libibverbs.so.1")).unwrap();
+    for name in ["libibverbs", "librdmacm"] {
+        let lib = deps.join(format!("{name}.so"));
+        assert!(lib.exists(), "{} not built", lib.display());
+        std::os::unix::fs::symlink(&lib, dir.join(format!("{name}.so.1"))).unwrap();
+    }
     dir
 }
 
