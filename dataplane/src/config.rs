@@ -71,6 +71,10 @@ pub struct FaultsSection {
     /// Probability that one ICRC-protected bit of a frame is flipped.
     #[serde(default)]
     pub corrupt: f64,
+    /// Probability that a frame to QP1 (a CM message) is lost, besides
+    /// `loss`.
+    #[serde(default)]
+    pub mad_loss: f64,
     /// Latency added to every frame, microseconds.
     #[serde(default)]
     pub delay_us: f64,
@@ -595,6 +599,7 @@ impl FaultsSection {
             duplicate: self.duplicate,
             reorder: self.reorder,
             corrupt: self.corrupt,
+            mad_loss: self.mad_loss,
             delay_ns: (self.delay_us * 1e3) as u64,
             direction,
             ..FaultConfig::default()

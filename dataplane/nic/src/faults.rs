@@ -46,6 +46,9 @@ pub struct FaultConfig {
     pub reorder: f64,
     /// Probability that one bit of a frame is flipped.
     pub corrupt: f64,
+    /// Probability that a management datagram (a RoCEv2 frame to QP1: a
+    /// CM message) is lost, on top of `loss`: the CM's retries under test.
+    pub mad_loss: f64,
     /// Every frame is held this long (added latency), ns.
     pub delay_ns: u64,
     /// A reordered frame is held 1 ..= `reorder_ns` longer than the rest;
@@ -62,6 +65,7 @@ impl Default for FaultConfig {
             duplicate: 0.0,
             reorder: 0.0,
             corrupt: 0.0,
+            mad_loss: 0.0,
             delay_ns: 0,
             reorder_ns: 8_000,
             direction: Direction::Both,
@@ -85,6 +89,7 @@ impl FaultConfig {
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
             ("corrupt", self.corrupt),
+            ("mad_loss", self.mad_loss),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(BadProbability { name, value });
@@ -287,7 +292,10 @@ impl<P: FramePort> FaultInjector<P> {
         match &mut self.policy {
             Policy::None => {}
             Policy::Seeded(cfg, rng) => {
-                if rng.gen_bool(cfg.loss) {
+                // (No draw for MADs without mad_loss: a seed's faults stay
+                // what they were.)
+                let mad = cfg.mad_loss > 0.0 && to_qp1(frame.as_ref());
+                if rng.gen_bool(cfg.loss) || (mad && rng.gen_bool(cfg.mad_loss)) {
                     lost = true;
                 } else {
                     if rng.gen_bool(cfg.corrupt) {
@@ -373,6 +381,11 @@ impl<P: FramePort> FaultInjector<P> {
 
 /// Flips one random bit the ICRC protects and no switch rewrites; false
 /// when the frame is not RoCEv2.
+/// Whether a frame is a RoCEv2 packet to QP1 (a MAD).
+fn to_qp1(frame: &[u8]) -> bool {
+    transport::wire::Packet::parse_unverified(frame).is_ok_and(|p| p.repr.bth.dest_qp == 1)
+}
+
 fn flip_random_bit(frame: &mut [u8], rng: &mut ChaCha8Rng) -> bool {
     let Ok(v) = RoceFrame::new_checked(&*frame) else {
         return false;
@@ -525,6 +538,37 @@ mod tests {
             b.rx_burst(now, &mut got, 32);
         }
         (got, *b.counters())
+    }
+
+    #[test]
+    fn mad_loss_takes_frames_to_qp1_only() {
+        let macs = [MacAddr([2; 6]), MacAddr([3; 6])];
+        let (mut a, b) = mem_link(macs, 1500, 10);
+        let mut b = FaultInjector::new(
+            b,
+            FaultConfig {
+                mad_loss: 1.0,
+                ..FaultConfig::default()
+            },
+        )
+        .unwrap();
+        let mut mad = PacketRepr::new(Opcode::SendOnly, 1, 7);
+        mad.bth.service = transport::wire::Service::Ud;
+        mad.deth = Some(transport::wire::deth::DethRepr {
+            q_key: 0x8001_0000,
+            src_qp: 1,
+        });
+        let mut m = vec![0u8; mad.frame_len(256)];
+        mad.emit(&[0; 256], &mut m).unwrap();
+        a.tx_burst(0, &mut vec![frame(1), m, frame(2)]);
+        let mut got = Vec::new();
+        let mut now = 0;
+        while let Some(t) = b.next_event() {
+            now = t.max(now);
+            b.rx_burst(now, &mut got, 32);
+        }
+        assert_eq!(got, vec![frame(1), frame(2)]);
+        assert_eq!(b.counters().lost, 1);
     }
 
     #[test]
