@@ -71,14 +71,15 @@ while read -r role prog args; do
     wait $server || rc=$?
   elif [ "$role" = client ]; then
     # The host's server may not listen yet: perftest and rc_pingpong exit
-    # at once when the connection is refused.
+    # at once when the connection is refused, rdma_cm programs when their
+    # REQ is rejected (no listener).
     tries=0
     while :; do
       # shellcheck disable=SC2086
       timeout 300 $prog $args 10.77.0.1 > /tmp/step.out 2>&1
       rc=$?
       tries=$((tries + 1))
-      if [ $rc -ne 0 ] && grep -q "Couldn't connect\|Unable to init the socket\|Connection refused" /tmp/step.out && [ $tries -lt 60 ]; then
+      if [ $rc -ne 0 ] && grep -q "Couldn't connect\|Unable to init the socket\|Connection refused\|REJECTED\|bl blka 8\|UNREACHABLE, error: 1" /tmp/step.out && [ $tries -lt 60 ]; then
         sleep 1
         continue
       fi

@@ -15,6 +15,10 @@
 # gsi_probe (bench/scripts/gsi_probe.c: each side asks the other's QP1
 # five MADs and requires Linux's answers, the fifth a CM REQ whose REJ
 # our CM counts; MTU 1024 phase only)
+# rping ucmatose udaddy ib_write_lat_cm (rdma_cm: interop/cm_app.sh runs
+# each side; ours over our librdmacm and the daemon's CM, rxe's over the
+# VM's kernel CM; MTU 1024 and lossy phases, the lossy one also losing 20%
+# of the MADs each way, so the CMs' retries carry the handshakes)
 # (default: all).
 # rc_verify (bench/scripts/rc_verify.c, built by ./x build against
 # rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
@@ -97,7 +101,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 all=(ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat ib_write_bw ib_read_bw ib_send_bw ibv_rc_pingpong rc_verify
-  ibv_ud_pingpong ibv_uc_pingpong ib_send_lat_ud ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc gsi_probe)
+  ibv_ud_pingpong ibv_uc_pingpong ib_send_lat_ud ib_send_bw_ud ib_write_lat_uc ib_send_bw_uc gsi_probe
+  rping ucmatose udaddy ib_write_lat_cm)
 if [ $bench = 1 ]; then
   [ ${#tests[@]} -eq 0 ] && tests=(ib_write_lat ib_write_bw)
   phases=bench
@@ -122,7 +127,7 @@ done
 command -v apt-get > /dev/null || command -v qemu-system-x86_64 > /dev/null \
   || unable "no apt-get to install QEMU and a kernel"
 kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
-pkgs=(qemu-system-x86 linux-image-amd64 busybox-static rdma-core python3-venv ibverbs-utils perftest iproute2 tshark)
+pkgs=(qemu-system-x86 linux-image-amd64 busybox-static rdma-core python3-venv ibverbs-utils perftest rdmacm-utils iproute2 tshark)
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
@@ -199,7 +204,7 @@ start_daemon() { # PHASE
   fi
   if [ "$1" = lossy ]; then
     # Every frame the faults lose is recorded: the judge reads it.
-    faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7\nlost_pcap = "'"$work/lost.pcap"'"'
+    faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nmad_loss = 0.2\nseed = 7\nlost_pcap = "'"$work/lost.pcap"'"'
   fi
   # perftest's TCP exchange stays untagged, between the namespace's kernel
   # (10.77.0.1) and the VM's NIC (10.77.0.2); RoCE goes over VLAN 100.
@@ -270,6 +275,9 @@ for phase in "${phase_list[@]}"; do
       case "$phase:$t" in
         mtu1024:gsi_probe) sizes=("-w 2000") ;;
         *:gsi_probe) sizes=() ;;
+        # One rdma_cm run each way.
+        mtu1024:rping) sizes=("") ;;
+        *:rping|*:ucmatose|*:udaddy|*:ib_write_lat_cm) sizes=() ;;
         mtu1024:ibv_ud_pingpong) sizes=("-s 2048 -n 5") ;;
         mtu1024:ibv_uc_pingpong) sizes=("-s 65536 -n 5") ;;
         *:ibv_u[cd]_pingpong|*_ud|*_uc) sizes=() ;;
@@ -296,6 +304,9 @@ for phase in "${phase_list[@]}"; do
       case "$phase:$t" in
         mtu1024:gsi_probe) sizes=("-w 2000") ;;
         *:gsi_probe) sizes=() ;;
+        mtu1024:rping|mtu1024:ucmatose|mtu1024:udaddy|mtu1024:ib_write_lat_cm) sizes=("") ;;
+        lossy:rping|lossy:ucmatose|lossy:udaddy|lossy:ib_write_lat_cm) sizes=("") ;;
+        *:rping|*:ucmatose|*:udaddy|*:ib_write_lat_cm) sizes=() ;;
         lossy:ib_send_bw_ud) sizes=("-s 1024 -D 3") ;;
         lossy:ib_send_bw_uc) sizes=("-s 65536 -D 3") ;;
         lossy:ibv_u[cd]_pingpong|lossy:*_ud|lossy:*_uc) sizes=() ;;
@@ -334,6 +345,9 @@ args_of() { # TEST DEVICE PHASE SIZE-ARGS [GID-INDEX]
     # Each side probes the other's QP1 (rxe0 ours at 10.77.0.3, roce0
     # rxe's at 10.77.0.2); a client's trailing host is ignored.
     gsi_probe) if [ "$2" = rxe0 ]; then echo "-d $2 -g $gid -t 10.77.0.3 $4"; else echo "-d $2 -g $gid -t 10.77.0.2 $4"; fi ;;
+    # interop/cm_app.sh TEST PEER DEVICE (a client gets one more word).
+    rping|ucmatose|udaddy|ib_write_lat_cm)
+      if [ "$2" = rxe0 ]; then echo "$1 10.77.0.3 $2"; else echo "$1 10.77.0.2 $2"; fi ;;
     *_ud) echo "-d $2 -x $gid -m $mtu -F -c UD $4" ;;
     *_uc) echo "-d $2 -x $gid -m $mtu -F -c UC $4" ;;
     *) echo "-d $2 -x $gid -m $mtu -F $4" ;;
@@ -345,6 +359,7 @@ prog_of() { # TEST
   case "$1" in
     rc_verify) echo "$root/target/release/rc_verify" ;;
     gsi_probe) echo "$root/target/release/gsi_probe" ;;
+    rping|ucmatose|udaddy|ib_write_lat_cm) echo "$root/interop/cm_app.sh" ;;
     *_ud|*_uc) echo "${1%_u[dc]}" ;;
     *) echo "$1" ;;
   esac
@@ -393,6 +408,10 @@ if ! wait_vm GUEST-READY 300; then
   fi
 fi
 
+# What a client prints when its server does not listen yet (perftest and
+# the pingpongs over TCP; rdma_cm's REJ for no listener, or SIDR's
+# "unsupported" for UD).
+not_yet="Couldn't connect\|Unable to init the socket\|Connection refused\|REJECTED\|bl blka 8\|UNREACHABLE, error: 1"
 ours() { # runs a verbs program in the namespace over our library
   ip netns exec "$ns" env LD_LIBRARY_PATH="$root/target/release/ibverbs" RNIC_SOCKET="$work/rnic.sock" "$@"
 }
@@ -513,9 +532,26 @@ check_cm() { # STATS-FILE
   malformed=$(echo "$line" | sed -n 's/.*dropped: malformed \([0-9]*\),.*/\1/p')
   # Each gsi_probe run sends one REQ; rxe's probe 4 (an unknown CM
   # attribute) is the only MAD our CM may drop as malformed.
+  # (rdma_cm tests in the phase add REJs of requests that came before
+  # their server listened.)
   if [ "${sent:-0}" -lt 1 ] || [ "${rcvd:-0}" -lt 1 ] || [ "${nolisten:-0}" != "${sent:-0}" ] \
-     || [ "${malformed:-1}" != "${sent:-0}" ]; then
+     || [ "${malformed:-1}" -gt "${sent:-0}" ] || [ "${malformed:-0}" -lt 1 ]; then
     echo "interop cm FAIL: gsi_probe's CM REQs were not rejected both ways (REJ sent ${sent:-?}, received ${rcvd:-?}, no listener ${nolisten:-?}, malformed ${malformed:-?})"
+    failed=$((failed + 1))
+  fi
+}
+
+# A phase with rdma_cm tests: our CM's and rdma_cm's lines; in the lossy
+# phase (a fifth of the MADs lost each way) our CM must have retransmitted.
+check_rdma_cm() { # PHASE STATS-FILE
+  local cm line retx
+  cm=$(grep '^host 0 CM:' "$2" || true)
+  line=$(grep '^host 0 rdma_cm:' "$2" || true)
+  echo "cm: ${cm:-no CM line in our counters}"
+  echo "cm: ${line:-no rdma_cm line in our counters}"
+  retx=$(echo "$cm" | sed -n 's/.*(retransmitted \([0-9]*\)).*/\1/p')
+  if [ -z "$line" ] || { [ "$1" = lossy ] && [ "${retx:-0}" -lt 1 ]; }; then
+    echo "interop cm FAIL: no rdma_cm sessions, or no MAD retried on the lossy link (retransmitted ${retx:-?})"
     failed=$((failed + 1))
   fi
 }
@@ -530,6 +566,9 @@ end_phase() { # PHASE
   [ "$1" = shards ] && check_shards "$work/stats.out"
   if [ "$1" = mtu1024 ] && grep -q '^mtu1024 gsi_probe' "$steps"; then
     check_cm "$work/stats.out"
+  fi
+  if grep -q "^$1 \(rping\|ucmatose\|udaddy\|ib_write_lat_cm\)" "$steps"; then
+    check_rdma_cm "$1" "$work/stats.out"
   fi
   say "phase $1: our port's pcap"
   # How many frames it holds, and how many the tap_frames limit left out.
@@ -554,7 +593,7 @@ while read -r p t s <&3; do
     # shellcheck disable=SC2046
     ours timeout 600 $(prog_of "$t") $(args_of "$t" roce0 "$p" "$s") 10.77.0.2 > "$work/host.out" 2>&1 && { rc=0; break; }
     rc=$?
-    grep -q "Couldn't connect\|Unable to init the socket\|Connection refused" "$work/host.out" || break
+    grep -q "$not_yet" "$work/host.out" || break
     sleep 1
   done
   wait_vm "GUEST-STEP $n " 600 || true

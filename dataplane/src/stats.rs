@@ -271,6 +271,9 @@ pub struct RdmaCmEntry {
     pub addr_errors: u64,
     /// Connection requests the listener's checks refused (REJ).
     pub requests_refused: u64,
+    /// Connections that agreed with their peer on our telemetry.
+    #[serde(default)]
+    pub telemetry_negotiated: u64,
 }
 
 /// The fault injector's counters, by reason.
@@ -693,9 +696,9 @@ impl Snapshot {
             if r.sessions + r.events + r.addr_errors + r.requests_refused > 0 {
                 let _ = writeln!(
                     s,
-                    "host {} rdma_cm: sessions {}, ids {}; events {} (for destroyed ids {}); addresses resolved {}, unresolved {}; requests refused by a listener {}",
+                    "host {} rdma_cm: sessions {}, ids {}; events {} (for destroyed ids {}); addresses resolved {}, unresolved {}; requests refused by a listener {}; connections with our telemetry {}",
                     host, r.sessions, r.ids, r.events, r.events_unclaimed, r.addr_resolved,
-                    r.addr_errors, r.requests_refused
+                    r.addr_errors, r.requests_refused, r.telemetry_negotiated
                 );
             }
             let t = &p.qp_totals;

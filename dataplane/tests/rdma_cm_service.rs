@@ -283,6 +283,7 @@ fn the_rdma_cm_service_connects_rejects_disconnects_and_cleans_up() {
     ok(srv.call(Request::CmReject {
         id: r.id,
         private_data: b"go away".to_vec(),
+        reason: None,
     }));
     let e = cli_ch.event();
     assert_eq!((e.id, e.event, e.status), (3, CmEventType::Rejected, 28));

@@ -1149,6 +1149,7 @@ impl Service {
                     addr_resolved: c.addr_resolved,
                     addr_errors: c.addr_errors,
                     requests_refused: c.requests_refused,
+                    telemetry_negotiated: c.telemetry_negotiated,
                 };
             }
         }

@@ -10,9 +10,9 @@
 //! `rdma_init_qp_attr`. What is decided here is whether a connection
 //! runs our telemetry: a REQ offers it when the device runs an HPCC++
 //! mode, a REP of ours takes it, and the peer QP is then remembered so
-//! that the QP's RTR keeps its HPCC++ mode ([`RdmaCm::negotiated`]).
+//! that the QP's RTR keeps its HPCC++ mode ([`RdmaCm::take_negotiated`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use shm::cma::{
@@ -119,6 +119,8 @@ pub struct RdmaCmCounters {
     pub events_unclaimed: u64,
     pub addr_resolved: u64,
     pub addr_errors: u64,
+    /// Connections whose REQ and REP agreed on our telemetry.
+    pub telemetry_negotiated: u64,
 }
 
 /// The rdma_cm state of one lcore.
@@ -132,8 +134,10 @@ pub struct RdmaCm {
     next_token: u64,
     resolving: Vec<Resolving>,
     /// (our device's address, the peer's address, the peer's QPN) of
-    /// connections that negotiated our telemetry.
-    negotiated: HashSet<(Ipv4Addr, Ipv4Addr, u32)>,
+    /// connections that negotiated our telemetry, until the QP's RTR
+    /// takes the mark or the connection ends (QP numbers are reused), and
+    /// the id each belongs to.
+    negotiated: HashMap<(Ipv4Addr, Ipv4Addr, u32), (ConnId, CmId)>,
     next_port: u16,
     /// Events for the event channels, sent by the lcore after its pass.
     pub outbox: Vec<(u64, CmEventMsg)>,
@@ -143,9 +147,15 @@ pub struct RdmaCm {
 
 impl RdmaCm {
     /// Whether a connection of our device at `local` with the peer QP
-    /// `(peer, peer_qpn)` negotiated our telemetry.
-    pub fn negotiated(&self, local: Ipv4Addr, peer: Ipv4Addr, peer_qpn: u32) -> bool {
-        self.negotiated.contains(&(local, peer, peer_qpn))
+    /// `(peer, peer_qpn)` negotiated our telemetry; the mark is taken
+    /// (the QP moving to RTR is the one the connection was made for).
+    pub fn take_negotiated(&mut self, local: Ipv4Addr, peer: Ipv4Addr, peer_qpn: u32) -> bool {
+        self.negotiated.remove(&(local, peer, peer_qpn)).is_some()
+    }
+
+    /// Forgets the marks of id `cid` of `session` (its connection ended).
+    fn forget_negotiated(&mut self, session: ConnId, cid: CmId) {
+        self.negotiated.retain(|_, owner| *owner != (session, cid));
     }
 
     /// Host `host`'s sessions, their ids and its counters.
@@ -210,6 +220,7 @@ impl Service {
                 | Request::CmAccept(_)
                 | Request::CmEstablish { .. }
                 | Request::CmReject { .. }
+                | Request::CmMigrate { .. }
                 | Request::CmDisconnect { .. }
                 | Request::CmDestroyId { .. }
         )
@@ -258,15 +269,28 @@ impl Service {
                 self.hosts[host].cm().establish(comm).map_err(refused)?;
                 done(Reply::Done)
             }
-            Request::CmReject { id, private_data } => {
+            Request::CmReject {
+                id,
+                private_data,
+                reason,
+            } => {
                 let (host, comm, ud) = self.comm_of(conn, id)?;
                 let cm = self.hosts[host].cm();
                 if ud {
                     cm.sidr_reply(comm, sidr::REJECT, 0, 0, &private_data)
                 } else {
-                    cm.reject(comm, rej::CONSUMER_DEFINED, &private_data)
+                    let reason = reason.unwrap_or(rej::CONSUMER_DEFINED);
+                    cm.reject(comm, reason, &private_data)
                 }
                 .map_err(refused)?;
+                done(Reply::Done)
+            }
+            Request::CmMigrate { id, channel } => {
+                let s = self.cma.sessions.get_mut(&conn).expect("checked");
+                let i = s.ids.get_mut(&id).ok_or_else(|| {
+                    err(ErrorKind::InvalidArgument, format!("no rdma_cm id {id}"))
+                })?;
+                i.channel = channel;
                 done(Reply::Done)
             }
             Request::CmDisconnect { id } => {
@@ -781,6 +805,7 @@ impl Service {
                 self.cma.listeners.remove(&token);
             }
             Role::Comm { comm, .. } => {
+                self.cma.forget_negotiated(conn, id);
                 if self.cma.owners.remove(&(host, comm)).is_some() {
                     self.hosts[host].cm().destroy(now, comm);
                 }
@@ -826,9 +851,10 @@ impl Service {
                 path.peer_psn = rep.starting_psn;
                 path.telemetry = rep_speaks_telemetry(&rep) && self.cfg.cc.uses_telemetry();
                 if path.telemetry {
+                    self.cma.count(host).telemetry_negotiated += 1;
                     self.cma
                         .negotiated
-                        .insert((local_ip, path.peer_ip, rep.local_qpn));
+                        .insert((local_ip, path.peer_ip, rep.local_qpn), (session, cid));
                 }
                 self.set_path(session, cid, path);
                 let ev = CmEventMsg {
@@ -893,6 +919,7 @@ impl Service {
                 let Some((session, cid, _, channel)) = self.claim(host, id) else {
                     return;
                 };
+                self.cma.forget_negotiated(session, cid);
                 let ev = CmEventMsg {
                     private_data: rej.private_data.to_vec(),
                     ..bare(session, cid, CmEventType::Rejected, i32::from(reason))
@@ -903,6 +930,7 @@ impl Service {
                 let Some((session, cid, _, channel)) = self.claim(host, id) else {
                     return;
                 };
+                self.cma.forget_negotiated(session, cid);
                 self.cma.owners.remove(&(host, id));
                 self.reset_role(session, cid);
                 self.cma.push(
@@ -914,6 +942,7 @@ impl Service {
                 let Some((session, cid, _, channel)) = self.claim(host, id) else {
                     return;
                 };
+                self.cma.forget_negotiated(session, cid);
                 let status = if timed_out { NEG_ETIMEDOUT } else { 0 };
                 self.cma.push(
                     channel,
@@ -921,13 +950,11 @@ impl Service {
                 );
             }
             CmEvent::TimewaitExit { id } => {
-                let Some((session, cid, path, channel)) = self.claim(host, id) else {
+                let Some((session, cid, _, channel)) = self.claim(host, id) else {
                     return;
                 };
                 self.cma.owners.remove(&(host, id));
-                self.cma
-                    .negotiated
-                    .retain(|&(l, p, _)| (l, p) != (local_ip, path.peer_ip) || !path.telemetry);
+                self.cma.forget_negotiated(session, cid);
                 self.cma
                     .push(channel, bare(session, cid, CmEventType::TimewaitExit, 0));
             }
@@ -1059,9 +1086,6 @@ impl Service {
             srq: r.srq,
             qp_num: r.local_qpn,
         });
-        if telemetry {
-            self.cma.negotiated.insert((local_ip, h.src, conn.qp_num));
-        }
         let s = self.cma.sessions.get_mut(&session).expect("found above");
         s.next_child = s.next_child.wrapping_add(1) & !DAEMON_ID;
         let cid = DAEMON_ID | s.next_child;
@@ -1080,6 +1104,12 @@ impl Service {
             },
         );
         self.cma.owners.insert((host, comm), (session, cid));
+        if telemetry {
+            self.cma.count(host).telemetry_negotiated += 1;
+            self.cma
+                .negotiated
+                .insert((local_ip, h.src, conn.qp_num), (session, cid));
+        }
         let ev = CmEventMsg {
             listener: Some(lid),
             private_data: private[CmaHeader::LEN..].to_vec(),

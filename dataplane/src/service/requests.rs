@@ -225,6 +225,7 @@ impl Service {
             | Request::CmAccept(_)
             | Request::CmEstablish { .. }
             | Request::CmReject { .. }
+            | Request::CmMigrate { .. }
             | Request::CmDisconnect { .. }
             | Request::CmDestroyId { .. } => {
                 unreachable!("handled above")
@@ -1117,7 +1118,7 @@ impl Service {
         (ip, dest_qpn): (std::net::Ipv4Addr, Qpn),
     ) -> Result<(), transport::rc::RcError> {
         let local = self.hosts[host].spec.ip;
-        if self.speaks_telemetry(ip) || self.cma.negotiated(local, ip, dest_qpn) {
+        if self.speaks_telemetry(ip) || self.cma.take_negotiated(local, ip, dest_qpn) {
             return Ok(());
         }
         let h = &mut self.hosts[host];

@@ -162,6 +162,8 @@ fn getaddrinfo(
         // SAFETY: the list getaddrinfo gave, not used after.
         unsafe { libc::freeaddrinfo(ai) };
         let Some(addr) = copied else {
+            // SAFETY: strdup's copy (or NULL), not stored anywhere.
+            unsafe { libc::free(canon.cast()) };
             return nomem(rai);
         };
         if passive {

@@ -2,15 +2,18 @@
 //! and what the library itself hands `ibv_modify_qp`): pure functions of
 //! what the id knows, so they are tested without a device.
 //!
+//! As the kernel's CM (`cm_init_qp_*_attr`) gives them:
+//!
 //! - INIT: port 1, P_Key index 0; RC/UC access flags (none before the
-//!   connection is known, then REMOTE_WRITE, plus REMOTE_READ and
+//!   connection is known, then REMOTE_WRITE, plus for RC REMOTE_READ and
 //!   REMOTE_ATOMIC when the id answers READs); UD its Q_Key.
-//! - RTR: the path MTU, the peer's QPN and starting PSN, the READ depth
-//!   answered, RNR timer 12, and a global AH to the peer's IPv4-mapped
-//!   GID (hop limit 64, the traffic class of the connection, port 1).
-//!   UD: the state alone.
-//! - RTS: our starting PSN, the ACK timeout of the path, retry and RNR
-//!   retry counts, the READ depth issued. UD: PSN 0.
+//! - RTR: the path MTU, the peer's QPN, the receive PSN, and a global AH
+//!   to the peer's IPv4-mapped GID (hop limit 64, the traffic class of
+//!   the connection, port 1); RC also the READ depth answered and RNR
+//!   timer 0. UD: the state alone.
+//! - RTS: the send PSN; RC also the ACK timeout (the path's, or
+//!   RDMA_OPTION_ID_ACK_TIMEOUT's), retry and RNR retry counts (at most
+//!   7) and the READ depth issued. UD: PSN 0.
 
 use std::ffi::c_int;
 
@@ -23,13 +26,15 @@ use crate::util::mapped_gid;
 /// libibverbs' table (0 is the link-local one).
 pub const SGID_INDEX: u8 = 1;
 
-/// The RNR NAK timer the responder sends (0.64 ms).
-pub const MIN_RNR_TIMER: u8 = 12;
+/// The RNR NAK timer the responder sends: the kernel's CM gives 0
+/// (655.36 ms).
+pub const MIN_RNR_TIMER: u8 = 0;
 
 /// What the attributes of an id's QP derive from.
 #[derive(Debug, Clone, Copy)]
 pub struct QpView {
-    pub ud: bool,
+    /// RC, UC or UD.
+    pub qp_type: ibv_qp_type,
     pub qkey: u32,
     /// max_dest_rd_atomic: READs/atomics this side answers.
     pub resp_res: u8,
@@ -38,8 +43,36 @@ pub struct QpView {
     pub retry_count: u8,
     pub rnr_retry: u8,
     pub starting_psn: u32,
+    /// RDMA_OPTION_ID_ACK_TIMEOUT, over the path's.
+    pub ack_timeout: Option<u8>,
     /// The connection's path and the peer's QPN, once known.
     pub peer: Option<(CmPath, u32)>,
+}
+
+impl QpView {
+    fn rc(&self) -> bool {
+        self.qp_type == IBV_QPT_RC
+    }
+}
+
+/// The address handle to the peer of a path: a global route to its
+/// IPv4-mapped GID from our RoCEv2 GID, hop limit 64, the connection's
+/// traffic class, port 1.
+pub fn ah_attr(path: &CmPath) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid {
+                raw: mapped_gid(path.peer_ip),
+            },
+            flow_label: 0,
+            sgid_index: SGID_INDEX,
+            hop_limit: 64,
+            traffic_class: path.traffic_class,
+        },
+        is_global: 1,
+        port_num: 1,
+        ..Default::default()
+    }
 }
 
 /// The verbs MTU of a byte count (256 .. 4096).
@@ -59,7 +92,7 @@ pub fn access(v: &QpView) -> u32 {
         return 0;
     }
     let mut a = IBV_ACCESS_REMOTE_WRITE;
-    if v.resp_res > 0 {
+    if v.rc() && v.resp_res > 0 {
         a |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
     }
     a
@@ -73,7 +106,8 @@ pub fn qp_attr(v: &QpView, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), 
         qp_state: state,
         ..Default::default()
     };
-    let mask = match (state, v.ud) {
+    let ud = v.qp_type == IBV_QPT_UD;
+    let mask = match (state, ud) {
         (IBV_QPS_INIT, true) => {
             a.port_num = 1;
             a.pkey_index = 0;
@@ -95,44 +129,32 @@ pub fn qp_attr(v: &QpView, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), 
             let (path, qpn) = v.peer.ok_or(libc::EINVAL)?;
             a.path_mtu = mtu_enum(path.mtu);
             a.dest_qp_num = qpn;
-            a.rq_psn = path.peer_psn & 0xff_ffff;
-            a.max_dest_rd_atomic = v.resp_res;
-            a.min_rnr_timer = MIN_RNR_TIMER;
-            a.ah_attr = ibv_ah_attr {
-                grh: ibv_global_route {
-                    dgid: ibv_gid {
-                        raw: mapped_gid(path.peer_ip),
-                    },
-                    flow_label: 0,
-                    sgid_index: SGID_INDEX,
-                    hop_limit: 64,
-                    traffic_class: path.traffic_class,
-                },
-                is_global: 1,
-                port_num: 1,
-                ..Default::default()
-            };
-            IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER
+            // Linux's CM: a side receives from the PSN it announced
+            // (its REQ's or REP's starting PSN) and sends from the one
+            // its peer announced.
+            a.rq_psn = v.starting_psn & 0xff_ffff;
+            a.ah_attr = ah_attr(&path);
+            let mut m =
+                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+            if v.rc() {
+                a.max_dest_rd_atomic = v.resp_res;
+                a.min_rnr_timer = MIN_RNR_TIMER;
+                m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+            }
+            m
         }
         (IBV_QPS_RTS, false) => {
             let (path, _) = v.peer.ok_or(libc::EINVAL)?;
-            a.sq_psn = v.starting_psn & 0xff_ffff;
-            a.timeout = path.ack_timeout;
-            a.retry_cnt = v.retry_count & 7;
-            a.rnr_retry = v.rnr_retry & 7;
-            a.max_rd_atomic = v.init_depth;
-            IBV_QP_STATE
-                | IBV_QP_SQ_PSN
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_MAX_QP_RD_ATOMIC
+            a.sq_psn = path.peer_psn & 0xff_ffff;
+            let mut m = IBV_QP_STATE | IBV_QP_SQ_PSN;
+            if v.rc() {
+                a.timeout = v.ack_timeout.unwrap_or(path.ack_timeout);
+                a.retry_cnt = v.retry_count.min(7);
+                a.rnr_retry = v.rnr_retry.min(7);
+                a.max_rd_atomic = v.init_depth;
+                m |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+            }
+            m
         }
         _ => return Err(libc::EINVAL),
     };
@@ -161,13 +183,14 @@ mod tests {
 
     fn rc(peer: bool) -> QpView {
         QpView {
-            ud: false,
+            qp_type: IBV_QPT_RC,
             qkey: 0,
             resp_res: 4,
             init_depth: 2,
             retry_count: 5,
             rnr_retry: 6,
             starting_psn: 0xabcdef,
+            ack_timeout: None,
             peer: peer.then(|| (path(), 0x99)),
         }
     }
@@ -200,8 +223,8 @@ mod tests {
     fn rtr_addresses_the_peer_by_its_ipv4_mapped_gid() {
         let (a, m) = qp_attr(&rc(true), IBV_QPS_RTR).unwrap();
         assert_eq!(a.path_mtu, IBV_MTU_1024);
-        assert_eq!((a.dest_qp_num, a.rq_psn), (0x99, 0x123456));
-        assert_eq!((a.max_dest_rd_atomic, a.min_rnr_timer), (4, 12));
+        assert_eq!((a.dest_qp_num, a.rq_psn), (0x99, 0xabcdef));
+        assert_eq!((a.max_dest_rd_atomic, a.min_rnr_timer), (4, 0));
         assert_eq!(a.ah_attr.is_global, 1);
         assert_eq!(a.ah_attr.port_num, 1);
         // SAFETY: reading the GID union's bytes.
@@ -214,9 +237,9 @@ mod tests {
     }
 
     #[test]
-    fn rts_starts_at_our_psn_with_the_path_timeout() {
+    fn rts_sends_from_the_peer_s_psn_with_the_path_timeout() {
         let (a, m) = qp_attr(&rc(true), IBV_QPS_RTS).unwrap();
-        assert_eq!(a.sq_psn, 0xabcdef);
+        assert_eq!(a.sq_psn, 0x123456);
         assert_eq!((a.timeout, a.retry_cnt, a.rnr_retry), (14, 5, 6));
         assert_eq!(a.max_rd_atomic, 2);
         assert_eq!(
@@ -241,7 +264,7 @@ mod tests {
     #[test]
     fn ud_goes_init_with_its_qkey_then_rtr_then_rts_at_psn_0() {
         let ud = QpView {
-            ud: true,
+            qp_type: IBV_QPT_UD,
             qkey: RDMA_UDP_QKEY,
             ..rc(false)
         };
@@ -254,6 +277,50 @@ mod tests {
         assert_eq!(qp_attr(&ud, IBV_QPS_RTR).unwrap().1 as u32, IBV_QP_STATE);
         let (a, m) = qp_attr(&ud, IBV_QPS_RTS).unwrap();
         assert_eq!((a.sq_psn, m as u32), (0, IBV_QP_STATE | IBV_QP_SQ_PSN));
+    }
+
+    #[test]
+    fn retry_counts_past_7_are_clamped_not_masked() {
+        let v = QpView {
+            retry_count: 9,
+            rnr_retry: 8,
+            ..rc(true)
+        };
+        let (a, _) = qp_attr(&v, IBV_QPS_RTS).unwrap();
+        assert_eq!((a.retry_cnt, a.rnr_retry), (7, 7));
+    }
+
+    #[test]
+    fn the_ack_timeout_option_overrides_the_path_s() {
+        let v = QpView {
+            ack_timeout: Some(20),
+            ..rc(true)
+        };
+        assert_eq!(qp_attr(&v, IBV_QPS_RTS).unwrap().0.timeout, 20);
+        assert_eq!(qp_attr(&rc(true), IBV_QPS_RTS).unwrap().0.timeout, 14);
+    }
+
+    #[test]
+    fn uc_gets_only_what_the_kernel_gives_uc() {
+        let uc = QpView {
+            qp_type: IBV_QPT_UC,
+            ..rc(true)
+        };
+        let (a, m) = qp_attr(&uc, IBV_QPS_INIT).unwrap();
+        assert_eq!(a.qp_access_flags, IBV_ACCESS_REMOTE_WRITE);
+        assert_eq!(
+            m as u32,
+            IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT
+        );
+        let (a, m) = qp_attr(&uc, IBV_QPS_RTR).unwrap();
+        assert_eq!(
+            m as u32,
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
+        );
+        assert_eq!((a.max_dest_rd_atomic, a.dest_qp_num), (0, 0x99));
+        let (a, m) = qp_attr(&uc, IBV_QPS_RTS).unwrap();
+        assert_eq!((a.timeout, a.retry_cnt), (0, 0));
+        assert_eq!(m as u32, IBV_QP_STATE | IBV_QP_SQ_PSN);
     }
 
     #[test]

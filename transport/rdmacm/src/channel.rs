@@ -16,9 +16,10 @@
 //!   with EAGAIN instead of waiting;
 //! - a **reader thread** per channel blocking on the daemon socket: each
 //!   framed event goes to the queue of the channel its id is on now (an
-//!   id migrated to another channel takes its later events along); at
-//!   end of file (the daemon died) each id of the channel gets one
-//!   DEVICE_REMOVAL, after which an empty queue fails with ENODEV.
+//!   id migrated to another channel takes its later events along; an
+//!   unknown id's are dropped); at end of file (the daemon died) each id
+//!   whose events it carried gets one DEVICE_REMOVAL, after which an
+//!   empty queue fails with ENODEV (the fd stays readable).
 //!
 //! Channels the library makes for synchronous ids it created from a
 //! connection request, or for `rdma_migrate_id(id, NULL)`, are local: no
@@ -98,14 +99,17 @@ impl Shared {
         }))
     }
 
+    /// A local channel's queue (tests of the modules that route events).
+    #[cfg(test)]
+    pub fn new_local_for_tests() -> Arc<Shared> {
+        Shared::new(None).expect("an eventfd")
+    }
+
     /// Queues an event and wakes whoever waits or polls.
     pub fn push(&self, item: Queued) {
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         q.items.push_back(item);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: 8 bytes to our eventfd (cannot block: the counter is
-        // far from its limit).
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        self.wake();
         self.cond.notify_all();
     }
 
@@ -128,7 +132,7 @@ impl Shared {
             };
             if let Some(at) = at {
                 let item = q.items.remove(at).expect("position is in range");
-                if q.items.is_empty() {
+                if q.items.is_empty() && !q.dead {
                     self.reset_wake();
                 }
                 return Ok(item);
@@ -150,7 +154,7 @@ impl Shared {
             let (mine, rest): (VecDeque<Queued>, VecDeque<Queued>) =
                 q.items.drain(..).partition(|i| i.target() == key);
             q.items = rest;
-            if q.items.is_empty() {
+            if q.items.is_empty() && !q.dead {
                 self.reset_wake();
             }
             mine.into()
@@ -158,6 +162,19 @@ impl Shared {
         for m in moved {
             to.push(m);
         }
+    }
+
+    /// Takes the events of `key` out of the queue (its id is destroyed),
+    /// resetting the fd when nothing is left.
+    pub fn purge(&self, key: Key) -> Vec<Queued> {
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        let (gone, rest): (VecDeque<Queued>, VecDeque<Queued>) =
+            q.items.drain(..).partition(|i| i.target() == key);
+        q.items = rest;
+        if q.items.is_empty() && !q.dead {
+            self.reset_wake();
+        }
+        gone.into()
     }
 
     /// Empties the eventfd's counter (with the queue lock held, the queue
@@ -177,29 +194,49 @@ impl Shared {
         }
     }
 
-    /// The daemon connection ended: each id still on the channel gets a
-    /// DEVICE_REMOVAL, then takes fail with ENODEV.
+    /// Nothing more will come: takes fail with ENODEV once the queue is
+    /// empty, and the fd stays readable so that a poller wakes to see it.
+    fn kill(&self) {
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        q.dead = true;
+        if q.items.is_empty() {
+            self.wake();
+        }
+        self.cond.notify_all();
+    }
+
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: 8 bytes to our eventfd (cannot block: the counter is
+        // far from its limit).
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// The daemon connection ended: each id whose events arrive on it
+    /// gets a DEVICE_REMOVAL on the channel it is on (this one, or a
+    /// local channel this one fed, which dies too), then takes fail with
+    /// ENODEV.
     fn died(self: &Arc<Self>) {
-        for key in registry::keys_on(self) {
-            self.push(Queued::Local {
+        for (key, ch) in registry::fed_by(self) {
+            ch.push(Queued::Local {
                 key,
                 event: CmEventType::DeviceRemoval,
                 status: 0,
             });
+            if !Arc::ptr_eq(&ch, self) && ch.number.is_none() {
+                ch.kill();
+            }
         }
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
-        q.dead = true;
-        self.cond.notify_all();
+        self.kill();
     }
 }
 
-/// Sends a daemon event to the channel its id is on now (this one when
-/// the id is unknown).
-fn route(own: &Arc<Shared>, m: Box<CmEventMsg>) {
-    let item = Queued::Daemon(m);
-    match registry::channel_of(item.target()) {
-        Some(ch) if !Arc::ptr_eq(&ch, own) => ch.push(item),
-        _ => own.push(item),
+/// Sends a daemon event to the channel its id is on now; an event of an
+/// id that is gone is dropped (a connection request's new id destroyed
+/// at the daemon), so that the fd never says readable for it.
+fn route(m: Box<CmEventMsg>) {
+    if let Err(m) = registry::deliver(m) {
+        crate::event::orphan(&m);
     }
 }
 
@@ -211,7 +248,7 @@ fn read_events(own: Arc<Shared>, mut sock: UnixStream, mut buf: Vec<u8>, stop: A
             Ok(ReplyMsg {
                 result: Ok(Reply::CmEvent(m)),
                 ..
-            }) => route(&own, m),
+            }) => route(m),
             Ok(_) => {}
             Err(_) => break,
         }
@@ -415,6 +452,47 @@ mod tests {
         let s = Shared::new(Some(3)).unwrap();
         s.died();
         assert_eq!(s.take(None, true).unwrap_err(), libc::ENODEV);
+    }
+
+    #[test]
+    fn a_dead_channel_with_no_id_still_wakes_its_poller() {
+        let s = Shared::new(Some(3)).unwrap();
+        assert!(!readable(&s));
+        s.died();
+        assert!(readable(&s));
+        assert_eq!(s.take(None, false).unwrap_err(), libc::ENODEV);
+        assert!(readable(&s), "stays readable: each take says ENODEV");
+    }
+
+    #[test]
+    fn the_daemon_s_death_reaches_ids_on_local_channels_it_fed() {
+        let (src, local) = (Shared::new(Some(4)).unwrap(), Shared::new(None).unwrap());
+        let key = (0, 0x7000_0001);
+        registry::insert(key, std::ptr::null(), local.clone(), src.clone());
+        let l2 = local.clone();
+        // A synchronous call waiting for its event.
+        let t = std::thread::spawn(move || l2.take(Some(key), true).map(|q| q.target()));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        src.died();
+        registry::remove(key);
+        assert_eq!(t.join().unwrap(), Ok(key));
+        // The local channel is dead too: no more waiting.
+        assert_eq!(local.take(Some(key), true).unwrap_err(), libc::ENODEV);
+        assert!(readable(&local));
+        assert!(readable(&src));
+    }
+
+    #[test]
+    fn purging_a_destroyed_id_s_events_resets_the_fd() {
+        let s = Shared::new(None).unwrap();
+        s.push(local((0, 1), CmEventType::RouteResolved));
+        s.push(local((0, 2), CmEventType::RouteResolved));
+        s.push(local((0, 1), CmEventType::AddrResolved));
+        assert_eq!(s.purge((0, 1)).len(), 2);
+        assert!(readable(&s));
+        assert_eq!(s.purge((0, 2)).len(), 1);
+        assert!(!readable(&s), "nothing left to read");
+        assert_eq!(s.take(None, false).unwrap_err(), libc::EAGAIN);
     }
 
     #[test]

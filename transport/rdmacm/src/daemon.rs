@@ -7,6 +7,7 @@
 //! reply pass here; after that the daemon only pushes events on them
 //! (`crate::channel`).
 
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -62,7 +63,6 @@ impl Conn {
 
     /// Sends `req` and reads its reply.
     pub fn call(&mut self, req: Request) -> Result<Reply, CallError> {
-        use std::io::Write;
         let id = self.next;
         self.next += 1;
         let broken = |e: std::io::Error| CallError {
@@ -75,7 +75,7 @@ impl Conn {
             id,
             req,
         });
-        self.sock.write_all(&bytes).map_err(broken)?;
+        send_all(&self.sock, &bytes).map_err(broken)?;
         let mut fds = Vec::new();
         let r: ReplyMsg =
             proto::recv_message(&mut self.sock, &mut self.buf, &mut fds).map_err(broken)?;
@@ -103,6 +103,20 @@ impl Conn {
     pub fn take_buffered(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
     }
+}
+
+/// Sends all of `bytes` with MSG_NOSIGNAL: a daemon that died is EPIPE
+/// for the caller, not a SIGPIPE that kills the application.
+fn send_all(sock: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match shm::fds::send_with_fds(sock.as_fd(), bytes, &[]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// One device's rdma_cm session: the ids of this process on it.
@@ -180,6 +194,42 @@ mod tests {
         assert_eq!(errno_of_kind(ErrorKind::Busy), libc::EBUSY);
         assert_eq!(errno_of_kind(ErrorKind::Malformed), libc::EIO);
         assert_eq!(errno_of_kind(ErrorKind::NoSuchQp), libc::EIO);
+    }
+
+    #[test]
+    fn a_dead_daemon_is_epipe_not_sigpipe() {
+        // SIGPIPE blocked in this thread: a send without MSG_NOSIGNAL
+        // would leave it pending here (blocked signals are not
+        // discarded even while ignored, as the test harness has it).
+        // SAFETY: sigset operations on our own sets; this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            let (a, b) = UnixStream::pair().unwrap();
+            drop(b);
+            let mut c = Conn {
+                sock: a,
+                buf: Vec::new(),
+                next: 1,
+            };
+            let e = c.call(Request::CmDestroyId { id: 5 }).unwrap_err();
+            assert!(e.broken);
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            let raised = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+            if raised {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            assert!(!raised, "the send raised SIGPIPE");
+        }
     }
 
     #[test]

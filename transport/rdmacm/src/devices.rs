@@ -45,6 +45,20 @@ unsafe impl Sync for Opened {}
 unsafe impl Send for Opened {}
 
 impl Device {
+    /// A device of the daemon (`ibdev`: its `struct ibv_device`, 0 for
+    /// none), nothing opened yet.
+    fn new(name: String, ip: Ipv4Addr, max_mtu: u32, ibdev: usize) -> Device {
+        Device {
+            name,
+            ip,
+            max_mtu,
+            ibdev,
+            opened: Mutex::new(None),
+            pd: Mutex::new((0, 0)),
+            session: Mutex::new(None),
+        }
+    }
+
     /// The verbs context, opened on first use.
     pub fn open(&self) -> Result<Opened, i32> {
         let mut o = self.opened.lock().unwrap_or_else(|p| p.into_inner());
@@ -96,8 +110,7 @@ impl Device {
             // SAFETY: an open context of ours.
             let p = unsafe { ibv_alloc_pd(ctx) };
             if p.is_null() {
-                let e = crate::util::errno();
-                return fail(if e == 0 { libc::ENOMEM } else { e }, || {
+                return fail(crate::util::errno_or(libc::ENOMEM), || {
                     format!("ibv_alloc_pd({}) failed", self.name)
                 });
             }
@@ -198,15 +211,7 @@ static DEVICES: Mutex<Option<&'static Devices>> = Mutex::new(None);
 pub fn install_without_verbs(devs: &[(&str, Ipv4Addr)]) {
     let list = devs
         .iter()
-        .map(|&(name, ip)| Device {
-            name: name.to_string(),
-            ip,
-            max_mtu: 1024,
-            ibdev: 0,
-            opened: Mutex::new(None),
-            pd: Mutex::new((0, 0)),
-            session: Mutex::new(None),
-        })
+        .map(|&(name, ip)| Device::new(name.to_string(), ip, 1024, 0))
         .collect();
     *DEVICES.lock().unwrap_or_else(|p| p.into_inner()) =
         Some(Box::leak(Box::new(Devices { list })));
@@ -254,15 +259,7 @@ pub fn get() -> Result<&'static Devices, i32> {
     let mut list = Vec::new();
     for info in infos {
         match ibdevs.iter().find(|(s, _)| *s == info.name) {
-            Some(&(_, ibdev)) => list.push(Device {
-                name: info.name,
-                ip: info.ip,
-                max_mtu: info.max_mtu,
-                ibdev,
-                opened: Mutex::new(None),
-                pd: Mutex::new((0, 0)),
-                session: Mutex::new(None),
-            }),
+            Some(&(_, ibdev)) => list.push(Device::new(info.name, info.ip, info.max_mtu, ibdev)),
             None => warn(&format!(
                 "libibverbs has no device {}: is rnic's libibverbs.so.1 first on LD_LIBRARY_PATH?",
                 info.name
@@ -280,6 +277,8 @@ pub fn get() -> Result<&'static Devices, i32> {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
     guard(std::ptr::null_mut(), || {
+        // No daemon (or no device): NULL with ENODEV, as rdma-core's
+        // without devices; else the contexts that open (maybe none).
         let opened: Vec<*mut ibv_context> = match get() {
             Ok(d) => d
                 .list
@@ -288,17 +287,20 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
                 .collect(),
             Err(e) => {
                 set_errno(e);
-                Vec::new()
+                if !num_devices.is_null() {
+                    // SAFETY: the caller's int.
+                    unsafe { *num_devices = 0 };
+                }
+                return std::ptr::null_mut();
             }
         };
-        let arr = if opened.is_empty() && crate::util::errno() == libc::ENODEV {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: calloc of n + 1 pointer slots (the last stays NULL);
-            // rdma_free_devices frees it with free().
-            let p = unsafe { libc::calloc(opened.len() + 1, std::mem::size_of::<usize>()) };
-            p.cast::<*mut ibv_context>()
-        };
+        // SAFETY: calloc of n + 1 pointer slots (the last stays NULL);
+        // rdma_free_devices frees it with free().
+        let p = unsafe { libc::calloc(opened.len() + 1, std::mem::size_of::<usize>()) };
+        let arr = p.cast::<*mut ibv_context>();
+        if arr.is_null() {
+            set_errno(libc::ENOMEM);
+        }
         if !arr.is_null() {
             for (i, c) in opened.iter().enumerate() {
                 // SAFETY: i < n, inside the allocation.

@@ -31,6 +31,7 @@ fn create_ep(
             ps: res.ai_port_space as rdma_port_space,
             qp_type: res.ai_qp_type as ibv_qp_type,
             daemon: None,
+            source: None,
         },
         false,
     )?;
@@ -46,7 +47,7 @@ fn create_ep(
         let mut st = idr.lock();
         if !pd.is_null() {
             // SAFETY: our struct, with the state locked.
-            unsafe { (*idr.cm()).pd = pd };
+            unsafe { std::ptr::addr_of_mut!((*idr.cm()).pd).write(pd) };
         }
         // SAFETY: the caller's attributes or NULL.
         if let Some(a) = unsafe { qp_init_attr.as_ref() } {
@@ -117,13 +118,15 @@ pub unsafe extern "C" fn rdma_create_ep(
 /// # Safety
 /// `cm` is a live id of ours, not used after.
 unsafe fn destroy_ep(cm: *mut rdma_cm_id) {
-    // SAFETY: the contract.
-    let c = unsafe { *cm };
-    if !c.qp.is_null() {
+    // SAFETY: the contract: a live id of ours.
+    let Some(id) = (unsafe { Id::from_ptr(cm) }) else {
+        return;
+    };
+    if !id.qp().is_null() {
         // SAFETY: our id.
         unsafe { crate::qp::rdma_destroy_qp(cm) };
     }
-    if !c.srq.is_null() {
+    if !id.srq().is_null() {
         // SAFETY: our id.
         unsafe { crate::qp::rdma_destroy_srq(cm) };
     }
@@ -153,10 +156,10 @@ fn get_request(listen: &Id, out: *mut *mut rdma_cm_id) -> Result<(), i32> {
     // complete() keeps the event in the listener's slot; it becomes the
     // new id's (acked when that id is destroyed or waits again).
     complete(listen)?;
-    let cm = listen.cm();
-    // SAFETY: the listener's slot, just filled by complete().
-    let ev = unsafe { (*cm).event };
-    // SAFETY: the event we made.
+    let ev = listen.kept_event(&listen.lock());
+    // SAFETY: the event complete() just kept (acked only by the
+    // listener's next wait or destruction, neither of which can run
+    // before this call returns).
     let e = unsafe { *ev };
     if e.event != RDMA_CM_EVENT_CONNECT_REQUEST {
         return Err(libc::EINVAL);
@@ -164,17 +167,16 @@ fn get_request(listen: &Id, out: *mut *mut rdma_cm_id) -> Result<(), i32> {
     if let Some(mut a) = attr {
         // SAFETY: the new id (live until the application destroys it),
         // the listener's PD (or NULL: the new id's).
-        if unsafe { crate::qp::rdma_create_qp(e.id, listen.c().pd, &mut a) } != 0 {
+        if unsafe { crate::qp::rdma_create_qp(e.id, listen.pd(), &mut a) } != 0 {
             return Err(crate::util::errno());
         }
     }
-    // SAFETY: our structs: the event moves from the listener's slot to
-    // the new id's; the caller's slot.
-    unsafe {
-        (*cm).event = std::ptr::null_mut();
-        (*e.id).event = ev;
-        *out = e.id;
-    }
+    // The event moves from the listener's slot to the new id's.
+    listen.keep_event(&mut listen.lock(), std::ptr::null_mut());
+    let child = id::arg(e.id)?;
+    child.keep_event(&mut child.lock(), ev);
+    // SAFETY: the caller's slot, checked non-NULL.
+    unsafe { *out = e.id };
     Ok(())
 }
 
@@ -183,13 +185,11 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            let l = id::arg(listen)?;
-            if id.is_null() {
-                return Err(libc::EINVAL);
-            }
-            get_request(l, id)
-        })())
+    crate::util::entry(|| {
+        let l = id::arg(listen)?;
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        get_request(l, id)
     })
 }

@@ -10,6 +10,8 @@
 //! (`CmEstablish`) and becomes ESTABLISHED (CONNECT_ERROR if that fails);
 //! a REJECTED moves the QP to ERR. Each delivered event is counted
 //! against its id (a CONNECT_REQUEST against the listener) until acked.
+//! A CONNECT_REQUEST nobody can take (its listener destroyed, its new id
+//! not made) has its id destroyed at the daemon, which sends the REJ.
 
 use std::ffi::{c_char, c_int};
 use std::sync::Arc;
@@ -21,7 +23,7 @@ use crate::channel::{Channel, Queued, Shared};
 use crate::id::{self, Id, NewId, Peer};
 use crate::registry::{self, Held};
 use crate::sys::*;
-use crate::util::{self, guard, mapped_gid, ret, set_errno, Addr4};
+use crate::util::{self, guard, ret, set_errno, Addr4};
 
 /// The most private data an event carries.
 pub const MAX_PRIVATE: usize = 256;
@@ -85,20 +87,7 @@ impl EventBox {
             ..Default::default()
         };
         if let (true, Some(path)) = (peer, m.path) {
-            ud.ah_attr = ibv_ah_attr {
-                grh: ibv_global_route {
-                    dgid: ibv_gid {
-                        raw: mapped_gid(path.peer_ip),
-                    },
-                    flow_label: 0,
-                    sgid_index: crate::attrs::SGID_INDEX,
-                    hop_limit: 64,
-                    traffic_class: path.traffic_class,
-                },
-                is_global: 1,
-                port_num: 1,
-                ..Default::default()
-            };
+            ud.ah_attr = crate::attrs::ah_attr(&path);
             ud.qp_num = m.conn.qp_num;
             ud.qkey = path.qkey;
         }
@@ -123,47 +112,94 @@ pub unsafe fn ack(ev: *mut rdma_cm_event) {
     unsafe { &*b.owner }.acked();
 }
 
-/// Moves an id's QP to ERR (REJECTED, disconnect, failed accept).
-pub fn qp_to_err(id: &Id) {
-    let qp = id.c().qp;
-    if !qp.is_null() {
-        let mut a = ibv_qp_attr {
-            qp_state: IBV_QPS_ERR,
-            ..Default::default()
-        };
-        // SAFETY: the id's live QP and our attributes.
-        unsafe { ibv_modify_qp(qp, &mut a, IBV_QP_STATE as c_int) };
+/// Moves an id's QP to ERR (REJECTED, disconnect, failed accept); the
+/// error of ibv_modify_qp.
+pub fn qp_to_err(id: &Id) -> Result<(), i32> {
+    let qp = id.qp();
+    if qp.is_null() {
+        return Ok(());
+    }
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_ERR,
+        ..Default::default()
+    };
+    // SAFETY: the id's live QP and our attributes.
+    match unsafe { ibv_modify_qp(qp, &mut a, IBV_QP_STATE as c_int) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// A connection request nobody will take (its listener is gone, or the
+/// library could not make its id): the daemon forgets the new id, which
+/// sends the REJ.
+pub fn orphan(m: &CmEventMsg) {
+    if m.event != CmEventType::ConnectRequest || m.listener.is_none() {
+        return;
+    }
+    registry::settled(registry::key(m.session, m.id));
+    let session = crate::devices::get()
+        .ok()
+        .and_then(|d| d.by_session(m.session))
+        .map(|(_, s)| s);
+    if let Some(s) = session {
+        let _ = s.call(Request::CmDestroyId { id: m.id });
     }
 }
 
 /// A CONNECT_REQUEST for `listener`: the new id, then the event.
 fn connect_request(listener: &Held, m: &CmEventMsg) -> Option<*mut rdma_cm_event> {
-    let devs = crate::devices::get().ok()?;
-    let (dev, session) = devs.by_session(m.session)?;
+    let child_key = registry::key(m.session, m.id);
+    let found = crate::devices::get()
+        .ok()
+        .and_then(|d| d.by_session(m.session));
+    let Some((dev, session)) = found else {
+        // Not a session of ours any more (it broke): the listener's may
+        // still name it.
+        registry::settled(child_key);
+        let st = listener.lock();
+        let s = st
+            .daemon_sessions()
+            .into_iter()
+            .find(|s| s.number == m.session);
+        drop(st);
+        if let Some(s) = s {
+            let _ = s.call(Request::CmDestroyId { id: m.id });
+        }
+        return None;
+    };
     let refuse = |why: &str| {
         if util::debug() {
             util::warn(&format!("refusing a connection request: {why}"));
         }
+        registry::settled(child_key);
         let _ = session.call(Request::CmReject {
             id: m.id,
             private_data: Vec::new(),
+            reason: None,
         });
+        let _ = session.call(Request::CmDestroyId { id: m.id });
         None
     };
-    let c = listener.c();
-    let (sync, chan_ptr, req_channel) = {
+    let (sync, chan_ptr, req_channel, upstream) = {
         let st = listener.lock();
-        (st.sync, st.chan_ptr, st.req_channel)
+        // SAFETY: the listener's live channel.
+        let reader = unsafe { &*st.chan_ptr }.reader.clone();
+        (
+            st.sync,
+            st.chan_ptr,
+            st.req_channel,
+            reader.or_else(|| st.upstream.clone()),
+        )
     };
-    // SAFETY: the listener's live channel.
-    let upstream = unsafe { &*chan_ptr }.reader.clone();
     let made = id::create(
         NewId {
             channel: if sync { std::ptr::null_mut() } else { chan_ptr },
-            context: c.context,
-            ps: c.ps,
-            qp_type: c.qp_type,
+            context: listener.context(),
+            ps: listener.ps(),
+            qp_type: listener.qp_type(),
             daemon: Some((m.session, m.id)),
+            source: registry::source_of(listener.key),
         },
         true,
     );
@@ -173,6 +209,14 @@ fn connect_request(listener: &Held, m: &CmEventMsg) -> Option<*mut rdma_cm_event
     };
     // SAFETY: just made, not yet known to the application.
     let child = unsafe { &*child_ptr };
+    // Its events that came before it was made wait beside the request:
+    // they go to its own channel now.
+    if let Some(was) = registry::settled(child_key) {
+        let now = child.lock().channel.clone();
+        if !Arc::ptr_eq(&was, &now) {
+            was.move_events(child_key, &now);
+        }
+    }
     {
         let mut st = child.lock();
         if let Err(e) = child.attach(&mut st, dev) {
@@ -225,9 +269,12 @@ fn connect_response(id: &Held, m: &CmEventMsg) -> *mut rdma_cm_event {
         st.peer = Some(Peer { path, conn: m.conn });
     }
     st.rnr_retry = m.conn.rnr_retry_count;
-    // Never more READs outstanding than the peer answers.
+    // Never more READs outstanding than the peer answers, and as many
+    // answered as it may have outstanding (the kernel's CM: the REP's
+    // initiator depth is our responder resources).
     st.init_depth = st.init_depth.min(m.conn.responder_resources);
-    let has_qp = !id.c().qp.is_null();
+    st.resp_res = m.conn.initiator_depth;
+    let has_qp = !id.qp().is_null();
     let mut b = EventBox::new(id.cm(), m.event, m.status, id);
     b.fill_conn(m);
     if !has_qp {
@@ -241,19 +288,14 @@ fn connect_response(id: &Held, m: &CmEventMsg) -> *mut rdma_cm_event {
     match moved {
         Ok(()) => b.ev.event = RDMA_CM_EVENT_ESTABLISHED,
         Err(e) => {
+            // As rdma-core: the QP to ERR, no REJ, status -1.
             if util::debug() {
                 util::warn(&format!("completing the connection failed: errno {e}"));
             }
-            qp_to_err(id);
-            if let Some(s) = &session {
-                let _ = s.call(Request::CmReject {
-                    id: st.num,
-                    private_data: Vec::new(),
-                });
-            }
+            let _ = qp_to_err(id);
             st.connect_error = true;
             b.ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
-            b.ev.status = -e;
+            b.ev.status = -1;
         }
     }
     drop(st);
@@ -264,7 +306,18 @@ fn connect_response(id: &Held, m: &CmEventMsg) -> *mut rdma_cm_event {
 /// for it: the id is gone, the event moved to the id's channel, or
 /// rdma-core would not deliver it).
 fn process(own: &Arc<Shared>, item: Queued) -> Option<*mut rdma_cm_event> {
-    let id = registry::hold(item.target())?;
+    let target = item.target();
+    let Some(id) = registry::hold(target) else {
+        if let Queued::Daemon(m) = item {
+            if m.event == CmEventType::ConnectRequest {
+                orphan(&m);
+            } else if registry::is_pending(target) {
+                // Its id is being made from its request: it moves there.
+                own.push(Queued::Daemon(m));
+            }
+        }
+        return None;
+    };
     let on = id.lock().channel.clone();
     if !Arc::ptr_eq(&on, own) {
         on.push(item);
@@ -283,7 +336,7 @@ fn process(own: &Arc<Shared>, item: Queued) -> Option<*mut rdma_cm_event> {
         CmEventType::Rejected | CmEventType::Disconnected if id.lock().connect_error => None,
         ev => {
             if ev == CmEventType::Rejected {
-                qp_to_err(&id);
+                let _ = qp_to_err(&id);
             }
             let mut b = EventBox::new(id.cm(), ev, m.status, &id);
             if ud {
@@ -317,25 +370,17 @@ pub fn next(
 /// DEVICE_REMOVAL: ENODEV).
 pub fn complete(id: &Id) -> Result<(), i32> {
     let channel = {
-        let st = id.lock();
+        let mut st = id.lock();
         if !st.sync {
             return Ok(());
         }
+        id.ack_kept_event(&mut st);
         st.channel.clone()
     };
-    let cm = id.cm();
-    // SAFETY: a sync id's event slot, ours.
-    let last = unsafe { std::mem::replace(&mut (*cm).event, std::ptr::null_mut()) };
-    if !last.is_null() {
-        // SAFETY: the id's own unacked event.
-        unsafe { ack(last) };
-    }
     let ev = next(&channel, Some(id.key), true)?;
-    // SAFETY: our struct's slot; the event we just made.
-    let e = unsafe {
-        (*cm).event = ev;
-        *ev
-    };
+    id.keep_event(&mut id.lock(), ev);
+    // SAFETY: the event we just made.
+    let e = unsafe { *ev };
     match (e.event, e.status) {
         (RDMA_CM_EVENT_DEVICE_REMOVAL, _) => Err(libc::ENODEV),
         (_, 0) => Ok(()),
@@ -418,6 +463,7 @@ pub extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::mapped_gid;
     use shm::cma::{CmConnParams, CmPath};
     use std::net::Ipv4Addr;
 

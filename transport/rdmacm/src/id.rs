@@ -6,7 +6,8 @@
 //! An id is `struct rdma_cm_id` (first, so the application's pointer is
 //! ours) with the library's state behind a mutex. The application reads
 //! the C struct between calls; the library writes it only inside calls
-//! and event processing, with the state locked.
+//! and event processing, with the state locked, and reads it whole only
+//! so ([`Id::c`]); unlocked, it reads single fields ([`Id::qp`] ...).
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
@@ -22,7 +23,7 @@ use crate::daemon::Session;
 use crate::devices::{self, Device};
 use crate::registry::{self, Key};
 use crate::sys::*;
-use crate::util::{self, fail, guard, mapped_gid, read_sockaddr, ret, Addr4, SockAddr};
+use crate::util::{self, fail, guard, mapped_gid, read_sockaddr, Addr4, SockAddr};
 
 /// The peer of a connection as its CONNECT_REQUEST or CONNECT_RESPONSE
 /// described it.
@@ -52,6 +53,8 @@ pub struct State {
     /// Holds a reference on `dev`'s shared PD.
     pub holds_pd: bool,
     pub session: Option<Arc<Session>>,
+    /// The session rdma_bind_addr's `CmBind` went to.
+    pub bind_session: Option<Arc<Session>>,
     /// A wildcard listener's sessions (one per device).
     pub listen_sessions: Vec<Arc<Session>>,
     /// The address given to rdma_bind_addr.
@@ -81,6 +84,24 @@ pub struct State {
     pub path_rec: Option<Box<ibv_sa_path_rec>>,
 }
 
+impl State {
+    /// The daemon sessions that know the id (each once).
+    pub fn daemon_sessions(&self) -> Vec<Arc<Session>> {
+        let mut s: Vec<Arc<Session>> = Vec::new();
+        let all = self
+            .listen_sessions
+            .iter()
+            .chain(self.session.iter())
+            .chain(self.bind_session.iter());
+        for x in all {
+            if !s.iter().any(|y| Arc::ptr_eq(x, y)) {
+                s.push(x.clone());
+            }
+        }
+        s
+    }
+}
+
 /// How many borrows and events an id has out.
 #[derive(Default)]
 struct Track {
@@ -99,9 +120,15 @@ pub struct Id {
     changed: Condvar,
 }
 
-// SAFETY: the C struct is written only with `st` locked (the application
-// reads it between calls, as with rdma-core); everything else is behind
-// mutexes or immutable. The raw pointers are objects any thread may use.
+// SAFETY: the library writes the C struct only with `st` locked, copies
+// it whole only with `st` locked (`c`), and otherwise reads single fields
+// through raw pointers (`qp`, `pd`, ...), never through references. A
+// call that reads a field unlocked while another thread's call on the
+// same id changes it (rdma_create_qp against rdma_connect, say) is the
+// application's race, as with rdma-core, which locks none of this; the
+// application itself reads and writes the struct (`context`, `event`)
+// between calls. Everything else is behind mutexes or immutable. The raw
+// pointers are libibverbs objects any thread may use.
 unsafe impl Sync for Id {}
 // SAFETY: as above.
 unsafe impl Send for Id {}
@@ -125,14 +152,71 @@ impl Id {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A copy of the C struct's current values.
-    pub fn c(&self) -> rdma_cm_id {
-        // SAFETY: our struct; a plain copy of POD fields.
+    /// A copy of the C struct's current values (with the state locked,
+    /// so that no call of the library writes it meanwhile).
+    pub fn c(&self, _st: &State) -> rdma_cm_id {
+        // SAFETY: our struct; a plain copy of POD fields, with the state
+        // locked (the `_st` borrow proves it).
         unsafe { std::ptr::read(self.cm()) }
     }
 
+    pub fn qp(&self) -> *mut ibv_qp {
+        // SAFETY: one field of our live struct, read through a raw pointer.
+        unsafe { std::ptr::addr_of!((*self.cm()).qp).read() }
+    }
+
+    pub fn pd(&self) -> *mut ibv_pd {
+        // SAFETY: as in qp().
+        unsafe { std::ptr::addr_of!((*self.cm()).pd).read() }
+    }
+
+    pub fn srq(&self) -> *mut ibv_srq {
+        // SAFETY: as in qp().
+        unsafe { std::ptr::addr_of!((*self.cm()).srq).read() }
+    }
+
+    pub fn context(&self) -> *mut c_void {
+        // SAFETY: as in qp().
+        unsafe { std::ptr::addr_of!((*self.cm()).context).read() }
+    }
+
+    /// The port space (set at creation, never changed).
+    pub fn ps(&self) -> rdma_port_space {
+        // SAFETY: as in qp().
+        unsafe { std::ptr::addr_of!((*self.cm()).ps).read() }
+    }
+
+    /// The QP type of the port space (set at creation, never changed).
+    pub fn qp_type(&self) -> ibv_qp_type {
+        // SAFETY: as in qp().
+        unsafe { std::ptr::addr_of!((*self.cm()).qp_type).read() }
+    }
+
     pub fn is_ud(&self) -> bool {
-        self.c().qp_type == IBV_QPT_UD
+        self.qp_type() == IBV_QPT_UD
+    }
+
+    /// Acks the event a synchronous id keeps in `id->event` (none: no-op).
+    pub fn ack_kept_event(&self, _st: &mut State) {
+        // SAFETY: our struct's event slot, written with the state locked.
+        let last =
+            unsafe { std::ptr::addr_of_mut!((*self.cm()).event).replace(std::ptr::null_mut()) };
+        if !last.is_null() {
+            // SAFETY: an event of ours not acked yet, taken out of the slot.
+            unsafe { crate::event::ack(last) };
+        }
+    }
+
+    /// Keeps `ev` in `id->event` (a synchronous id's last event).
+    pub fn keep_event(&self, _st: &mut State, ev: *mut rdma_cm_event) {
+        // SAFETY: our struct's event slot, written with the state locked.
+        unsafe { std::ptr::addr_of_mut!((*self.cm()).event).write(ev) };
+    }
+
+    /// The event `id->event` holds.
+    pub fn kept_event(&self, _st: &State) -> *mut rdma_cm_event {
+        // SAFETY: our struct's event slot, read with the state locked.
+        unsafe { std::ptr::addr_of!((*self.cm()).event).read() }
     }
 
     pub fn begin_borrow(&self) {
@@ -245,6 +329,9 @@ pub struct NewId {
     pub qp_type: ibv_qp_type,
     /// `Some(session)` with `num` for an id the daemon numbered.
     pub daemon: Option<(u64, CmId)>,
+    /// The channel the id's events arrive on, when its own is local
+    /// (None: its own).
+    pub source: Option<Arc<Shared>>,
 }
 
 /// Makes an id (on a private channel of its own when `channel` is NULL:
@@ -290,6 +377,7 @@ pub fn create(n: NewId, local_channel: bool) -> Result<*mut Id, i32> {
             dev: None,
             holds_pd: false,
             session: None,
+            bind_session: None,
             listen_sessions: Vec::new(),
             bound: None,
             tos: None,
@@ -311,7 +399,8 @@ pub fn create(n: NewId, local_channel: bool) -> Result<*mut Id, i32> {
         changed: Condvar::new(),
     });
     let p = Box::into_raw(id);
-    registry::insert(key, p, ch.shared.clone());
+    let source = n.source.unwrap_or_else(|| ch.shared.clone());
+    registry::insert(key, p, ch.shared.clone(), source);
     Ok(p)
 }
 
@@ -331,27 +420,26 @@ pub unsafe extern "C" fn rdma_create_id(
     context: *mut c_void,
     ps: rdma_port_space,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            if id.is_null() {
-                return Err(libc::EINVAL);
-            }
-            let qp_type = qp_type_of(ps)?;
-            devices::get()?;
-            let p = create(
-                NewId {
-                    channel: channel.cast(),
-                    context,
-                    ps,
-                    qp_type,
-                    daemon: None,
-                },
-                false,
-            )?;
-            // SAFETY: the caller's pointer slot, checked non-NULL.
-            unsafe { *id = p.cast() };
-            Ok(())
-        })())
+    util::entry(|| {
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let qp_type = qp_type_of(ps)?;
+        devices::get()?;
+        let p = create(
+            NewId {
+                channel: channel.cast(),
+                context,
+                ps,
+                qp_type,
+                daemon: None,
+                source: None,
+            },
+            false,
+        )?;
+        // SAFETY: the caller's pointer slot, checked non-NULL.
+        unsafe { *id = p.cast() };
+        Ok(())
     })
 }
 
@@ -363,23 +451,27 @@ pub unsafe extern "C" fn rdma_create_id(
 pub unsafe fn destroy(p: *mut Id) {
     // SAFETY: the contract.
     let id = unsafe { &*p };
-    // SAFETY: our struct; a sync id's last event is ours to ack.
-    let last = unsafe { std::mem::replace(&mut (*id.cm()).event, std::ptr::null_mut()) };
-    if !last.is_null() {
-        // SAFETY: an event of ours not yet acked.
-        unsafe { crate::event::ack(last) };
-    }
     registry::remove(id.key);
-    let (sessions, num) = {
-        let st = id.lock();
-        let mut s: Vec<Arc<Session>> = st.listen_sessions.clone();
-        if let Some(x) = &st.session {
-            if !s.iter().any(|y| Arc::ptr_eq(x, y)) {
-                s.push(x.clone());
+    let (sessions, num, channel) = {
+        let mut st = id.lock();
+        // A sync id's last event is ours to ack.
+        id.ack_kept_event(&mut st);
+        (st.daemon_sessions(), st.num, st.channel.clone())
+    };
+    // Its queued events go (the fd is readable only while something is
+    // left to take); the requests of a listener with them, the daemon
+    // forgetting their ids, and their ids' early events.
+    for item in channel.purge(id.key) {
+        if let Queued::Daemon(m) = item {
+            if m.event == CmEventType::ConnectRequest {
+                let child = registry::key(m.session, m.id);
+                if let Some(ch) = registry::settled(child) {
+                    ch.purge(child);
+                }
+                crate::event::orphan(&m);
             }
         }
-        (s, st.num)
-    };
+    }
     for s in sessions {
         let _ = s.call(Request::CmDestroyId { id: num });
     }
@@ -400,13 +492,11 @@ pub unsafe fn destroy(p: *mut Id) {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        if id.is_null() {
-            return ret(Err(libc::EINVAL));
-        }
+    util::entry(|| {
+        let id = arg(id)?;
         // SAFETY: a live id of ours, given up by the application.
-        unsafe { destroy(id.cast()) };
-        0
+        unsafe { destroy(id.cm().cast()) };
+        Ok(())
     })
 }
 
@@ -418,6 +508,16 @@ fn addr_arg(a: *mut sockaddr) -> Result<Addr4, i32> {
         Some(SockAddr::V4(a)) => Ok(a),
         Some(SockAddr::OtherV6) => Err(libc::EADDRNOTAVAIL),
         None => Err(libc::EINVAL),
+    }
+}
+
+/// The address a bind or listen names to the daemon: the device's own
+/// when the id is on one (`on_dev`), none (any) for a wildcard; a
+/// loopback address takes its device's requests whatever their address.
+fn listen_addr(dev: &Device, on_dev: bool, ip: Ipv4Addr, port: u16) -> CmListenAddr {
+    CmListenAddr {
+        ip: (on_dev && !ip.is_loopback()).then_some(dev.ip),
+        port,
     }
 }
 
@@ -441,23 +541,21 @@ fn bind(id: &Id, st: &mut State, mut a: Addr4) -> Result<(), i32> {
         };
         id.attach(st, dev)?;
     }
-    if a.port == 0 {
-        // The port is assigned at bind, as the kernel does (qperf reads
-        // it with rdma_get_src_port before it listens): the device's
-        // daemon session picks one, the first device's for a wildcard.
-        let dev = st.dev.or_else(|| devs.list.first()).ok_or(libc::ENODEV)?;
-        let reply = dev.session()?.call_ok(Request::CmBind {
-            id: st.num,
-            channel: st.req_channel,
-            port_space: id.c().ps as u16,
-            addr: shm::cma::CmListenAddr {
-                ip: (!a.ip.is_unspecified() && !a.ip.is_loopback()).then_some(dev.ip),
-                port: 0,
-            },
-        })?;
-        if let Reply::CmPort { port } = reply {
-            a.port = port;
-        }
+    // The port is taken at bind, as the kernel does (qperf reads it with
+    // rdma_get_src_port before it listens; a second bind to it fails):
+    // the device's daemon session reserves it (picks one for port 0),
+    // the first device's for a wildcard.
+    let dev = st.dev.or_else(|| devs.list.first()).ok_or(libc::ENODEV)?;
+    let session = dev.session()?;
+    let reply = session.call_ok(Request::CmBind {
+        id: st.num,
+        channel: st.req_channel,
+        port_space: id.ps() as u16,
+        addr: listen_addr(dev, st.dev.is_some(), a.ip, a.port),
+    })?;
+    st.bind_session = Some(session);
+    if let Reply::CmPort { port } = reply {
+        a.port = port;
     }
     st.bound = Some(a);
     id.set_route(st, Some(a), None);
@@ -466,16 +564,11 @@ fn bind(id: &Id, st: &mut State, mut a: Addr4) -> Result<(), i32> {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
-        ret((|| {
-            let a = addr_arg(addr)?;
-            let mut st = id.lock();
-            bind(id, &mut st, a)
-        })())
+    util::entry(|| {
+        let id = arg(id)?;
+        let a = addr_arg(addr)?;
+        let mut st = id.lock();
+        bind(id, &mut st, a)
     })
 }
 
@@ -486,12 +579,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
-        let r = (|| {
+    util::entry(|| {
+        let id = arg(id)?;
+        (|| {
             let mut dst = addr_arg(dst_addr)?;
             if dst.ip.is_unspecified() {
                 return Err(libc::EINVAL);
@@ -521,7 +611,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             let reply = session.call_ok(Request::CmResolveAddr {
                 id: st.num,
                 channel: st.req_channel,
-                port_space: id.c().ps as u16,
+                port_space: id.ps() as u16,
                 src_port,
                 dst: dst.ip,
                 timeout_ms: u32::try_from(timeout_ms).unwrap_or(0),
@@ -542,17 +632,14 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                 Some(dst),
             );
             Ok(())
-        })();
-        if let Err(e) = r {
-            return ret(Err(e));
-        }
-        ret(crate::event::complete(id))
+        })()?;
+        crate::event::complete(id)
     })
 }
 
 /// The route record rdma-core fills for a RoCE route (one path).
 fn path_record(id: &Id, st: &State) -> ibv_sa_path_rec {
-    let c = id.c();
+    let c = id.c(st);
     // SAFETY: plain copies out of our struct's unions.
     let (sgid, dgid) = unsafe { (c.route.addr.addr.ibaddr.sgid, c.route.addr.addr.ibaddr.dgid) };
     let mtu = st.dev.map_or(1024, |d| d.max_mtu);
@@ -576,17 +663,14 @@ fn path_record(id: &Id, st: &State) -> ibv_sa_path_rec {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
+    util::entry(|| {
+        let id = arg(id)?;
         {
             let mut st = id.lock();
             if st.dev.is_none() {
-                return ret(fail(libc::EINVAL, || {
+                return fail(libc::EINVAL, || {
                     "rdma_resolve_route: the address is not resolved".into()
-                }));
+                });
             }
             // RoCE needs no path query: the route is the address's.
             let rec = Box::new(path_record(id, &st));
@@ -604,74 +688,64 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
                 status: 0,
             });
         }
-        ret(crate::event::complete(id))
+        crate::event::complete(id)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
+    util::entry(|| {
+        let id = arg(id)?;
+        let devs = devices::get()?;
+        let mut st = id.lock();
+        if st.session.is_some() || !st.listen_sessions.is_empty() {
+            return fail(libc::EINVAL, || "rdma_listen: the id is in use".into());
+        }
+        let b = st.bound.unwrap_or(Addr4 {
+            ip: Ipv4Addr::UNSPECIFIED,
+            port: 0,
+            v6: false,
+        });
+        let targets: Vec<&'static Device> = match st.dev {
+            Some(d) => vec![d],
+            None => devs.list.iter().collect(),
         };
-        ret((|| {
-            let devs = devices::get()?;
-            let mut st = id.lock();
-            if st.session.is_some() || !st.listen_sessions.is_empty() {
-                return fail(libc::EINVAL, || "rdma_listen: the id is in use".into());
-            }
-            let b = st.bound.unwrap_or(Addr4 {
-                ip: Ipv4Addr::UNSPECIFIED,
-                port: 0,
-                v6: false,
+        let wildcard = st.dev.is_none();
+        let mut port = b.port;
+        let mut opened = Vec::new();
+        for dev in targets {
+            let r = dev.session().and_then(|s| {
+                let reply = s.call_ok(Request::CmListen {
+                    id: st.num,
+                    channel: st.req_channel,
+                    port_space: id.ps() as u16,
+                    addr: listen_addr(dev, !wildcard, b.ip, port),
+                })?;
+                Ok((s, reply))
             });
-            let targets: Vec<&'static Device> = match st.dev {
-                Some(d) => vec![d],
-                None => devs.list.iter().collect(),
-            };
-            let wildcard = st.dev.is_none();
-            let mut port = b.port;
-            let mut opened = Vec::new();
-            for dev in targets {
-                let r = dev.session().and_then(|s| {
-                    let reply = s.call_ok(Request::CmListen {
-                        id: st.num,
-                        channel: st.req_channel,
-                        port_space: id.c().ps as u16,
-                        // A listener bound to a loopback address takes
-                        // its device's requests whatever their address.
-                        addr: CmListenAddr {
-                            ip: (!wildcard && !b.ip.is_loopback()).then_some(dev.ip),
-                            port,
-                        },
-                    })?;
-                    Ok((s, reply))
-                });
-                match r {
-                    Ok((s, Reply::CmPort { port: p })) => {
-                        port = p;
-                        opened.push(s);
+            match r {
+                Ok((s, Reply::CmPort { port: p })) => {
+                    port = p;
+                    opened.push(s);
+                }
+                Ok((s, _)) => opened.push(s),
+                Err(e) => {
+                    for s in &opened {
+                        let _ = s.call(Request::CmDestroyId { id: st.num });
                     }
-                    Ok((s, _)) => opened.push(s),
-                    Err(e) => {
-                        for s in &opened {
-                            let _ = s.call(Request::CmDestroyId { id: st.num });
-                        }
-                        return Err(e);
-                    }
+                    return Err(e);
                 }
             }
-            if wildcard {
-                st.listen_sessions = opened;
-            } else {
-                st.session = opened.pop();
-            }
-            let local = Addr4 { port, ..b };
-            st.bound = Some(local);
-            id.set_route(&st, Some(local), None);
-            Ok(())
-        })())
+        }
+        if wildcard {
+            st.listen_sessions = opened;
+        } else {
+            st.session = opened.pop();
+        }
+        let local = Addr4 { port, ..b };
+        st.bound = Some(local);
+        id.set_route(&st, Some(local), None);
+        Ok(())
     })
 }
 
@@ -683,13 +757,10 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
+    util::entry(|| {
+        let id = arg(id)?;
         if optval.is_null() {
-            return ret(Err(libc::EINVAL));
+            return Err(libc::EINVAL);
         }
         let byte = || -> Result<u8, i32> {
             if optlen != 1 {
@@ -705,7 +776,7 @@ pub unsafe extern "C" fn rdma_set_option(
             // SAFETY: the caller's option value, an int.
             Ok(unsafe { std::ptr::read_unaligned(optval.cast::<c_int>()) })
         };
-        let r = match (level as u32, optname as u32) {
+        match (level as u32, optname as u32) {
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => byte().map(|v| id.lock().tos = Some(v)),
             (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
                 byte().map(|v| id.lock().ack_timeout = Some(v))
@@ -716,8 +787,7 @@ pub unsafe extern "C" fn rdma_set_option(
                 "RDMA_OPTION_IB_PATH: RoCE routes are resolved, not set".into()
             }),
             _ => Err(libc::ENOSYS),
-        };
-        ret(r)
+        }
     })
 }
 
@@ -743,79 +813,83 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// Moves the id's events to `channel` (NULL: a new local channel, the id
+/// becoming synchronous). A channel on its own daemon connection gets
+/// them from the daemon from now on (`CmMigrate`); a local one has them
+/// forwarded from the channel they arrive on, whose reader the id keeps.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
-        ret((|| {
-            let mut st = id.lock();
-            let (new_ptr, sync) = if channel.is_null() {
-                if st.sync {
-                    return Err(libc::EINVAL);
-                }
-                (Box::into_raw(Channel::local()?), true)
-            } else {
-                (channel.cast::<Channel>(), false)
-            };
-            // SAFETY: a channel of ours (the application's or just made).
-            let new = unsafe { &*new_ptr };
+    util::entry(|| {
+        let id = arg(id)?;
+        let mut st = id.lock();
+        let (new_ptr, sync) = if channel.is_null() {
             if st.sync {
-                // SAFETY: our struct, with the state locked.
-                let last =
-                    unsafe { std::mem::replace(&mut (*id.cm()).event, std::ptr::null_mut()) };
-                if !last.is_null() {
-                    // SAFETY: the sync id's own unacked event.
-                    unsafe { crate::event::ack(last) };
-                }
+                return Err(libc::EINVAL);
             }
-            if new.reader.is_none() {
+            (Box::into_raw(Channel::local()?), true)
+        } else {
+            (channel.cast::<Channel>(), false)
+        };
+        // SAFETY: a channel of ours (the application's or just made).
+        let new = unsafe { &*new_ptr };
+        let old_source = registry::source_of(id.key).unwrap_or_else(|| st.channel.clone());
+        let source = match new.shared.number {
+            Some(n) => {
+                for s in st.daemon_sessions() {
+                    s.call_ok(Request::CmMigrate {
+                        id: st.num,
+                        channel: n,
+                    })?;
+                }
+                st.req_channel = n;
+                st.upstream = None;
+                new.shared.clone()
+            }
+            None => {
                 // Events keep arriving where the daemon sends them: keep
                 // that channel's reader running while this id lives.
                 // SAFETY: the id's current channel, live.
                 let old_reader = unsafe { &*st.chan_ptr }.reader.clone();
                 st.upstream = old_reader.or(st.upstream.take());
+                old_source
             }
-            let old = st.channel.clone();
-            registry::set_channel(id.key, new.shared.clone());
+        };
+        if st.sync {
+            id.ack_kept_event(&mut st);
+        }
+        let old = st.channel.clone();
+        registry::set_channel(id.key, new.shared.clone(), source);
+        if !Arc::ptr_eq(&old, &new.shared) {
             old.move_events(id.key, &new.shared);
-            let (old_ptr, old_owned) = (st.chan_ptr, st.owns_channel);
-            st.channel = new.shared.clone();
-            st.chan_ptr = new_ptr;
-            st.sync = sync;
-            st.owns_channel = sync;
-            if let Some(n) = new.shared.number {
-                st.req_channel = n;
-            }
-            // SAFETY: our struct, with the state locked.
-            unsafe { (*id.cm()).channel = new.ptr() };
-            if old_owned {
-                // SAFETY: the id's own previous channel, now unused.
-                unsafe { channel::destroy(old_ptr) };
-            }
-            Ok(())
-        })())
+        }
+        let (old_ptr, old_owned) = (st.chan_ptr, st.owns_channel);
+        st.channel = new.shared.clone();
+        st.chan_ptr = new_ptr;
+        st.sync = sync;
+        st.owns_channel = sync;
+        // SAFETY: our struct, with the state locked.
+        unsafe { std::ptr::addr_of_mut!((*id.cm()).channel).write(new.ptr()) };
+        if old_owned && old_ptr != new_ptr {
+            // SAFETY: the id's own previous channel, now unused.
+            unsafe { channel::destroy(old_ptr) };
+        }
+        Ok(())
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: ibv_event_type) -> c_int {
-    guard(-1, || {
-        // SAFETY: a live id of ours or NULL.
-        let Some(id) = (unsafe { Id::from_ptr(id) }) else {
-            return ret(Err(libc::EINVAL));
-        };
+    util::entry(|| {
+        let id = arg(id)?;
         // The daemon's CM moves to ESTABLISHED on the first packet of the
         // connection by itself; nothing to tell it.
         if id.lock().session.is_none() {
-            return ret(Err(libc::EINVAL));
+            return Err(libc::EINVAL);
         }
-        0
+        Ok(())
     })
 }
 
@@ -857,6 +931,7 @@ mod tests {
                 ps: RDMA_PS_TCP,
                 qp_type: IBV_QPT_RC,
                 daemon: None,
+                source: None,
             },
             true,
         )
@@ -864,8 +939,8 @@ mod tests {
         // SAFETY: just made.
         let id = unsafe { &*p };
         assert_eq!(p as usize, id.cm() as usize);
-        assert_eq!(id.c().context as usize, 7);
-        assert!(!id.c().channel.is_null());
+        assert_eq!(id.context() as usize, 7);
+        assert!(!id.c(&id.lock()).channel.is_null());
         let src = Addr4 {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             port: 7174,
@@ -876,7 +951,7 @@ mod tests {
         // SAFETY: a live id.
         assert_eq!(unsafe { rdma_get_src_port(p.cast()) }, 7174u16.to_be());
         // SAFETY: a union copy.
-        let sgid = unsafe { id.c().route.addr.addr.ibaddr.sgid.raw };
+        let sgid = unsafe { id.c(&id.lock()).route.addr.addr.ibaddr.sgid.raw };
         assert_eq!(sgid, mapped_gid(src.ip));
         assert!(registry::channel_of(id.key).is_some());
         // SAFETY: ours, not used after.

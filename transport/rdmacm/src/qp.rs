@@ -14,7 +14,7 @@ use std::ffi::c_int;
 use crate::attrs::{self, QpView};
 use crate::id::{self, Id, State};
 use crate::sys::*;
-use crate::util::{errno, fail, guard, ret};
+use crate::util::{self, errno_or, fail, guard};
 
 /// What the QP attributes of `id` derive from now.
 pub fn view(id: &Id, st: &State) -> QpView {
@@ -22,14 +22,22 @@ pub fn view(id: &Id, st: &State) -> QpView {
         .dev
         .and_then(|d| d.open().ok())
         .map_or((u8::MAX, u8::MAX), |o| (o.max_resp, o.max_init));
+    let qp = id.qp();
     QpView {
-        ud: id.is_ud(),
+        // The QP's type (an RC port space's id may carry a UC QP).
+        qp_type: if qp.is_null() {
+            id.qp_type()
+        } else {
+            // SAFETY: the id's live QP.
+            unsafe { (*qp).qp_type }
+        },
         qkey: RDMA_UDP_QKEY,
         resp_res: st.resp_res.min(max_resp),
         init_depth: st.init_depth.min(max_init),
         retry_count: st.retry_count,
         rnr_retry: st.rnr_retry,
         starting_psn: st.starting_psn,
+        ack_timeout: st.ack_timeout,
         peer: st.peer.map(|p| (p.path, p.conn.qp_num)),
     }
 }
@@ -44,17 +52,21 @@ fn modify(qp: *mut ibv_qp, v: &QpView, state: ibv_qp_state) -> Result<(), i32> {
     }
 }
 
-/// Moves the id's QP (RC/UC, in INIT) to RTS for its connection: the
-/// access flags of the connection (INIT to INIT), RTR, RTS.
+/// INIT (again, for a QP in INIT: the connection's access flags), RTR,
+/// RTS.
+fn init_to_rts(qp: *mut ibv_qp, v: &QpView) -> Result<(), i32> {
+    modify(qp, v, IBV_QPS_INIT)?;
+    modify(qp, v, IBV_QPS_RTR)?;
+    modify(qp, v, IBV_QPS_RTS)
+}
+
+/// Moves the id's QP (RC/UC, in INIT) to RTS for its connection.
 pub fn move_to_rts(id: &Id, st: &State) -> Result<(), i32> {
-    let qp = id.c().qp;
+    let qp = id.qp();
     if qp.is_null() {
         return Ok(());
     }
-    let v = view(id, st);
-    modify(qp, &v, IBV_QPS_INIT)?;
-    modify(qp, &v, IBV_QPS_RTR)?;
-    modify(qp, &v, IBV_QPS_RTS)
+    init_to_rts(qp, &view(id, st))
 }
 
 /// The context's extended op table, when it has one with `op` set
@@ -162,7 +174,8 @@ fn destroy_cqs(id: &Id) {
 
 /// A CQ of `size` entries with its own completion channel, for the id.
 fn make_cq(id: &Id, size: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
-    let ctx = id.c().verbs;
+    // SAFETY: one field of the id's struct (the caller holds its state).
+    let ctx = unsafe { std::ptr::addr_of!((*id.cm()).verbs).read() };
     // SAFETY: the id's live context.
     let ch = unsafe { ibv_create_comp_channel(ctx) };
     if ch.is_null() {
@@ -181,17 +194,10 @@ fn make_cq(id: &Id, size: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i
     Ok((ch, cq))
 }
 
-fn errno_or(dflt: i32) -> i32 {
-    match errno() {
-        0 => dflt,
-        e => e,
-    }
-}
-
 /// rdma_create_qp_ex's body.
 fn create_qp(id: &Id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i32> {
     let st = id.lock();
-    let c = id.c();
+    let c = id.c(&st);
     if !c.qp.is_null() || c.verbs.is_null() {
         return fail(libc::EINVAL, || {
             "rdma_create_qp: the id has a QP already, or no device".into()
@@ -240,7 +246,7 @@ fn create_qp(id: &Id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i32> {
             }
         }
     }
-    let c = id.c();
+    let c = id.c(&st);
     if attr.send_cq.is_null() {
         attr.send_cq = c.send_cq;
     }
@@ -257,15 +263,16 @@ fn create_qp(id: &Id, attr: &mut ibv_qp_init_attr_ex) -> Result<(), i32> {
         destroy_cqs(id);
         return fail(e, || format!("ibv_create_qp: errno {e}"));
     }
-    let v = view(id, &st);
-    let moved = if v.ud {
-        modify(qp, &v, IBV_QPS_INIT)
-            .and_then(|()| modify(qp, &v, IBV_QPS_RTR))
-            .and_then(|()| modify(qp, &v, IBV_QPS_RTS))
+    let mut v = view(id, &st);
+    // SAFETY: the QP just made.
+    v.qp_type = unsafe { (*qp).qp_type };
+    let moved = if v.qp_type == IBV_QPT_UD {
+        init_to_rts(qp, &v)
     } else {
-        // Before the connection is known: no remote access yet.
-        let fresh = QpView { peer: None, ..v };
-        modify(qp, &fresh, IBV_QPS_INIT)
+        // The access the connection allows: none before it is known (an
+        // active id before the REP), the kernel's once the REQ is (a
+        // passive id's).
+        modify(qp, &v, IBV_QPS_INIT)
     };
     if let Err(e) = moved {
         // SAFETY: the QP we just made.
@@ -287,13 +294,11 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            let id = id::arg(id)?;
-            // SAFETY: the caller's attributes or NULL.
-            let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-            create_qp(id, a)
-        })())
+    util::entry(|| {
+        let id = id::arg(id)?;
+        // SAFETY: the caller's attributes or NULL.
+        let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        create_qp(id, a)
     })
 }
 
@@ -303,30 +308,28 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            let id = id::arg(id)?;
-            // SAFETY: the caller's attributes or NULL.
-            let init = unsafe { qp_init_attr.as_mut() }.ok_or(libc::EINVAL)?;
-            let mut ex = ibv_qp_init_attr_ex {
-                qp_context: init.qp_context,
-                send_cq: init.send_cq,
-                recv_cq: init.recv_cq,
-                srq: init.srq,
-                cap: init.cap,
-                qp_type: init.qp_type,
-                sq_sig_all: init.sq_sig_all,
-                comp_mask: IBV_QP_INIT_ATTR_PD,
-                pd: if pd.is_null() { id.c().pd } else { pd },
-                ..Default::default()
-            };
-            let r = create_qp(id, &mut ex);
-            init.send_cq = ex.send_cq;
-            init.recv_cq = ex.recv_cq;
-            init.srq = ex.srq;
-            init.cap = ex.cap;
-            r
-        })())
+    util::entry(|| {
+        let id = id::arg(id)?;
+        // SAFETY: the caller's attributes or NULL.
+        let init = unsafe { qp_init_attr.as_mut() }.ok_or(libc::EINVAL)?;
+        let mut ex = ibv_qp_init_attr_ex {
+            qp_context: init.qp_context,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap: init.cap,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd: if pd.is_null() { id.pd() } else { pd },
+            ..Default::default()
+        };
+        let r = create_qp(id, &mut ex);
+        init.send_cq = ex.send_cq;
+        init.recv_cq = ex.recv_cq;
+        init.srq = ex.srq;
+        init.cap = ex.cap;
+        r
     })
 }
 
@@ -348,8 +351,8 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
 }
 
 fn create_srq(id: &Id, attr: &mut ibv_srq_init_attr_ex) -> Result<(), i32> {
-    let _st = id.lock();
-    let c = id.c();
+    let st = id.lock();
+    let c = id.c(&st);
     if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || c.verbs.is_null() {
         return Err(libc::EINVAL);
     }
@@ -381,13 +384,11 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            let id = id::arg(id)?;
-            // SAFETY: the caller's attributes or NULL.
-            let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-            create_srq(id, a)
-        })())
+    util::entry(|| {
+        let id = id::arg(id)?;
+        // SAFETY: the caller's attributes or NULL.
+        let a = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        create_srq(id, a)
     })
 }
 
@@ -397,23 +398,21 @@ pub unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    guard(-1, || {
-        ret((|| {
-            let id = id::arg(id)?;
-            // SAFETY: the caller's attributes or NULL.
-            let init = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-            let mut ex = ibv_srq_init_attr_ex {
-                srq_context: init.srq_context,
-                attr: init.attr,
-                comp_mask: IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
-                srq_type: IBV_SRQT_BASIC,
-                pd,
-                ..Default::default()
-            };
-            let r = create_srq(id, &mut ex);
-            init.attr = ex.attr;
-            r
-        })())
+    util::entry(|| {
+        let id = id::arg(id)?;
+        // SAFETY: the caller's attributes or NULL.
+        let init = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
+        let mut ex = ibv_srq_init_attr_ex {
+            srq_context: init.srq_context,
+            attr: init.attr,
+            comp_mask: IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+            srq_type: IBV_SRQT_BASIC,
+            pd,
+            ..Default::default()
+        };
+        let r = create_srq(id, &mut ex);
+        init.attr = ex.attr;
+        r
     })
 }
 

@@ -31,6 +31,9 @@ struct Script {
     next_child: u32,
     all: Vec<UnixStream>,
     requests: Vec<Request>,
+    /// Events a request made, sent after its reply (as the daemon's
+    /// reply is written before the events it causes can be read).
+    deferred: Vec<(u64, CmEventMsg)>,
 }
 
 fn bare(side: Side, event: CmEventType, status: i32) -> CmEventMsg {
@@ -63,6 +66,16 @@ fn path(local: Ipv4Addr, peer: Ipv4Addr, psn: u32) -> CmPath {
 
 impl Script {
     fn push(&mut self, channel: u64, ev: CmEventMsg) {
+        self.deferred.push((channel, ev));
+    }
+
+    fn flush(&mut self) {
+        for (channel, ev) in std::mem::take(&mut self.deferred) {
+            self.send_event(channel, ev);
+        }
+    }
+
+    fn send_event(&mut self, channel: u64, ev: CmEventMsg) {
         if let Some(s) = self.channels.get_mut(&channel) {
             let m = ReplyMsg {
                 v: shm::VERSION,
@@ -162,6 +175,15 @@ impl Script {
                 }
                 Reply::Done
             }
+            Request::CmMigrate { id, channel } => {
+                self.chan_of.insert((conn, id), channel);
+                for side in self.peer.values_mut() {
+                    if (side.0, side.1) == (conn, id) {
+                        side.2 = channel;
+                    }
+                }
+                Reply::Done
+            }
             Request::CmDisconnect { id } => {
                 let me = side(self, id);
                 if let Some(&p) = self.peer.get(&(conn, id)) {
@@ -198,6 +220,7 @@ fn serve(path: &std::path::Path) -> Arc<Mutex<Script>> {
                     if proto::send_message(&mut sock, &r).is_err() {
                         break;
                     }
+                    s.lock().unwrap().flush();
                 }
             });
         }
@@ -214,6 +237,41 @@ unsafe fn get(ch: *mut rdma_event_channel) -> rdma_cm_event {
     // SAFETY: ours, acked once.
     assert_eq!(unsafe { crate::event::rdma_ack_cm_event(ev) }, 0);
     e
+}
+
+fn readable(ch: *mut rdma_event_channel) -> bool {
+    let mut pfd = libc::pollfd {
+        // SAFETY: a live channel.
+        fd: unsafe { (*ch).fd },
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no waiting.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
+fn sent(script: &Arc<Mutex<Script>>, f: impl Fn(&Request) -> bool) -> bool {
+    script.lock().unwrap().requests.iter().any(f)
+}
+
+/// An id on `ch` that resolved `dst:port` and its route.
+unsafe fn resolved(ch: *mut rdma_event_channel, port: u16) -> *mut rdma_cm_id {
+    use crate::id::*;
+    let mut id = std::ptr::null_mut();
+    // SAFETY: the C API as documented.
+    unsafe {
+        assert_eq!(
+            rdma_create_id(ch, &mut id, std::ptr::null_mut(), RDMA_PS_TCP),
+            0
+        );
+        let mut d = sin(Ipv4Addr::new(10, 0, 0, 2), port);
+        let dp = (&mut d as *mut libc::sockaddr_in).cast();
+        assert_eq!(rdma_resolve_addr(id, std::ptr::null_mut(), dp, 2000), 0);
+        assert_eq!(get(ch).event, RDMA_CM_EVENT_ADDR_RESOLVED);
+        assert_eq!(rdma_resolve_route(id, 2000), 0);
+        assert_eq!(get(ch).event, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    }
+    id
 }
 
 fn sin(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
@@ -267,6 +325,11 @@ fn rdma_cm_over_a_scripted_daemon() {
         assert_eq!(rdma_destroy_id(other), 0);
         assert_eq!(rdma_listen(lid, 8), 0);
         assert_eq!(rdma_get_src_port(lid), 7174u16.to_be());
+        // The explicit port was reserved at bind too.
+        assert!(sent(&script, |r| matches!(
+            r,
+            Request::CmBind { addr, .. } if addr.port == 7174
+        )));
 
         // Active: resolve from rnic0 (same /24, not the destination).
         let chc = crate::channel::rdma_create_event_channel();
@@ -355,6 +418,24 @@ fn rdma_cm_over_a_scripted_daemon() {
         let mut mask = 0;
         assert_eq!(rdma_init_qp_attr(child, &mut qa, &mut mask), 0);
         assert_eq!((qa.dest_qp_num, qa.max_dest_rd_atomic), (0x11, 1));
+        // RDMA_OPTION_ID_ACK_TIMEOUT reaches the passive side's RTS too.
+        let mut t = 20u8;
+        assert_eq!(
+            rdma_set_option(
+                child,
+                RDMA_OPTION_ID as i32,
+                RDMA_OPTION_ID_ACK_TIMEOUT as i32,
+                (&mut t as *mut u8).cast(),
+                1
+            ),
+            0
+        );
+        let mut qa = ibv_qp_attr {
+            qp_state: IBV_QPS_RTS,
+            ..Default::default()
+        };
+        assert_eq!(rdma_init_qp_attr(child, &mut qa, &mut mask), 0);
+        assert_eq!(qa.timeout, 20);
         let mut ap = rdma_conn_param {
             qp_num: 0x22,
             responder_resources: 1,
@@ -374,15 +455,91 @@ fn rdma_cm_over_a_scripted_daemon() {
         };
         assert_eq!(rdma_init_qp_attr(cid, &mut qa, &mut mask), 0);
         assert_eq!((qa.retry_cnt, qa.rnr_retry, qa.timeout), (5, 4, 14));
+        // The READs we answer: as many as the REP says the peer issues
+        // (its initiator depth 1), not the 2 we offered.
+        let mut qa = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            ..Default::default()
+        };
+        assert_eq!(rdma_init_qp_attr(cid, &mut qa, &mut mask), 0);
+        assert_eq!(qa.max_dest_rd_atomic, 1);
         assert_eq!(rdma_establish(cid), 0);
         let e = get(chs);
         assert_eq!((e.event, e.id), (RDMA_CM_EVENT_ESTABLISHED, child));
 
+        // The passive id moves to a channel of its own: the daemon is
+        // told, and its events come there.
+        let chm = crate::channel::rdma_create_event_channel();
+        assert_eq!(rdma_migrate_id(child, chm), 0);
+        assert_eq!((*child).channel, chm);
+        assert!(sent(&script, |r| matches!(r, Request::CmMigrate { .. })));
+
         // Disconnect: both sides hear it.
         assert_eq!(rdma_disconnect(cid), 0);
-        assert_eq!(get(chs).event, RDMA_CM_EVENT_DISCONNECTED);
+        assert_eq!(get(chm).event, RDMA_CM_EVENT_DISCONNECTED);
         assert_eq!(get(chc).event, RDMA_CM_EVENT_DISCONNECTED);
+        assert!(!readable(chs));
         assert_eq!(rdma_destroy_id(child), 0);
+        assert_eq!(rdma_destroy_id(cid), 0);
+        crate::channel::rdma_destroy_event_channel(chm);
+
+        // rdma_reject_ece rejects with reason 35.
+        let cid = resolved(chc, 7174);
+        let mut p = rdma_conn_param {
+            qp_num: 0x66,
+            ..Default::default()
+        };
+        assert_eq!(rdma_connect(cid, &mut p), 0);
+        let mut ev = std::ptr::null_mut();
+        assert_eq!(crate::event::rdma_get_cm_event(chs, &mut ev), 0);
+        let child = (*ev).id;
+        assert_eq!(crate::event::rdma_ack_cm_event(ev), 0);
+        assert_eq!(rdma_reject_ece(child, std::ptr::null(), 0), 0);
+        assert!(sent(&script, |r| matches!(
+            r,
+            Request::CmReject {
+                reason: Some(35),
+                ..
+            }
+        )));
+        assert_eq!(get(chc).event, RDMA_CM_EVENT_REJECTED);
+        assert_eq!(rdma_destroy_id(child), 0);
+        assert_eq!(rdma_destroy_id(cid), 0);
+
+        // A listener destroyed with a request not taken: the request's id
+        // is destroyed at the daemon, and the channel is not left saying
+        // readable.
+        let mut lid2 = std::ptr::null_mut();
+        assert_eq!(
+            rdma_create_id(chs, &mut lid2, std::ptr::null_mut(), RDMA_PS_TCP),
+            0
+        );
+        let mut a = sin(Ipv4Addr::new(10, 0, 0, 2), 7175);
+        assert_eq!(
+            rdma_bind_addr(lid2, (&mut a as *mut libc::sockaddr_in).cast()),
+            0
+        );
+        assert_eq!(rdma_listen(lid2, 8), 0);
+        let cid = resolved(chc, 7175);
+        assert_eq!(rdma_connect(cid, &mut p), 0);
+        let mut waited = 0;
+        while !readable(chs) && waited < 200 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            waited += 1;
+        }
+        assert!(readable(chs));
+        let child_num = {
+            let s = script.lock().unwrap();
+            s.peer
+                .keys()
+                .map(|k| k.1)
+                .filter(|n| n & DAEMON_ID != 0)
+                .max()
+                .unwrap()
+        };
+        assert_eq!(rdma_destroy_id(lid2), 0);
+        assert!(!readable(chs));
+        assert!(sent(&script, |r| *r == Request::CmDestroyId { id: child_num }));
         assert_eq!(rdma_destroy_id(cid), 0);
 
         // A synchronous id: the call waits for its event.
@@ -482,16 +639,74 @@ fn rdma_cm_over_a_scripted_daemon() {
         crate::ep::rdma_destroy_ep(ep);
         crate::ep::rdma_destroy_ep(listen);
 
+        // A synchronous listener's request's id waits in rdma_accept for
+        // an ESTABLISHED that never comes (the active side does not
+        // establish) when the daemon dies below: it gets DEVICE_REMOVAL.
+        let (node, service) = (c"10.0.0.2", c"7472");
+        let hints = rdma_addrinfo {
+            ai_flags: RAI_PASSIVE as i32,
+            ai_port_space: RDMA_PS_TCP as i32,
+            ..Default::default()
+        };
+        let mut res = std::ptr::null_mut();
+        assert_eq!(
+            crate::addrinfo::rdma_getaddrinfo(node.as_ptr(), service.as_ptr(), &hints, &mut res),
+            0
+        );
+        let mut listen = std::ptr::null_mut();
+        assert_eq!(
+            crate::ep::rdma_create_ep(&mut listen, res, nul, std::ptr::null_mut()),
+            0
+        );
+        crate::addrinfo::rdma_freeaddrinfo(res);
+        assert_eq!(rdma_listen(listen, 0), 0);
+        let l = listen as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let mut id = std::ptr::null_mut();
+            assert_eq!(
+                crate::ep::rdma_get_request(l as *mut rdma_cm_id, &mut id),
+                0
+            );
+            let mut p = rdma_conn_param {
+                qp_num: 0x77,
+                ..Default::default()
+            };
+            tx.send(()).unwrap();
+            let r = rdma_accept(id, &mut p);
+            let e = crate::util::errno();
+            let ev = (*(*id).event).event;
+            crate::ep::rdma_destroy_ep(id);
+            (r, e, ev)
+        });
+        let cid = resolved(chc, 7472);
+        let mut p = rdma_conn_param {
+            qp_num: 0x88,
+            ..Default::default()
+        };
+        assert_eq!(rdma_connect(cid, &mut p), 0);
+        rx.recv().unwrap();
+        assert_eq!(get(chc).event, RDMA_CM_EVENT_CONNECT_RESPONSE);
+
         // The daemon dies: each id of the channel gets DEVICE_REMOVAL,
         // then ENODEV.
         for s in script.lock().unwrap().all.drain(..) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        assert_eq!(
+            server.join().unwrap(),
+            (-1, libc::ENODEV, RDMA_CM_EVENT_DEVICE_REMOVAL)
+        );
+        crate::ep::rdma_destroy_ep(listen);
+        assert_eq!(get(chc).event, RDMA_CM_EVENT_DEVICE_REMOVAL);
+        assert_eq!(rdma_destroy_id(cid), 0);
         let e = get(chs);
         assert_eq!((e.event, e.id), (RDMA_CM_EVENT_DEVICE_REMOVAL, lid));
         let mut ev = std::ptr::null_mut();
         assert_eq!(crate::event::rdma_get_cm_event(chs, &mut ev), -1);
         assert_eq!(crate::util::errno(), libc::ENODEV);
+        // The fd stays readable: a poller wakes to see ENODEV.
+        assert!(readable(chs));
         assert_eq!(rdma_destroy_id(lid), 0);
         crate::channel::rdma_destroy_event_channel(chs);
         crate::channel::rdma_destroy_event_channel(chc);

@@ -40,6 +40,19 @@ pub fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// An entry point returning 0 or -1 with errno: `f`'s result, guarded.
+pub fn entry(f: impl FnOnce() -> Result<(), i32>) -> std::ffi::c_int {
+    guard(-1, || ret(f()))
+}
+
+/// The calling thread's errno, or `dflt` when a failed call left none.
+pub fn errno_or(dflt: i32) -> i32 {
+    match errno() {
+        0 => dflt,
+        e => e,
+    }
+}
+
 /// Whether the library was told to say why each failing call failed
 /// (`RNIC_RDMACM_DEBUG=1`).
 pub fn debug() -> bool {
@@ -136,6 +149,14 @@ pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<SockAddr> {
                     port,
                     v6: true,
                 }))
+            } else if b == std::net::Ipv6Addr::LOCALHOST.octets() {
+                // `::1`: the loopback, as 127.0.0.1 (the kernel binds and
+                // resolves either to the first device).
+                Some(SockAddr::V4(Addr4 {
+                    ip: Ipv4Addr::LOCALHOST,
+                    port,
+                    v6: true,
+                }))
             } else if b[..10] == [0; 10] && b[10..12] == [0xff, 0xff] {
                 Some(SockAddr::V4(Addr4 {
                     ip: Ipv4Addr::new(b[12], b[13], b[14], b[15]),
@@ -222,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_wildcard_is_the_ipv4_wildcard_and_other_ipv6_is_no_device() {
+    fn ipv6_wildcard_and_loopback_are_ipv4_s_and_other_ipv6_is_no_device() {
         let mut s: libc::sockaddr_in6 =
             // SAFETY: all-zero is a valid sockaddr_in6.
             unsafe { std::mem::zeroed() };
@@ -233,7 +254,11 @@ mod tests {
         s.sin6_addr.s6_addr[15] = 1;
         // SAFETY: as above.
         let lo = unsafe { read_sockaddr((&s as *const libc::sockaddr_in6).cast()) };
-        assert_eq!(lo, Some(SockAddr::OtherV6));
+        assert!(matches!(lo, Some(SockAddr::V4(a)) if a.ip.is_loopback() && a.v6));
+        s.sin6_addr.s6_addr[0] = 0xfe;
+        // SAFETY: as above.
+        let other = unsafe { read_sockaddr((&s as *const libc::sockaddr_in6).cast()) };
+        assert_eq!(other, Some(SockAddr::OtherV6));
     }
 
     #[test]

@@ -70,8 +70,12 @@ pub struct CmPath {
     pub local_port: u16,
     pub peer_ip: Ipv4Addr,
     pub peer_port: u16,
-    /// The PSN the peer starts sending at (the REQ's or REP's starting
-    /// PSN): the receive PSN of RTR.
+    /// The starting PSN the peer announced (the REQ's to the passive
+    /// side, the REP's to the active side). As Linux's CM uses them, it
+    /// is where this side's send queue starts (RTS `sq_psn`); the
+    /// starting PSN this side announced (`CmConnectReq::starting_psn`,
+    /// `CmAcceptReq::starting_psn`) is where its receive queue starts
+    /// (RTR `rq_psn`).
     pub peer_psn: u32,
     /// The path MTU, bytes.
     pub mtu: u32,
@@ -134,7 +138,8 @@ pub struct CmConnectReq {
     /// The QP (RC or UD; UD sends a SIDR_REQ and takes no QPN).
     pub qp_type: crate::proto::QpType,
     pub qpn: u32,
-    /// The PSN the QP's send queue starts at.
+    /// The REQ's starting PSN: where the QP's receive queue starts (the
+    /// peer sends from it; see [`CmPath::peer_psn`]).
     pub starting_psn: u32,
     pub conn: CmConnParams,
     pub private_data: Vec<u8>,
@@ -148,6 +153,7 @@ pub struct CmConnectReq {
 pub struct CmAcceptReq {
     pub id: CmId,
     pub qpn: u32,
+    /// The REP's starting PSN: where the QP's receive queue starts.
     pub starting_psn: u32,
     pub conn: CmConnParams,
     pub private_data: Vec<u8>,

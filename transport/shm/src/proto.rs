@@ -335,11 +335,19 @@ pub enum Request {
     CmEstablish {
         id: CmId,
     },
-    /// Answers a CONNECT_REQUEST with a REJ (consumer-defined) or a
-    /// SIDR_REP that rejects.
+    /// Answers a CONNECT_REQUEST with a REJ (`reason`, default 28
+    /// consumer-defined; `rdma_reject_ece` gives 35) or a SIDR_REP that
+    /// rejects.
     CmReject {
         id: CmId,
         private_data: Vec<u8>,
+        #[serde(default)]
+        reason: Option<u16>,
+    },
+    /// The id's events go to `channel` from now on (`rdma_migrate_id`).
+    CmMigrate {
+        id: CmId,
+        channel: u64,
     },
     /// Sends the DREQ (or, after the peer's, the DREP).
     CmDisconnect {
