@@ -8,8 +8,7 @@
 # host the harness appends for a client, unused) the client of PEER, the
 # other side's RoCE address. TEST: rping (RC, 10 pings of 64 B, both sides
 # verify the data and print each ping), ucmatose (RC, 2 connections of 10
-# messages), udaddy (UD over SIDR, 2 connections of 10 messages),
-# ib_write_lat_cm (perftest's ib_write_lat over rdma_cm, -R).
+# messages), udaddy (UD over SIDR, 2 connections of 10 messages).
 test=$1
 peer=$2
 dev=$3
@@ -21,7 +20,5 @@ case "$test:$role" in
   ucmatose:client) exec ucmatose -s "$peer" -p 7471 -c 2 -C 10 ;;
   udaddy:server) exec udaddy -c 2 -C 10 ;;
   udaddy:client) exec udaddy -s "$peer" -c 2 -C 10 ;;
-  ib_write_lat_cm:server) exec ib_write_lat -R -d "$dev" -F -n 20 -s 64 -p 18520 ;;
-  ib_write_lat_cm:client) exec ib_write_lat -R -d "$dev" -F -n 20 -s 64 -p 18520 "$peer" ;;
   *) echo "cm_app.sh: unknown test $test"; exit 2 ;;
 esac
