@@ -51,6 +51,8 @@ const VERBS_CALLS: &[&str] = &[
     "ibv_modify_qp",
     "ibv_create_srq",
     "ibv_destroy_srq",
+    "ibv_attach_mcast",
+    "ibv_detach_mcast",
 ];
 
 fn main() {

@@ -1168,6 +1168,14 @@ impl Service {
 
     fn destroy_qp(&mut self, conn: ConnId, qpn: Qpn) -> Answer {
         let host = self.own_qp(conn, qpn)?;
+        // What the application posted before it destroyed the QP goes out
+        // first, as far as one pass of the host's pipeline sends it: a
+        // datagram posted just before (mckey's sender posts and destroys)
+        // must not vanish because the lcore had not read the ring yet.
+        let now = self.clock.now_ns();
+        let (nic, mut apps) = self.host_apps(host);
+        nic.poll(now, &mut apps);
+        apps.drain_pending();
         let _ = self.hosts[host].nic.engine_mut().destroy_qp(qpn);
         let rt = self.hosts[host].forget_qp(qpn);
         let a = self.app(conn);

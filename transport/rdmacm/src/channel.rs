@@ -4,7 +4,9 @@
 //! A channel is its own connection to the daemon (`Request::CmChannel`),
 //! on which the daemon then only pushes events. The library also makes
 //! events itself (ROUTE_RESOLVED: the daemon has no route step;
-//! DEVICE_REMOVAL when the daemon dies), so the fd an application polls
+//! ADDR_RESOLVED of a multicast group and MULTICAST_JOIN: they never
+//! reach the daemon; DEVICE_REMOVAL when the daemon dies), so the fd an
+//! application polls
 //! (`rdma_event_channel.fd`) cannot be the daemon's socket. The design:
 //!
 //! - a **queue** per channel (mutex + condvar) of events not yet taken,
@@ -50,6 +52,9 @@ pub enum Queued {
         event: CmEventType,
         status: i32,
     },
+    /// The answer to a multicast join of the id (`handle`: which join),
+    /// made by the library (MULTICAST_JOIN or MULTICAST_ERROR).
+    Join { key: Key, handle: u32 },
 }
 
 impl Queued {
@@ -61,7 +66,7 @@ impl Queued {
                 (CmEventType::ConnectRequest, Some(l)) => registry::key(m.session, l),
                 _ => registry::key(m.session, m.id),
             },
-            Queued::Local { key, .. } => *key,
+            Queued::Local { key, .. } | Queued::Join { key, .. } => *key,
         }
     }
 }
@@ -175,6 +180,19 @@ impl Shared {
             self.reset_wake();
         }
         gone.into()
+    }
+
+    /// Takes the answer to a join out of the queue (the group was left
+    /// before the application took it), resetting the fd when nothing is
+    /// left.
+    pub fn remove_join(&self, key: Key, handle: u32) {
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        q.items.retain(
+            |i| !matches!(i, Queued::Join { key: k, handle: h } if *k == key && *h == handle),
+        );
+        if q.items.is_empty() && !q.dead {
+            self.reset_wake();
+        }
     }
 
     /// Empties the eventfd's counter (with the queue lock held, the queue

@@ -8,7 +8,8 @@
 //! library: a CONNECT_REQUEST makes the new id; an active RC
 //! CONNECT_RESPONSE moves the id's QP to RTR and RTS, sends the RTU
 //! (`CmEstablish`) and becomes ESTABLISHED (CONNECT_ERROR if that fails);
-//! a REJECTED moves the QP to ERR. Each delivered event is counted
+//! a REJECTED moves the QP to ERR; the answer to a multicast join
+//! attaches the QP to the group (`mcast::answer`). Each delivered event is counted
 //! against its id (a CONNECT_REQUEST against the listener) until acked.
 //! A CONNECT_REQUEST nobody can take (its listener destroyed, its new id
 //! not made) has its id destroyed at the daemon, which sends the REJ.
@@ -326,6 +327,12 @@ fn process(own: &Arc<Shared>, item: Queued) -> Option<*mut rdma_cm_event> {
     let m = match item {
         Queued::Local { event, status, .. } => {
             return Some(EventBox::new(id.cm(), event, status, &id).deliver(&id));
+        }
+        Queued::Join { handle, .. } => {
+            let (event, status, ud) = crate::mcast::answer(&id, handle)?;
+            let mut b = EventBox::new(id.cm(), event, status, &id);
+            b.ev.param.ud = ud;
+            return Some(b.deliver(&id));
         }
         Queued::Daemon(m) => m,
     };

@@ -2,6 +2,8 @@
 //! `rdma_destroy_id`, `rdma_bind_addr`, `rdma_resolve_addr`,
 //! `rdma_resolve_route`, `rdma_listen`, `rdma_set_option`,
 //! `rdma_get_src_port` / `_dst_port`, `rdma_migrate_id`, `rdma_notify`.
+//! A multicast group's address resolves in the library, at once (no ARP,
+//! as the kernel maps a group to its MAC; for `rdma_join_multicast`).
 //!
 //! An id is `struct rdma_cm_id` (first, so the application's pointer is
 //! ours) with the library's state behind a mutex. The application reads
@@ -82,6 +84,10 @@ pub struct State {
     pub ep_connect: Vec<u8>,
     pub local_ece: (u32, u32),
     pub path_rec: Option<Box<ibv_sa_path_rec>>,
+    /// rdma_listen made it a listener.
+    pub listening: bool,
+    /// Its multicast joins, the latest first (as rdma-core keeps them).
+    pub mcast: Vec<crate::mcast::Join>,
 }
 
 impl State {
@@ -394,6 +400,8 @@ pub fn create(n: NewId, local_channel: bool) -> Result<*mut Id, i32> {
             ep_connect: Vec::new(),
             local_ece: (0, 0),
             path_rec: None,
+            listening: false,
+            mcast: Vec::new(),
         }),
         track: Mutex::new(Track::default()),
         changed: Condvar::new(),
@@ -456,6 +464,8 @@ pub unsafe fn destroy(p: *mut Id) {
         let mut st = id.lock();
         // A sync id's last event is ours to ack.
         id.ack_kept_event(&mut st);
+        // Its groups are left (its QP, if still there, detached).
+        crate::mcast::leave_all(id, &mut st);
         (st.daemon_sessions(), st.num, st.channel.clone())
     };
     // Its queued events go (the fd is readable only while something is
@@ -592,6 +602,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                 let src = addr_arg(src_addr)?;
                 bind(id, &mut st, src)?;
             }
+            if dst.ip.is_multicast() {
+                return resolve_group(id, &mut st, devs, dst);
+            }
             if st.dev.is_none() {
                 // A loopback destination is the first device itself, as
                 // Linux resolves one (cma_resolve_loopback).
@@ -635,6 +648,58 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         })()?;
         crate::event::complete(id)
     })
+}
+
+/// Resolves a multicast group's address (for rdma_join_multicast, as
+/// mckey does): at once and without the daemon, as the kernel maps a
+/// group to its MAC without ARP. The id is bound as the kernel's resolve
+/// binds it (to its device's address, a port picked), then the library
+/// queues ADDR_RESOLVED itself.
+fn resolve_group(
+    id: &Id,
+    st: &mut State,
+    devs: &'static devices::Devices,
+    dst: Addr4,
+) -> Result<(), i32> {
+    if st.bound.is_none() && st.dev.is_none() {
+        let dev = devs.for_dst(dst.ip);
+        bind(
+            id,
+            st,
+            Addr4 {
+                ip: dev.ip,
+                port: 0,
+                v6: dst.v6,
+            },
+        )?;
+    }
+    if st.dev.is_none() {
+        // Bound to the wildcard.
+        id.attach(st, devs.for_dst(dst.ip))?;
+    }
+    let dev = st.dev.expect("attached above");
+    let (src, _) = id.route_addrs();
+    let port = match (st.bound, src) {
+        (Some(b), _) => b.port,
+        (None, Some(SockAddr::V4(s))) => s.port,
+        _ => 0,
+    };
+    let v6 = st.bound.is_some_and(|b| b.v6);
+    id.set_route(
+        st,
+        Some(Addr4 {
+            ip: dev.ip,
+            port,
+            v6,
+        }),
+        Some(dst),
+    );
+    st.channel.push(Queued::Local {
+        key: id.key,
+        event: CmEventType::AddrResolved,
+        status: 0,
+    });
+    Ok(())
 }
 
 /// The route record rdma-core fills for a RoCE route (one path).
@@ -742,6 +807,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         } else {
             st.session = opened.pop();
         }
+        st.listening = true;
         let local = Addr4 { port, ..b };
         st.bound = Some(local);
         id.set_route(&st, Some(local), None);

@@ -1,6 +1,6 @@
 //! A drop-in `librdmacm.so.1`. An unmodified rdma_cm application (rping,
-//! ucmatose, udaddy, rdma_server / rdma_client, perftest's `-R`, qperf,
-//! libfabric's verbs provider) started with this library and rnic's
+//! ucmatose, udaddy, mckey, rdma_server / rdma_client, perftest's `-R`,
+//! qperf, libfabric's verbs provider) started with this library and rnic's
 //! `libibverbs.so.1` first on `LD_LIBRARY_PATH` resolves addresses and
 //! connects through the rnic daemon's connection manager instead of the
 //! kernel's `rdma_ucm` (the contract: `shm::cma`), with QPs of the
@@ -21,7 +21,9 @@
 //! - `attrs` and `qp`: the QP attributes of a connection, the QPs and
 //!   SRQs of an id;
 //! - `ep`, `addrinfo`: the endpoint API over synchronous ids;
-//! - `mcast`, `rsocket`: what is not offered (ENOSYS).
+//! - `mcast`: multicast joins, made by the library alone (RoCE exchanges
+//!   no MAD for them) over libibverbs' `ibv_attach_mcast`;
+//! - `rsocket`: what is not offered (ENOSYS).
 //!
 //! Every entry point takes raw pointers from C: their contract is the one
 //! rdma_cma.h documents; each checks what it can (NULL pointers, ids of

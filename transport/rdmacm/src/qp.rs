@@ -337,7 +337,9 @@ pub unsafe extern "C" fn rdma_create_qp(
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard((), || {
         let Ok(id) = id::arg(id) else { return };
-        let _st = id.lock();
+        let mut st = id.lock();
+        // The daemon takes a destroyed QP out of its groups.
+        crate::mcast::qp_destroyed(&mut st);
         let cm = id.cm();
         // SAFETY: our struct, with the state locked; its QP (or NULL).
         unsafe {
@@ -420,7 +422,9 @@ pub unsafe extern "C" fn rdma_create_srq(
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     guard((), || {
         let Ok(id) = id::arg(id) else { return };
-        let _st = id.lock();
+        let mut st = id.lock();
+        // The daemon takes a destroyed QP out of its groups.
+        crate::mcast::qp_destroyed(&mut st);
         let cm = id.cm();
         // SAFETY: our struct, with the state locked; its SRQ (or NULL).
         unsafe {

@@ -285,6 +285,189 @@ fn sin(ip: Ipv4Addr, port: u16) -> libc::sockaddr_in {
     }
 }
 
+/// Multicast joins on `ch` (the library alone: no request reaches the
+/// daemon but the bind of a resolve; the devices have no QPs, so nothing
+/// is attached).
+unsafe fn multicast(script: &Arc<Mutex<Script>>, ch: *mut rdma_event_channel) {
+    use crate::id::*;
+    use crate::mcast::*;
+    let sa = |ip: [u8; 4]| sin(Ipv4Addr::from(ip), 0);
+    let ptr = |a: &mut libc::sockaddr_in| (a as *mut libc::sockaddr_in).cast::<sockaddr>();
+    let (mut g, mut g2, mut g3) = (sa([239, 1, 2, 3]), sa([239, 1, 2, 4]), sa([239, 1, 2, 5]));
+    let fails = |r: i32, e: i32| {
+        assert_eq!(r, -1);
+        assert_eq!(crate::util::errno(), e);
+    };
+    // SAFETY: the C API used as rdma_cma.h documents it.
+    unsafe {
+        let mut id = std::ptr::null_mut();
+        assert_eq!(
+            rdma_create_id(ch, &mut id, 9 as *mut c_void, RDMA_PS_UDP),
+            0
+        );
+        // No device yet: EINVAL (ucma's check).
+        fails(
+            rdma_join_multicast(id, ptr(&mut g), std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        // A group resolves at once, without the daemon; the id is bound.
+        assert_eq!(
+            rdma_resolve_addr(id, std::ptr::null_mut(), ptr(&mut g), 2000),
+            0
+        );
+        assert_eq!(get(ch).event, RDMA_CM_EVENT_ADDR_RESOLVED);
+        assert!(!sent(script, |r| matches!(
+            r,
+            Request::CmResolveAddr { dst, .. } if dst.is_multicast()
+        )));
+        assert!(sent(script, |r| matches!(
+            r,
+            Request::CmBind { addr, .. } if addr.ip == Some(Ipv4Addr::new(10, 0, 0, 1))
+        )));
+        assert_eq!((*id).port_num, 1);
+        let dst = std::ptr::addr_of!((*id).route.addr).cast::<u8>().add(128);
+        assert_eq!(
+            crate::util::read_sockaddr(dst.cast()),
+            Some(crate::util::SockAddr::V4(crate::util::Addr4 {
+                ip: Ipv4Addr::new(239, 1, 2, 3),
+                port: 0,
+                v6: false
+            }))
+        );
+        // Not a group: EINVAL; no address: EINVAL.
+        let mut uni = sa([10, 0, 0, 2]);
+        fails(
+            rdma_join_multicast(id, ptr(&mut uni), std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        let mut any = sa([0, 0, 0, 0]);
+        fails(
+            rdma_join_multicast(id, ptr(&mut any), std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        fails(
+            rdma_join_multicast(id, std::ptr::null_mut(), std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        // The join's answer: the group's AH, its QPN and Q_Key, the
+        // context as private data; the id's TOS as traffic class.
+        let mut tos = 32u8;
+        let opt = (&mut tos as *mut u8).cast();
+        assert_eq!(
+            rdma_set_option(id, RDMA_OPTION_ID as i32, RDMA_OPTION_ID_TOS as i32, opt, 1),
+            0
+        );
+        assert_eq!(rdma_join_multicast(id, ptr(&mut g), 0x77 as *mut c_void), 0);
+        let e = get(ch);
+        assert_eq!(
+            (e.event, e.status, e.id),
+            (RDMA_CM_EVENT_MULTICAST_JOIN, 0, id)
+        );
+        let u = e.param.ud;
+        assert_eq!((u.private_data as usize, u.private_data_len), (0x77, 0));
+        assert_eq!((u.qp_num, u.qkey), (MULTICAST_QPN, RDMA_UDP_QKEY));
+        assert_eq!(
+            u.ah_attr.grh.dgid.raw,
+            crate::util::mapped_gid(Ipv4Addr::new(239, 1, 2, 3))
+        );
+        assert_eq!(
+            (u.ah_attr.grh.hop_limit, u.ah_attr.grh.traffic_class),
+            (HOP_LIMIT, 32)
+        );
+        assert_eq!(
+            (
+                u.ah_attr.is_global,
+                u.ah_attr.grh.sgid_index,
+                u.ah_attr.port_num
+            ),
+            (1, 1, 1)
+        );
+        // Joining it again is no error (as Linux): a second answer.
+        assert_eq!(rdma_join_multicast(id, ptr(&mut g), 0x78 as *mut c_void), 0);
+        let e = get(ch);
+        assert_eq!(
+            (e.event, e.param.ud.private_data as usize),
+            (RDMA_CM_EVENT_MULTICAST_JOIN, 0x78)
+        );
+        // rdma_join_multicast_ex: rdma-core's mask checks, the kernel's
+        // flags.
+        let mut attr = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+            join_flags: RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+            addr: ptr(&mut g2),
+        };
+        fails(
+            rdma_join_multicast_ex(id, &mut attr, std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_RESERVED | RDMA_CM_JOIN_MC_ATTR_ADDRESS;
+        fails(
+            rdma_join_multicast_ex(id, &mut attr, std::ptr::null_mut()),
+            libc::EOPNOTSUPP,
+        );
+        attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+        attr.join_flags = RDMA_MC_JOIN_FLAG_RESERVED;
+        fails(
+            rdma_join_multicast_ex(id, &mut attr, std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        attr.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+        assert_eq!(
+            rdma_join_multicast_ex(id, &mut attr, 0x79 as *mut c_void),
+            0
+        );
+        assert_eq!(get(ch).event, RDMA_CM_EVENT_MULTICAST_JOIN);
+        // Left before its answer is taken: the answer goes too.
+        assert_eq!(
+            rdma_join_multicast(id, ptr(&mut g3), std::ptr::null_mut()),
+            0
+        );
+        assert!(readable(ch));
+        assert_eq!(rdma_leave_multicast(id, ptr(&mut g3)), 0);
+        assert!(!readable(ch));
+        // Each join is left once; then EADDRNOTAVAIL.
+        assert_eq!(rdma_leave_multicast(id, ptr(&mut g)), 0);
+        assert_eq!(rdma_leave_multicast(id, ptr(&mut g)), 0);
+        fails(rdma_leave_multicast(id, ptr(&mut g)), libc::EADDRNOTAVAIL);
+        fails(rdma_leave_multicast(id, std::ptr::null_mut()), libc::EINVAL);
+        // Destroying the id leaves the rest (the send-only join).
+        assert_eq!(rdma_destroy_id(id), 0);
+
+        // A routed id cannot join.
+        let rid = resolved(ch, 7999);
+        fails(
+            rdma_join_multicast(rid, ptr(&mut g), std::ptr::null_mut()),
+            libc::EINVAL,
+        );
+        assert_eq!(rdma_destroy_id(rid), 0);
+
+        // A synchronous id waits for the answer; an IPoIB id gets
+        // MULTICAST_ERROR -ENODEV (no broadcast group on RoCE), ENODEV.
+        for (ps, want) in [(RDMA_PS_UDP, 0), (RDMA_PS_IPOIB, libc::ENODEV)] {
+            let mut sid = std::ptr::null_mut();
+            let nul = std::ptr::null_mut();
+            assert_eq!(rdma_create_id(nul, &mut sid, std::ptr::null_mut(), ps), 0);
+            let mut b = sa([10, 0, 0, 2]);
+            assert_eq!(rdma_bind_addr(sid, ptr(&mut b)), 0);
+            let r = rdma_join_multicast(sid, ptr(&mut g), 0x55 as *mut c_void);
+            let ev = *(*sid).event;
+            assert_eq!(ev.param.ud.private_data as usize, 0x55);
+            if want == 0 {
+                assert_eq!(r, 0);
+                assert_eq!(ev.event, RDMA_CM_EVENT_MULTICAST_JOIN);
+            } else {
+                fails(r, want);
+                assert_eq!(
+                    (ev.event, ev.status),
+                    (RDMA_CM_EVENT_MULTICAST_ERROR, -want)
+                );
+            }
+            assert_eq!(rdma_leave_multicast(sid, ptr(&mut g)), 0);
+            assert_eq!(rdma_destroy_id(sid), 0);
+        }
+    }
+}
+
 #[test]
 fn rdma_cm_over_a_scripted_daemon() {
     use crate::conn::*;
@@ -638,6 +821,8 @@ fn rdma_cm_over_a_scripted_daemon() {
         server.join().unwrap();
         crate::ep::rdma_destroy_ep(ep);
         crate::ep::rdma_destroy_ep(listen);
+
+        multicast(&script, chc);
 
         // A synchronous listener's request's id waits in rdma_accept for
         // an ESTABLISHED that never comes (the active side does not
