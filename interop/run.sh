@@ -17,11 +17,15 @@
 # our CM counts; MTU 1024 phase only)
 # rping ucmatose udaddy (rdma_cm: interop/cm_app.sh runs each side; ours
 # over our librdmacm and the daemon's CM, rxe's over the VM's kernel CM;
-# MTU 1024 phase. Not on the lossy link: a side that destroys its id right
-# after its DREQ stops that DREQ's retries (Linux's CM does), so a lost
-# DREQ leaves the other side's program waiting. Not perftest's -R: its
-# client gives the server's second listener 1 s, which rxe under
-# emulation does not meet)
+# MTU 1024 phase; rping and ucmatose also in cmloss, where our port loses
+# 30% of the connection-setup MADs each way (REQ, REP, RTU, REJ, MRA,
+# SIDR; not the DREQ/DREP of teardown, whose retries a program that
+# destroys its id at once cancels, as Linux's CM does) and no other frame,
+# so both CMs' retries carry the handshakes (not udaddy: Linux's CM
+# forgets a SIDR_REQ once answered, so after a lost SIDR_REP the retried
+# request reaches the server program as a new one, which udaddy, done
+# accepting, never answers). Not perftest's -R: its client gives the server's second
+# listener 1 s, which rxe under emulation does not meet)
 # (default: all).
 # rc_verify (bench/scripts/rc_verify.c, built by ./x build against
 # rdma-core's libibverbs, so it runs on rxe too) checks every byte of a
@@ -37,7 +41,8 @@
 # received frames over them by flow hash; an application of ours holds
 # shard 0, so the tests' QPs are shard 1's and every frame that reaches
 # shard 0's queue is passed on; ARP frames reach every shard);
-# default all five. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
+# cmloss (MTU 1024, 30% of the connection-setup MADs lost each way; rping
+# and ucmatose only); default all six. Sizes: 1 B and perftest's -a (2 B .. 8 MiB), the
 # pingpong 1 B and 1 MiB with its data checked (-c), rc_verify 1 B and
 # 1 MiB; in vlan and shards 1 B and 64 KiB. UD and UC: the pingpongs
 # 1 B and 2 KiB (UD, within the port MTU) or 64 KiB (UC); perftest's UD
@@ -98,7 +103,7 @@ while [ $# -gt 0 ]; do
     --bench) bench=1; shift ;;
     --keep) keep=${2:-}; shift 2 || die "--keep needs a directory" ;;
     --quick) quick=1; shift ;;
-    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy,vlan,shards)" ;;
+    --phases) phases=${2:-}; shift 2 || die "--phases needs a list (mtu1024,mtu4096,lossy,vlan,shards,cmloss)" ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) tests+=("$1"); shift ;;
   esac
@@ -117,12 +122,12 @@ done
 if [ -z "$phases" ]; then
   if [ ${#extra[@]} -gt 0 ]; then phases=mtu1024
   elif [ $quick = 1 ]; then phases=mtu1024,lossy,vlan,shards
-  else phases=mtu1024,mtu4096,lossy,vlan,shards
+  else phases=mtu1024,mtu4096,lossy,vlan,shards,cmloss
   fi
 fi
 IFS=, read -r -a phase_list <<< "$phases"
 for p in "${phase_list[@]}"; do
-  case "$p" in mtu1024|mtu4096|lossy|vlan|shards|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy, vlan, shards)" ;; esac
+  case "$p" in mtu1024|mtu4096|lossy|vlan|shards|cmloss|bench) ;; *) die "unknown phase $p (mtu1024, mtu4096, lossy, vlan, shards, cmloss)" ;; esac
 done
 
 [ "$(id -u)" -eq 0 ] || unable "needs root (network namespace, tap device, VM)"
@@ -209,6 +214,9 @@ start_daemon() { # PHASE
     # Every frame the faults lose is recorded: the judge reads it.
     faults=$'[loopback.faults]\nhost = 0\nloss = 0.01\nreorder = 0.001\nseed = 7\nlost_pcap = "'"$work/lost.pcap"'"'
   fi
+  if [ "$1" = cmloss ]; then
+    faults=$'[loopback.faults]\nhost = 0\nmad_loss = 0.3\nseed = 7\nlost_pcap = "'"$work/lost.pcap"'"'
+  fi
   # perftest's TCP exchange stays untagged, between the namespace's kernel
   # (10.77.0.1) and the VM's NIC (10.77.0.2); RoCE goes over VLAN 100.
   [ "$1" = vlan ] && address=$'ip = "10.77.100.3"\nvlan = 100\npriority = 3'
@@ -280,6 +288,7 @@ for phase in "${phase_list[@]}"; do
         *:gsi_probe) sizes=() ;;
         # One rdma_cm run each way.
         mtu1024:rping) sizes=("") ;;
+        cmloss:*) sizes=() ;;
         *:rping|*:ucmatose|*:udaddy) sizes=() ;;
         mtu1024:ibv_ud_pingpong) sizes=("-s 2048 -n 5") ;;
         mtu1024:ibv_uc_pingpong) sizes=("-s 65536 -n 5") ;;
@@ -308,7 +317,8 @@ for phase in "${phase_list[@]}"; do
         mtu1024:gsi_probe) sizes=("-w 2000") ;;
         *:gsi_probe) sizes=() ;;
         mtu1024:rping|mtu1024:ucmatose|mtu1024:udaddy) sizes=("") ;;
-        *:rping|*:ucmatose|*:udaddy) sizes=() ;;
+        cmloss:rping|cmloss:ucmatose) sizes=("") ;;
+        *:rping|*:ucmatose|*:udaddy|cmloss:*) sizes=() ;;
         lossy:ib_send_bw_ud) sizes=("-s 1024 -D 3") ;;
         lossy:ib_send_bw_uc) sizes=("-s 65536 -D 3") ;;
         lossy:ibv_u[cd]_pingpong|lossy:*_ud|lossy:*_uc) sizes=() ;;
@@ -544,17 +554,29 @@ check_cm() { # STATS-FILE
 }
 
 # A phase with rdma_cm tests: our CM's and rdma_cm's lines, which must
-# show the events our sessions had.
+# show the events our sessions had; in cmloss, MADs lost both ways (the
+# lost pcap), our CM's retransmissions, and rxe's (duplicates here).
 check_rdma_cm() { # PHASE STATS-FILE
-  local cm line events
+  local cm line events retx dups lost
   cm=$(grep '^host 0 CM:' "$2" || true)
   line=$(grep '^host 0 rdma_cm:' "$2" || true)
-  echo "cm: ${cm:-no CM line in our counters}"
+  # (check_cm printed the CM line of a phase with gsi_probe.)
+  grep -q "^$1 gsi_probe" "$steps" || echo "cm: ${cm:-no CM line in our counters}"
   echo "cm: ${line:-no rdma_cm line in our counters}"
   events=$(echo "$line" | sed -n 's/.*; events \([0-9]*\) .*/\1/p')
+  retx=$(echo "$cm" | sed -n 's/.*(retransmitted \([0-9]*\)).*/\1/p')
+  dups=$(echo "$cm" | sed -n 's/.*, duplicates \([0-9]*\);.*/\1/p')
   if [ "${events:-0}" -lt 1 ]; then
     echo "interop cm FAIL: no rdma_cm events in our counters"
     failed=$((failed + 1))
+  fi
+  if [ "$1" = cmloss ]; then
+    lost=$(tshark -r "$work/lost.pcap" -d udp.port==4791,infiniband -Y 'infiniband.bth.destqp == 1' -T fields -e frame.number 2>/dev/null | wc -l)
+    echo "cm: MADs the link lost $lost; our CM retransmitted ${retx:-?}, took ${dups:-?} duplicates"
+    if [ "$lost" -lt 1 ] || [ "${retx:-0}" -lt 1 ]; then
+      echo "interop cm FAIL: no MAD lost, or none retried by our CM"
+      failed=$((failed + 1))
+    fi
   fi
 }
 

@@ -71,8 +71,8 @@ pub struct FaultsSection {
     /// Probability that one ICRC-protected bit of a frame is flipped.
     #[serde(default)]
     pub corrupt: f64,
-    /// Probability that a frame to QP1 (a CM message) is lost, besides
-    /// `loss`.
+    /// Probability that a connection-setup MAD (to QP1, not a CM DREQ or
+    /// DREP) is lost, besides `loss`.
     #[serde(default)]
     pub mad_loss: f64,
     /// Latency added to every frame, microseconds.

@@ -46,8 +46,11 @@ pub struct FaultConfig {
     pub reorder: f64,
     /// Probability that one bit of a frame is flipped.
     pub corrupt: f64,
-    /// Probability that a management datagram (a RoCEv2 frame to QP1: a
-    /// CM message) is lost, on top of `loss`: the CM's retries under test.
+    /// Probability that a connection-setup MAD (a RoCEv2 frame to QP1
+    /// that is not a CM DREQ or DREP) is lost, on top of `loss`: the CMs'
+    /// retries under test. Teardown is spared: a program that destroys
+    /// its rdma_cm id right after its DREQ stops that DREQ's retries (as
+    /// Linux's CM does), so a lost DREQ leaves its peer waiting for good.
     pub mad_loss: f64,
     /// Every frame is held this long (added latency), ns.
     pub delay_ns: u64,
@@ -294,7 +297,7 @@ impl<P: FramePort> FaultInjector<P> {
             Policy::Seeded(cfg, rng) => {
                 // (No draw for MADs without mad_loss: a seed's faults stay
                 // what they were.)
-                let mad = cfg.mad_loss > 0.0 && to_qp1(frame.as_ref());
+                let mad = cfg.mad_loss > 0.0 && setup_mad(frame.as_ref());
                 if rng.gen_bool(cfg.loss) || (mad && rng.gen_bool(cfg.mad_loss)) {
                     lost = true;
                 } else {
@@ -381,9 +384,18 @@ impl<P: FramePort> FaultInjector<P> {
 
 /// Flips one random bit the ICRC protects and no switch rewrites; false
 /// when the frame is not RoCEv2.
-/// Whether a frame is a RoCEv2 packet to QP1 (a MAD).
-fn to_qp1(frame: &[u8]) -> bool {
-    transport::wire::Packet::parse_unverified(frame).is_ok_and(|p| p.repr.bth.dest_qp == 1)
+/// Whether a frame is a RoCEv2 packet to QP1 (a MAD) other than a CM
+/// DREQ or DREP.
+fn setup_mad(frame: &[u8]) -> bool {
+    /// CM attributes DREQ and DREP (IBA 12.6).
+    const TEARDOWN: [u16; 2] = [0x0015, 0x0016];
+    transport::wire::Packet::parse_unverified(frame).is_ok_and(|p| {
+        let attr = p
+            .payload
+            .get(16..18)
+            .map(|a| u16::from_be_bytes([a[0], a[1]]));
+        p.repr.bth.dest_qp == 1 && !attr.is_some_and(|a| TEARDOWN.contains(&a))
+    })
 }
 
 fn flip_random_bit(frame: &mut [u8], rng: &mut ChaCha8Rng) -> bool {
@@ -541,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn mad_loss_takes_frames_to_qp1_only() {
+    fn mad_loss_takes_connection_setup_mads_only() {
         let macs = [MacAddr([2; 6]), MacAddr([3; 6])];
         let (mut a, b) = mem_link(macs, 1500, 10);
         let mut b = FaultInjector::new(
@@ -559,15 +571,22 @@ mod tests {
             src_qp: 1,
         });
         let mut m = vec![0u8; mad.frame_len(256)];
-        mad.emit(&[0; 256], &mut m).unwrap();
-        a.tx_burst(0, &mut vec![frame(1), m, frame(2)]);
+        let mut req = [0u8; 256];
+        req[16..18].copy_from_slice(&0x0010u16.to_be_bytes());
+        mad.emit(&req, &mut m).unwrap();
+        // A DREQ is spared.
+        let mut d = vec![0u8; mad.frame_len(256)];
+        let mut dreq = [0u8; 256];
+        dreq[16..18].copy_from_slice(&0x0015u16.to_be_bytes());
+        mad.emit(&dreq, &mut d).unwrap();
+        a.tx_burst(0, &mut vec![frame(1), m, d.clone(), frame(2)]);
         let mut got = Vec::new();
         let mut now = 0;
         while let Some(t) = b.next_event() {
             now = t.max(now);
             b.rx_burst(now, &mut got, 32);
         }
-        assert_eq!(got, vec![frame(1), frame(2)]);
+        assert_eq!(got, vec![frame(1), d, frame(2)]);
         assert_eq!(b.counters().lost, 1);
     }
 
