@@ -20,35 +20,16 @@ mod daemon_util;
 
 use daemon_util::{pair, pair_on, tool};
 
-/// `objdump -T` lines `VERSION NAME` of the defined, versioned symbols.
-fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
-    let out = Command::new("objdump")
-        .arg("-T")
-        .arg(lib)
-        .output()
-        .expect("run objdump (binutils)");
-    assert!(out.status.success());
-    let mut v: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.contains("*UND*"))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (ver, name) = (f.get(f.len().wrapping_sub(2))?, f.last()?);
-            (ver.starts_with("IBVERBS") && !name.starts_with("IBVERBS"))
-                .then(|| (ver.to_string(), name.to_string()))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let libs = daemon_util::lib_dir(tmp.path());
 
     // Every default-versioned symbol of Debian's library, in the same node.
-    let ours = versioned_symbols(&libs.join("libibverbs.so.1"));
-    let theirs = versioned_symbols(Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1"));
+    let ours = daemon_util::versioned_symbols("IBVERBS", &libs.join("libibverbs.so.1"));
+    let theirs = daemon_util::versioned_symbols(
+        "IBVERBS",
+        Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1"),
+    );
     let missing: Vec<_> = theirs.iter().filter(|s| !ours.contains(s)).collect();
     assert!(missing.is_empty(), "not exported as Debian's: {missing:?}");
     println!("ok: {} symbols in their version nodes", theirs.len());

@@ -25,28 +25,6 @@ mod daemon_util;
 
 use daemon_util::{tool, RUN_LIMIT};
 
-/// `objdump -T` lines `VERSION NAME` of the defined RDMACM symbols.
-fn versioned_symbols(lib: &Path) -> Vec<(String, String)> {
-    let out = Command::new("objdump")
-        .arg("-T")
-        .arg(lib)
-        .output()
-        .expect("run objdump (binutils)");
-    assert!(out.status.success());
-    let mut v: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.contains("*UND*"))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (ver, name) = (f.get(f.len().wrapping_sub(2))?, f.last()?);
-            (ver.starts_with("RDMACM") && !name.starts_with("RDMACM"))
-                .then(|| (ver.to_string(), name.to_string()))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// A network namespace with a veth pair holding the testbed's two
 /// addresses, for the programs that talk TCP before rdma_cm; removed on
 /// drop.
@@ -261,8 +239,11 @@ fn main() {
     let libs = daemon_util::lib_dir(tmp.path());
 
     // Every function of Debian's librdmacm, in the same version node.
-    let ours = versioned_symbols(&libs.join("librdmacm.so.1"));
-    let theirs = versioned_symbols(Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1"));
+    let ours = daemon_util::versioned_symbols("RDMACM", &libs.join("librdmacm.so.1"));
+    let theirs = daemon_util::versioned_symbols(
+        "RDMACM",
+        Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1"),
+    );
     assert_eq!(theirs.len(), 68, "Debian's librdmacm: {theirs:?}");
     let missing: Vec<_> = theirs.iter().filter(|s| !ours.contains(s)).collect();
     assert!(missing.is_empty(), "not exported as Debian's: {missing:?}");

@@ -39,6 +39,17 @@ fn done(r: Reply) -> Answer {
     Ok((r, Vec::new()))
 }
 
+/// The rdma_cm port space numbered `ps` (`RDMA_PS_*`), or an error
+/// naming it.
+fn port_space(ps: u16) -> Result<PortSpace, ErrorReply> {
+    PortSpace::from_number(ps).ok_or_else(|| {
+        err(
+            ErrorKind::InvalidArgument,
+            format!("port space {ps:#x} is not rdma_cm's"),
+        )
+    })
+}
+
 fn refused(e: CmCallError) -> ErrorReply {
     err(ErrorKind::InvalidArgument, e.to_string())
 }
@@ -387,12 +398,7 @@ impl Service {
         ps: u16,
         addr: CmListenAddr,
     ) -> Answer {
-        if PortSpace::from_number(ps).is_none() {
-            return Err(err(
-                ErrorKind::InvalidArgument,
-                format!("port space {ps:#x} is not rdma_cm's"),
-            ));
-        }
+        port_space(ps)?;
         let host = self.cma.sessions[&conn].host;
         let dev_ip = self.hosts[host].spec.ip;
         if let Some(ip) = addr.ip.filter(|&ip| ip != dev_ip) {
@@ -437,12 +443,7 @@ impl Service {
         ps: u16,
         addr: CmListenAddr,
     ) -> Answer {
-        let space = PortSpace::from_number(ps).ok_or_else(|| {
-            err(
-                ErrorKind::InvalidArgument,
-                format!("port space {ps:#x} is not rdma_cm's"),
-            )
-        })?;
+        let space = port_space(ps)?;
         let host = self.cma.sessions[&conn].host;
         let dev_ip = self.hosts[host].spec.ip;
         if let Some(ip) = addr.ip.filter(|&ip| ip != dev_ip) {
@@ -523,12 +524,7 @@ impl Service {
         timeout_ms: u32,
         now: u64,
     ) -> Answer {
-        if PortSpace::from_number(ps).is_none() {
-            return Err(err(
-                ErrorKind::InvalidArgument,
-                format!("port space {ps:#x} is not rdma_cm's"),
-            ));
-        }
+        port_space(ps)?;
         if dst.is_unspecified() || dst.is_broadcast() {
             return Err(err(
                 ErrorKind::InvalidArgument,
@@ -615,12 +611,7 @@ impl Service {
     }
 
     fn cm_connect(&mut self, conn: ConnId, c: &CmConnectReq, now: u64) -> Answer {
-        let space = PortSpace::from_number(c.port_space).ok_or_else(|| {
-            err(
-                ErrorKind::InvalidArgument,
-                format!("port space {:#x} is not rdma_cm's", c.port_space),
-            )
-        })?;
+        let space = port_space(c.port_space)?;
         let host = self.cma.sessions[&conn].host;
         if self.cma.sessions[&conn]
             .ids

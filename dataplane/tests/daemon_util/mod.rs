@@ -257,3 +257,27 @@ pub fn pair(
     testkit::require_clean(&client.what, &ct);
     (st, ct)
 }
+
+/// `objdump -T` lines `VERSION NAME` of a library's defined symbols whose
+/// version node starts with `node` (`IBVERBS`, `RDMACM`), node names
+/// themselves left out; sorted.
+pub fn versioned_symbols(node: &str, lib: &Path) -> Vec<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("run objdump (binutils)");
+    assert!(out.status.success());
+    let mut v: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (ver, name) = (f.get(f.len().wrapping_sub(2))?, f.last()?);
+            (ver.starts_with(node) && !name.starts_with(node))
+                .then(|| (ver.to_string(), name.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
